@@ -1,0 +1,32 @@
+# Quick start: `make demo` and `make test` each set up .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo docs bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,docs,demo]" ruff
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m ruff check synkhronos tests demos bench
+	$(PY) -m pytest -q tests
+
+demo: $(STAMP)
+	$(PY) demos/mnist.py
+
+docs: $(STAMP)
+	$(PY) -m sphinx -W -q -b html docs docs/_build/html
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check synkhronos tests demos bench
+
+clean:
+	rm -rf $(VENV) docs/_build .pytest_cache

@@ -1,0 +1,73 @@
+"""synkhronos: data-parallel execution of PyTensor functions on every device at once.
+
+Write a serial PyTensor script, replace ``pytensor.function`` with
+:func:`synkhronos.function`, and call it on :func:`synkhronos.data` arrays: every rank
+computes on its share of the rows and the results come back reduced.
+
+>>> import synkhronos as synk
+>>> n_ranks = synk.fork()          # doctest: +SKIP
+
+Where things live: :mod:`~synkhronos.launch` (fork, close, running a command),
+:mod:`~synkhronos.worker` (the worker loop), :mod:`~synkhronos.channel` (commands),
+:mod:`~synkhronos.data` (shared-memory arrays), :mod:`~synkhronos.function` (calls),
+:mod:`~synkhronos.distribute` (shipping graphs), :mod:`~synkhronos.comm` (communicators),
+:mod:`~synkhronos.reduce` (reduce ops), :mod:`~synkhronos.collectives`.
+"""
+
+from .channel import RemoteError, WorkerDied
+from .collectives import (
+    all_gather,
+    all_reduce,
+    broadcast,
+    gather,
+    get_lengths,
+    get_shapes,
+    get_value,
+    reduce,
+    scatter,
+    set_value,
+)
+from .data import Data
+from .function import Function, distribute, function
+from .launch import close, fork
+
+__version__ = "0.1.0"
+
+
+def data(value=None, dtype=None, shape=None, minibatch: bool = False, force_cast: bool = False,
+         oversize: float = 1.0, name: str | None = None) -> Data:
+    """An array in OS shared memory that every rank reads without copying.
+
+    Parameters
+    ----------
+    value : array_like, optional
+        Initial contents.
+    dtype : dtype, optional
+        Default: ``value``'s dtype, or ``pytensor.config.floatX``.
+    shape : tuple of int, optional
+        Allocate zeros of this shape when no ``value`` is given.
+    minibatch : bool
+        The array holds a minibatch of a larger set: ``batch`` indices in a call are
+        counted from the lowest selected one.
+    force_cast : bool
+        Allow an unsafe cast of ``value`` to ``dtype``.
+    oversize : float
+        Allocate this multiple of the needed size, so later larger values fit.
+    name : str, optional
+
+    Examples
+    --------
+    >>> import numpy as np, synkhronos as synk
+    >>> x = synk.data(np.zeros((4, 3), dtype="float32"))
+    >>> x[1:3] = 1.0
+    >>> float(x.data.sum())
+    6.0
+    """
+    return Data(value, dtype, shape, minibatch, force_cast, oversize, name)
+
+
+__all__ = [
+    "Data", "Function", "RemoteError", "WorkerDied", "all_gather", "all_reduce", "broadcast",
+    "close", "data", "distribute", "fork", "function", "gather", "get_lengths", "get_shapes",
+    "get_value", "reduce", "scatter", "set_value",
+]

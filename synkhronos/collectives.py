@@ -1,0 +1,236 @@
+"""Collectives on shared variables: rank 0's API, and the part every rank runs.
+
+Each public function checks its arguments in rank 0, then every rank runs :func:`_run`
+with the same kind and variables, which calls the communicator (shared memory on CPU
+ranks, NCCL on GPU ranks). Shared variables are named by their registry index, the same
+on every rank (see :mod:`synkhronos.distribute`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pytensor.compile.sharedvalue import SharedVariable
+
+from . import launch
+from .partition import split_bounds
+from .reduce import COLLECTIVE_OPS, check_collective_op
+
+(BROADCAST, SCATTER, GATHER, ALL_GATHER, REDUCE, ALL_REDUCE, SET_VALUE, GET_VALUE,
+ SHAPES) = range(9)
+_WRITES = {BROADCAST, SCATTER, ALL_GATHER, REDUCE, ALL_REDUCE, SET_VALUE}
+
+
+def _stack(values: list, nd_up: int) -> np.ndarray:
+    if nd_up == 1 or np.ndim(values[0]) == 0:
+        return np.stack(values)
+    return np.concatenate(values, axis=0)
+
+
+def _run(state, kind: int, variables: list, op: str | None = None, rank: int = 0,
+         values: list | None = None):
+    """This rank's part of a collective; returns rank 0's result (None elsewhere)."""
+    comm, backend, root = state.comm, state.backend, state.rank == 0
+    if kind == BROADCAST:
+        if root and values is not None:
+            for var, value in zip(variables, values, strict=True):
+                backend.set_value(var, value)
+        got = comm.broadcast([backend.host_value(v) for v in variables] if root else None)
+        if not root:
+            for var, value in zip(variables, got, strict=True):
+                backend.set_value(var, value)
+    elif kind == SCATTER:
+        parts = None
+        if root:
+            bounds = [split_bounds(len(v), state.n_ranks) for v in values]
+            parts = [[v[b[r]:b[r + 1]] for v, b in zip(values, bounds, strict=True)]
+                     for r in range(state.n_ranks)]
+        for var, value in zip(variables, comm.scatter(parts), strict=True):
+            backend.set_value(var, value)
+    elif kind in (GATHER, GET_VALUE, SHAPES):
+        if kind == SHAPES:
+            mine = [np.array(np.shape(v.get_value(borrow=True)), np.int64) for v in variables]
+        elif kind == GET_VALUE and state.rank != rank:
+            mine = []
+        else:
+            mine = [backend.host_value(v) for v in variables]
+        return comm.gather(mine)
+    elif kind == ALL_GATHER:
+        got = comm.all_gather([backend.host_value(v) for v in variables])
+        for i, var in enumerate(variables):
+            backend.set_value(var, _stack([g[i] for g in got], 0))
+        return got
+    elif kind == REDUCE:
+        got = comm.reduce([backend.host_value(v) for v in variables], op)
+        if root:
+            for var, value in zip(variables, got, strict=True):
+                backend.set_value(var, value)
+        return got
+    elif kind == ALL_REDUCE:
+        host = [backend.host_value(v) for v in variables]
+        in_place = all(isinstance(h, np.ndarray) and h.flags.writeable and h.flags.c_contiguous
+                       and h is v.get_value(borrow=True)
+                       for h, v in zip(host, variables, strict=True))
+        got = comm.all_reduce(host, op, out=host if in_place else None)
+        if not in_place:
+            for var, value in zip(variables, got, strict=True):
+                backend.set_value(var, value)
+    elif kind == SET_VALUE:
+        got = comm.broadcast(values if root else None)
+        if state.rank == rank:
+            for var, value in zip(variables, got, strict=True):
+                backend.set_value(var, value)
+    return None
+
+
+def run_collective(state, arrays: list[np.ndarray]) -> None:
+    """(Worker) decode a collective command and run this rank's part."""
+    kind, op_code, rank = (int(x) for x in arrays[0])
+    _run(state, kind, state.shared(arrays[1]), COLLECTIVE_OPS[op_code], rank)
+
+
+# ---- rank 0 -----------------------------------------------------------------------------
+def _registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
+    """The variables, their registry indices, and whether one variable was given."""
+    from .function import distribute
+
+    single = isinstance(shared_vars, SharedVariable)
+    variables = [shared_vars] if single else list(shared_vars)
+    registry = session.state.registry
+    if any(registry.index(v) is None for v in variables):
+        distribute()  # the variable may belong to a function not shipped yet
+    indices = []
+    for v in variables:
+        if not isinstance(v, SharedVariable):
+            raise TypeError(f"collectives act on shared variables, got {v!r}")
+        index = registry.index(v)
+        if index is None:
+            raise ValueError(f"shared variable {v} is not used by any synkhronos function, so "
+                             f"the workers do not have it")
+        indices.append(index)
+    return variables, np.array(indices, np.int64), single
+
+
+def _collective(kind: int, shared_vars, op: str = "avg", rank: int = 0, values=None,
+                nd_up: int = 0):
+    session = launch.current()
+    variables, indices, single = _registered(session, shared_vars)
+    if kind in (REDUCE, ALL_REDUCE):
+        check_collective_op(op)
+    if kind in (SET_VALUE, GET_VALUE) and not 0 <= rank < session.n_ranks:
+        raise ValueError(f"rank must be in 0..{session.n_ranks - 1}, got {rank}")
+    if nd_up not in (0, 1):
+        raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
+    if values is not None:
+        values = [values] if single else list(values)
+        if len(values) != len(variables):
+            raise ValueError(f"got {len(values)} values for {len(variables)} shared variables")
+        checked = []
+        for var, value in zip(variables, values, strict=True):
+            try:
+                checked.append(np.asarray(var.type.filter(value)))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"value for shared variable {var}: {e}") from None
+        values = checked
+    if kind in (SCATTER, ALL_GATHER) and any(v.ndim == 0 for v in variables):
+        raise ValueError("scatter and all_gather need shared variables with a first axis")
+    params = np.array([kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank],
+                      np.int64)
+    result = session.execute(launch.COLLECTIVE, [params, indices],
+                             lambda: _run(session.state, kind, variables, op, rank, values))
+    if kind in _WRITES:
+        session.lengths_cache.clear()
+    if kind == GET_VALUE:
+        out = result[rank]
+    elif kind in (GATHER, ALL_GATHER):
+        out = [_stack([r[i] for r in result], nd_up) for i in range(len(variables))]
+    elif kind == SHAPES:
+        out = [[tuple(int(s) for s in r[i]) for r in result] for i in range(len(variables))]
+    elif kind == REDUCE:
+        out = result
+    else:
+        return None
+    return out[0] if single else out
+
+
+def sliceable_lengths(session, variables: list) -> list[int]:
+    """Per rank, the rows the sliceable shared ``variables`` have in common (cached)."""
+    key = tuple(id(v) for v in variables)
+    lengths = session.lengths_cache.get(key)
+    if lengths is None:
+        shapes = _collective(SHAPES, list(variables))
+        lengths = [min(s[r][0] for s in shapes) for r in range(session.n_ranks)]
+        session.lengths_cache[key] = lengths
+    return lengths
+
+
+def broadcast(shared_vars, values=None) -> None:
+    """Give every rank rank 0's value of ``shared_vars`` (after setting it to ``values``).
+
+    Examples
+    --------
+    >>> synk.broadcast([w, b])                     # doctest: +SKIP
+    >>> synk.broadcast(w, np.zeros((3, 2)))        # doctest: +SKIP
+    """
+    _collective(BROADCAST, shared_vars, values=values)
+
+
+def scatter(shared_vars, values) -> None:
+    """Split each of ``values`` along axis 0 across ranks (as evenly as possible) and set
+    each rank's variable to its part."""
+    _collective(SCATTER, shared_vars, values=values)
+
+
+def gather(shared_vars, nd_up: int = 0):
+    """Every rank's value, concatenated along axis 0 in rank order (``nd_up=1``: stacked
+    along a new first axis). Returns one array per variable."""
+    return _collective(GATHER, shared_vars, nd_up=nd_up)
+
+
+def all_gather(shared_vars):
+    """Set every rank's variable to the concatenation (axis 0) of all ranks' values;
+    return it."""
+    return _collective(ALL_GATHER, shared_vars)
+
+
+def reduce(shared_vars, op: str = "avg"):
+    """Reduce element-wise over ranks into rank 0's variable; return the result.
+
+    ``op``: "avg", "sum", "prod", "max" or "min". Values must have equal shapes.
+    """
+    return _collective(REDUCE, shared_vars, op=op)
+
+
+def all_reduce(shared_vars, op: str = "avg") -> None:
+    """Reduce element-wise over ranks and give every rank the result.
+
+    With a flat gradient vector (see :mod:`synkhronos.extensions.updates`) one call moves
+    every parameter's gradient.
+
+    Examples
+    --------
+    >>> synk.all_reduce(flat_grad, op="avg")      # doctest: +SKIP
+    """
+    _collective(ALL_REDUCE, shared_vars, op=op)
+
+
+def set_value(rank: int, shared_vars, values) -> None:
+    """Set the value of ``shared_vars`` on one rank only."""
+    _collective(SET_VALUE, shared_vars, rank=rank, values=values)
+
+
+def get_value(rank: int, shared_vars):
+    """The value of ``shared_vars`` on one rank."""
+    return _collective(GET_VALUE, shared_vars, rank=rank)
+
+
+def get_shapes(shared_vars):
+    """For each variable, the list of its shapes on every rank."""
+    return _collective(SHAPES, shared_vars)
+
+
+def get_lengths(shared_vars):
+    """For each variable, an array of its length (axis 0) on every rank."""
+    shapes = get_shapes(shared_vars)
+    if isinstance(shared_vars, SharedVariable):
+        return np.array([s[0] for s in shapes])
+    return [np.array([s[0] for s in var_shapes]) for var_shapes in shapes]

@@ -1,0 +1,154 @@
+"""Collectives for CPU ranks over shared memory.
+
+Each rank owns a mailbox segment it writes its arrays into; a semaphore barrier orders the
+writes before the reads. Reductions run in parallel: after the barrier, rank ``r`` reduces
+the ``r``-th chunk of every array into a result segment owned by rank 0, and after a second
+barrier every rank copies the whole result out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..channel import Aborted, ControlBlock, drain, semaphore, wait
+from ..partition import split_bounds
+from ..reduce import reduce_into
+from ..shm import GrowingSegment, Mailbox
+from .base import Communicator
+
+
+class ShmCommunicator(Communicator):
+    """Shared-memory communicator (see the module docstring).
+
+    Parameters
+    ----------
+    session : str
+        Name prefix of the fork.
+    rank, n_ranks : int
+        This rank and the number of ranks.
+    control : ControlBlock
+        Shared control words (mailbox headers and the abort flag live there).
+    check_alive : callable
+        Raises when a peer has died; polled while blocked in a barrier.
+    """
+
+    def __init__(self, session: str, rank: int, n_ranks: int, control: ControlBlock,
+                 check_alive: Callable[[], None]):
+        self.rank, self.n_ranks, self.control = rank, n_ranks, control
+        self.check_alive = check_alive
+        create = rank == 0
+        self.barrier_sems = [semaphore(f"{session}_bar{r}", create) for r in range(n_ranks)]
+        self.mailboxes = [Mailbox(f"{session}_comm{r}", control.comm_header(r))
+                          for r in range(n_ranks)]
+        self.result = GrowingSegment(f"{session}_result")
+        self.result_header = control.result_header()
+
+    # ---- synchronisation -----------------------------------------------------------------
+    def _check(self) -> None:
+        if self.control.aborted:
+            raise Aborted("collective abandoned: another rank failed")
+        self.check_alive()
+
+    def barrier(self) -> None:
+        """Block until every rank has reached this barrier."""
+        # Each rank posts once to every other rank, then takes n-1 posts of its own. A post
+        # for the next barrier can only be made once every rank has posted for this one,
+        # so consuming it early never lets a rank through too soon.
+        if self.n_ranks == 1:
+            return
+        for r, sem in enumerate(self.barrier_sems):
+            if r != self.rank:
+                sem.release()
+        for _ in range(self.n_ranks - 1):
+            wait(self.barrier_sems[self.rank], self._check)
+
+    def reset(self) -> None:
+        """(Rank 0, all ranks idle) forget posts left by an aborted collective."""
+        for sem in self.barrier_sems:
+            drain(sem)
+
+    def close(self) -> None:
+        """Nothing to release: rank 0 sweeps the session's segments and semaphores."""
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _all_boxes(self) -> list[list[np.ndarray]]:
+        return [box.read() for box in self.mailboxes]
+
+    # ---- collectives ---------------------------------------------------------------------
+    def broadcast(self, arrays, root=0):
+        if self.rank == root:
+            self.mailboxes[root].post(arrays)
+        self.barrier()
+        if self.rank == root:
+            return list(arrays)
+        return [a.copy() for a in self.mailboxes[root].read()]
+
+    def scatter(self, parts, root=0):
+        if self.rank == root:
+            per_rank = {len(p) for p in parts}
+            if len(per_rank) != 1:
+                raise ValueError("scatter needs the same number of arrays for every rank")
+            self.mailboxes[root].post([a for p in parts for a in p])
+        self.barrier()
+        if self.rank == root:
+            return list(parts[root])
+        flat = self.mailboxes[root].read()
+        k = len(flat) // self.n_ranks
+        return [a.copy() for a in flat[self.rank * k:(self.rank + 1) * k]]
+
+    def gather(self, arrays, root=0):
+        self.mailboxes[self.rank].post(arrays)
+        self.barrier()
+        if self.rank != root:
+            return None
+        return [[a.copy() for a in box] for box in self._all_boxes()]
+
+    def all_gather(self, arrays):
+        self.mailboxes[self.rank].post(arrays)
+        self.barrier()
+        return [[a.copy() for a in box] for box in self._all_boxes()]
+
+    def reduce(self, arrays, op, root=0):
+        result = self._reduce_to_result(arrays, op)
+        if self.rank != root:
+            return None
+        return [r.copy() for r in result]
+
+    def all_reduce(self, arrays, op, out=None):
+        result = self._reduce_to_result(arrays, op)
+        if out is None:
+            return [r.copy() for r in result]
+        for o, r in zip(out, result, strict=True):
+            np.copyto(o, r)
+        return out
+
+    def _reduce_to_result(self, arrays, op) -> list[np.ndarray]:
+        """Every rank reduces its chunk into the result segment; returns views of it."""
+        mine = self.mailboxes[self.rank]
+        mine.post(arrays, oversize=1.0)
+        if self.rank == 0:
+            self.result.reserve(mine.data.size)
+            self.result_header[0] = self.result.generation
+        self.barrier()
+        boxes = self._all_boxes()
+        layout = [(a.dtype, a.shape) for a in boxes[0]]
+        for r, box in enumerate(boxes):
+            if [(a.dtype, a.shape) for a in box] != layout:
+                # Every rank sees the same headers, so every rank raises: no one hangs.
+                raise ValueError(
+                    f"all_reduce/reduce needs equal shapes and dtypes on every rank; rank 0 "
+                    f"has {layout}, rank {r} has {[(a.dtype, a.shape) for a in box]}")
+        self.result.follow(int(self.result_header[0]))
+        offsets = mine.offsets()
+        results = []
+        for i, (dtype, shape) in enumerate(layout):
+            res = self.result.segment.array(dtype, shape, offsets[i])
+            flat_res = res.reshape(-1)
+            n = flat_res.size
+            lo, hi = split_bounds(n, self.n_ranks)[self.rank: self.rank + 2]
+            reduce_into(op, [box[i].reshape(-1)[lo:hi] for box in boxes], flat_res[lo:hi])
+            results.append(res)
+        self.barrier()
+        return results

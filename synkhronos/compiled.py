@@ -1,0 +1,124 @@
+"""One rank's compiled copy of a synkhronos function, and how it runs its share of a call.
+
+Rank 0 and the workers run the same code here; only where the arrays come from differs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+
+from .distribute import GraphSpec
+from .partition import Selection, selection_length, shift, split_selection
+from .reduce import combine
+
+
+class RankFunction:
+    """The compiled function of one rank.
+
+    Functions with sliceable shared variables compile a variant taking ``start, stop``
+    (rows ``s[start:stop]``, a view) and, on first use of an index list, one taking an
+    index vector (``s[idx]``).
+
+    Parameters
+    ----------
+    spec : GraphSpec
+        The graph, as built by the user (rank 0) or unpickled (workers).
+    default_mode : str or pytensor Mode or None
+        The backend's mode, used when the spec names none.
+    """
+
+    def __init__(self, spec: GraphSpec, default_mode=None):
+        self.spec = spec
+        self.mode = spec.mode if spec.mode is not None else default_mode
+        self._compiled: dict[str, object] = {}
+
+    def compile(self) -> None:
+        """Compile the variant plain calls use (done at distribution time)."""
+        self._function("slice" if self.spec.sliceable else "plain")
+
+    def _function(self, variant: str):
+        fn = self._compiled.get(variant)
+        if fn is None:
+            spec = self.spec
+            extra, givens = [], list(spec.givens)
+            if variant == "slice":
+                extra = [pt.scalar("synk_start", dtype="int64"),
+                         pt.scalar("synk_stop", dtype="int64")]
+                givens += [(s, s[extra[0]:extra[1]]) for s in spec.sliceable]
+            elif variant == "index":
+                extra = [pt.vector("synk_rows", dtype="int64")]
+                givens += [(s, s[extra[0]]) for s in spec.sliceable]
+            fn = pytensor.function(
+                spec.inputs + spec.bcast_inputs + extra, spec.outputs, updates=spec.updates,
+                givens=givens, mode=self.mode, on_unused_input="ignore", name=spec.name)
+            self._compiled[variant] = fn
+        return fn
+
+    def sliceable_lengths(self) -> list[int]:
+        """Rows of each sliceable shared variable on this rank."""
+        return [int(np.shape(s.get_value(borrow=True))[0]) for s in self.spec.sliceable]
+
+    def run(self, scattered: list, rows: Selection | None, offsets: list[int],
+            bcast_values: list, s_rows: Selection | None, num_slices: int,
+            subset: list[int]) -> tuple[int, list | None]:
+        """Run this rank's share in ``num_slices`` chunks and combine the chunks.
+
+        Parameters
+        ----------
+        scattered : list of array_like
+            The whole arrays of the scattered inputs (shared-memory views).
+        rows : Selection or None
+            This rank's rows of the scattered inputs (None when there are none).
+        offsets : list of int
+            Per scattered input, the row at which its data starts (minibatch data).
+        bcast_values : list
+            Values of the broadcast inputs.
+        s_rows : Selection or None
+            This rank's rows of the sliceable shared variables (None when there are none).
+        num_slices : int
+            Number of sequential chunks.
+        subset : list of int
+            Indices of the outputs to return.
+
+        Returns
+        -------
+        weight : int
+            Rows this rank computed on (1 when the function has no row-wise input).
+        outputs : list or None
+            The combined outputs in ``subset`` order; None when ``weight`` is 0.
+        """
+        n_rows = None if rows is None else selection_length(rows)
+        n_s = None if s_rows is None else selection_length(s_rows)
+        weight = n_rows if n_rows is not None else (n_s if n_s is not None else 1)
+        if weight == 0:
+            return 0, None
+        k = num_slices if (rows is not None or s_rows is not None) else 1
+        row_chunks = split_selection(rows, k) if rows is not None else [None] * k
+        s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
+        if s_rows is None:
+            fn = self._function("plain")
+        else:
+            fn = self._function("slice" if isinstance(s_rows, slice) else "index")
+        results, weights = [], []
+        for chunk, s_chunk in zip(row_chunks, s_chunks, strict=True):
+            w = selection_length(chunk) if chunk is not None else (
+                selection_length(s_chunk) if s_chunk is not None else 1)
+            if w == 0:
+                continue
+            args = [] if chunk is None else [
+                x[shift(chunk, off)] for x, off in zip(scattered, offsets, strict=True)]
+            args += bcast_values
+            if isinstance(s_chunk, slice):
+                args += [np.int64(s_chunk.start), np.int64(s_chunk.stop)]
+            elif s_chunk is not None:
+                args.append(s_chunk)
+            outs = fn(*args)
+            results.append([np.asarray(outs[i]) for i in subset])
+            weights.append(w)
+        if len(results) == 1:
+            return weight, results[0]
+        ops = self.spec.output_ops
+        return weight, [combine(ops[i], [r[j] for r in results], weights)
+                        for j, i in enumerate(subset)]

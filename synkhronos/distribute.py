@@ -1,0 +1,112 @@
+"""Shipping graphs to the workers, keeping each shared variable one object per rank.
+
+Every shared variable that reaches the workers gets an index in a registry kept in the same
+order on every rank. A later shipment refers to an already shipped variable by its index
+(a pickle persistent id), so functions distributed at different times still share it.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass, field
+
+from pytensor.compile.sharedvalue import SharedVariable
+
+try:  # pytensor >= 2.26
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover - older pytensor
+    from pytensor.graph.basic import ancestors
+
+
+@dataclass
+class GraphSpec:
+    """Everything a rank needs to compile one synkhronos function."""
+
+    fid: int
+    name: str | None
+    inputs: list
+    bcast_inputs: list
+    outputs: list
+    output_ops: list
+    updates: list = field(default_factory=list)
+    givens: list = field(default_factory=list)
+    sliceable: list = field(default_factory=list)
+    mode: object = None
+
+    def variables(self) -> list:
+        """Every variable the spec refers to (for finding its shared variables)."""
+        pairs = [v for pair in self.updates + self.givens for v in pair]
+        return self.inputs + self.bcast_inputs + self.outputs + pairs + self.sliceable
+
+
+class SharedRegistry:
+    """Shared variables in shipping order; the same order on every rank."""
+
+    def __init__(self):
+        self.variables: list[SharedVariable] = []
+        self._index: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.variables)
+
+    def __getitem__(self, index: int) -> SharedVariable:
+        return self.variables[index]
+
+    def index(self, var) -> int | None:
+        """The registry index of ``var``, or None if it was never shipped."""
+        return self._index.get(id(var))
+
+    def add(self, var: SharedVariable) -> int:
+        self._index[id(var)] = len(self.variables)
+        self.variables.append(var)
+        return len(self.variables) - 1
+
+
+def _shared_in(specs: list[GraphSpec]) -> list[SharedVariable]:
+    seen, found = set(), []
+    for var in ancestors([v for spec in specs for v in spec.variables()]):
+        if isinstance(var, SharedVariable) and id(var) not in seen:
+            seen.add(id(var))
+            found.append(var)
+    return found
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, registry: SharedRegistry):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.registry = registry
+
+    def persistent_id(self, obj):
+        if isinstance(obj, SharedVariable):
+            index = self.registry.index(obj)
+            if index is not None:
+                return index
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, registry: SharedRegistry):
+        super().__init__(file)
+        self.registry = registry
+
+    def persistent_load(self, pid):
+        return self.registry[pid]
+
+
+def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
+    """(Rank 0) pickle ``specs`` and register the shared variables shipped for the first time."""
+    new = [v for v in _shared_in(specs) if registry.index(v) is None]
+    buffer = io.BytesIO()
+    _Pickler(buffer, registry).dump((new, specs))
+    for var in new:
+        registry.add(var)
+    return buffer.getvalue()
+
+
+def unpack(payload: bytes, registry: SharedRegistry) -> list[GraphSpec]:
+    """(Worker) unpickle specs, registering their new shared variables in shipping order."""
+    new, specs = _Unpickler(io.BytesIO(payload), registry).load()
+    for var in new:
+        registry.add(var)
+    return specs

@@ -1,0 +1,225 @@
+"""Starting and stopping the workers, and running one command on every rank.
+
+Workers are fresh interpreters (``python -m synkhronos.worker``), not ``os.fork`` copies,
+so they inherit no threads, device contexts or imported state from the user's process.
+They run in their own process session (a Ctrl-C in the terminal reaches rank 0 only) and
+die with rank 0 (``PR_SET_PDEATHSIG``), sweeping the shared memory if rank 0 could not.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+
+from .backends import get_backend
+from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied
+from .comm.shm import ShmCommunicator
+from .rank import RankState
+from .shm import process_prefix, sweep
+
+STOP, DISTRIBUTE, CALL, COLLECTIVE = range(4)
+STOP_GRACE_S = 5.0
+
+_fork_count = itertools.count()
+_session: Session | None = None
+
+
+def _visible_gpus() -> int:
+    """GPUs visible to this process, counted without initialising CUDA here."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
+    import pytensor
+
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS"):
+        env.setdefault(var, str(threads))
+    flags = env.get("PYTENSOR_FLAGS", "")
+    env["PYTENSOR_FLAGS"] = ",".join(f for f in (flags, f"floatX={pytensor.config.floatX}") if f)
+    env["SYNK_SYS_PATH"] = json.dumps(sys.path)
+    if backend == "jax-cpu":
+        env["JAX_PLATFORMS"] = "cpu"
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+class Session:
+    """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
+
+    def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None):
+        self.name = f"{process_prefix()}_f{next(_fork_count)}"
+        self.n_ranks = n_ranks
+        self.backend = get_backend(backend_name)
+        self.broken = False
+        self.processes: list[subprocess.Popen] = []
+        self.control = ControlBlock(self.name, n_ranks, create=True)
+        self.channel = Channel(self.name, 0, n_ranks, self.control, self.check_alive)
+        comm = ShmCommunicator(self.name, 0, n_ranks, self.control, self.check_alive)
+        self.state = RankState(0, n_ranks, comm, self.backend)
+        self.functions: list = []  # every synkhronos Function built in this session
+        self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
+        self.lengths_cache: dict[tuple, list[int]] = {}  # rows of sliceable vars per rank
+        try:
+            self._start_workers(backend_name, gpus)
+        except BaseException:
+            self.broken = True
+            self.close()
+            raise
+
+    def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
+        threads = max(1, len(os.sched_getaffinity(0)) // self.n_ranks)
+        for rank in range(1, self.n_ranks):
+            gpu = gpus[rank] if gpus else None
+            self.processes.append(subprocess.Popen(
+                [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
+                 str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
+                env=_worker_env(threads, backend_name, gpu),
+                stdin=subprocess.DEVNULL, start_new_session=True))
+        failures = self.channel.wait_done()  # each worker reports once it is ready
+        if failures:
+            raise RemoteError(_describe(failures))
+
+    def check_alive(self) -> None:
+        """Raise :class:`WorkerDied` if any worker has exited."""
+        for rank, process in enumerate(self.processes, start=1):
+            code = process.poll()
+            if code is not None:
+                self.broken = True
+                how = f"signal {-code}" if code < 0 else f"exit code {code}"
+                raise WorkerDied(f"synkhronos worker rank {rank} died ({how}); call "
+                                 f"synk.close() and fork again")
+
+    def execute(self, code: int, arrays, local):
+        """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
+
+        Raises rank 0's own exception, or a :class:`RemoteError` naming the failed workers'
+        ranks with their tracebacks; returns ``local()``'s result otherwise.
+        """
+        if self.broken:
+            raise RuntimeError("this synkhronos session is broken (a worker died or a call "
+                               "was interrupted); call synk.close() and fork again")
+        if self.processes:
+            self.channel.send(code, arrays)
+        error = None
+        try:
+            result = local()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the workers
+            error = e
+            self.control.set_abort(True)
+        try:
+            failures = self.channel.wait_done()
+        except BaseException:
+            self.broken = True
+            raise
+        if self.control.aborted:
+            self.state.comm.reset()
+            self.control.set_abort(False)
+        if failures:
+            remote = RemoteError(_describe(failures))
+            if error is not None and not isinstance(error, Aborted):
+                raise error from remote
+            raise remote
+        if error is not None:
+            if isinstance(error, KeyboardInterrupt):
+                self.broken = True
+            raise error
+        return result
+
+    def close(self) -> None:
+        """Stop the workers (politely, then by force) and remove every segment."""
+        try:
+            if not self.broken and all(p.poll() is None for p in self.processes):
+                self.channel.send(STOP)
+            deadline = time.monotonic() + STOP_GRACE_S
+            for process in self.processes:
+                try:
+                    process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        finally:
+            self.state.comm.close()
+            sweep(self.name)
+
+
+def _describe(failures: list[tuple[int, str]]) -> str:
+    parts = [f"synkhronos worker rank {rank} failed:\n{text}" for rank, text in failures]
+    return "\n".join(parts)
+
+
+def current() -> Session:
+    """The running session; ``RuntimeError`` if :func:`fork` was not called."""
+    if _session is None:
+        raise RuntimeError("synkhronos is not running: call synk.fork() first")
+    return _session
+
+
+def fork(n_parallel: int | None = None, backend: str = "auto",
+         gpus: list[int] | None = None) -> int:
+    """Start the worker processes; return the number of ranks (rank 0 is this process).
+
+    Parameters
+    ----------
+    n_parallel : int, optional
+        Number of ranks. Default: one per usable CPU core (``os.sched_getaffinity``) on
+        CPU backends, one per visible GPU on "gpu".
+    backend : {"auto", "cpu", "jax-cpu", "gpu"}
+        "auto" picks "gpu" when GPUs are visible (counted with ``nvidia-smi``, without
+        initialising CUDA here), else "cpu".
+    gpus : list of int, optional
+        GPU ids to use, one per rank (default: the first ``n_parallel`` visible).
+
+    Examples
+    --------
+    >>> import synkhronos as synk
+    >>> n = synk.fork(2, backend="cpu")
+    >>> synk.close()
+    """
+    global _session
+    if _session is not None:
+        raise RuntimeError("synkhronos is already forked; call synk.close() before forking "
+                           "again")
+    if backend == "auto":
+        backend = "gpu" if _visible_gpus() > 0 else "cpu"
+    get_backend(backend)
+    gpu_ids = None
+    if backend == "gpu":
+        from .gpu import prepare_gpus
+
+        gpu_ids = prepare_gpus(n_parallel, gpus)
+        n_parallel = len(gpu_ids)
+    if n_parallel is None:
+        n_parallel = len(os.sched_getaffinity(0))
+    if not isinstance(n_parallel, int) or n_parallel < 1:
+        raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
+    session = Session(n_parallel, backend, gpu_ids)
+    _session = session
+    atexit.register(close)
+    return n_parallel
+
+
+def close() -> None:
+    """Stop the workers and free their shared memory (also run at interpreter exit).
+
+    ``Data`` objects stay valid; functions must be built again after a new :func:`fork`.
+    """
+    global _session
+    session, _session = _session, None
+    if session is not None:
+        atexit.unregister(close)
+        session.close()

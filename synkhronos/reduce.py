@@ -1,0 +1,83 @@
+"""Reduce operations: combining per-slice and per-rank results of a function's outputs,
+and element-wise reductions of equally shaped arrays for the collectives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+OUTPUT_OPS = ("avg", "sum", "prod", "max", "min", "gather", None)
+COLLECTIVE_OPS = ("avg", "sum", "prod", "max", "min")
+_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
+           "min": np.minimum}
+
+
+def check_output_op(op, what: str = "output") -> None:
+    """``ValueError`` unless ``op`` is a known output reduce op."""
+    if op not in OUTPUT_OPS:
+        raise ValueError(f"unknown reduce op {op!r} for {what}; use one of {OUTPUT_OPS}")
+
+
+def check_collective_op(op) -> None:
+    """``ValueError`` unless ``op`` is a known collective reduce op."""
+    if op not in COLLECTIVE_OPS:
+        raise ValueError(f"unknown reduce op {op!r}; use one of {COLLECTIVE_OPS}")
+
+
+def _concatenate(values):
+    values = [np.asarray(v) for v in values]
+    if values[0].ndim == 0:
+        return np.stack(values)
+    return np.concatenate(values, axis=0)
+
+
+def combine(op, values: list, weights: list[int]):
+    """Combine the results of one output from several pieces of data.
+
+    Parameters
+    ----------
+    op : str or None
+        "avg" (weighted by ``weights``, the rows behind each value), "sum", "prod", "max",
+        "min", "gather" (concatenate along axis 0; scalars are stacked) or None (the list).
+    values : list of array_like
+        One result per piece, in data order; pieces with zero weight are skipped.
+    weights : list of int
+        Rows of data behind each value.
+
+    Examples
+    --------
+    >>> float(combine("avg", [1.0, 4.0], [1, 2]))
+    3.0
+    """
+    if op is None:
+        return list(values)
+    kept = [(np.asarray(v), w) for v, w in zip(values, weights, strict=True) if w > 0]
+    if not kept:
+        return None
+    if op == "gather":
+        return _concatenate([v for v, _ in kept])
+    if op == "avg":
+        total = sum(w for _, w in kept)
+        dtype = kept[0][0].dtype
+        acc = sum(v.astype(np.float64) * (w / total) for v, w in kept)
+        return np.asarray(acc, dtype=dtype if dtype.kind in "fc" else np.float64)
+    return np.asarray(_UFUNCS[op].reduce(np.stack([v for v, _ in kept]), axis=0))
+
+
+def reduce_into(op: str, inputs: list[np.ndarray], out: np.ndarray) -> None:
+    """Element-wise reduction of equally shaped ``inputs`` into ``out`` ("avg" = mean).
+
+    Integer "avg" divides in floating point and truncates toward zero when cast back.
+    """
+    ufunc = _UFUNCS[op]
+    if len(inputs) == 1:
+        np.copyto(out, inputs[0])
+    else:
+        ufunc(inputs[0], inputs[1], out=out)
+        for x in inputs[2:]:
+            ufunc(out, x, out=out)
+    if op == "avg":
+        if out.dtype.kind in "fc":
+            out *= out.dtype.type(1.0 / len(inputs))
+        else:
+            np.copyto(out, out / len(inputs), casting="unsafe")

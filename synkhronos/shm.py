@@ -1,0 +1,218 @@
+"""Named POSIX shared-memory segments, array messages inside them, and clean-up.
+
+Every name this package creates starts with the session prefix, so that one sweep of
+``/dev/shm`` (:func:`sweep`) removes whatever a session left, whichever rank made it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import secrets
+
+import numpy as np
+import posix_ipc
+
+SHM_DIR = "/dev/shm"
+NAME_PREFIX = "synk"
+ALIGN = 64  # bytes; array starts in a message are aligned for SIMD loads
+
+# dtype codes travel as integers in control words: index into this table.
+DTYPES = tuple(
+    np.dtype(d)
+    for d in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "float32", "float64", "complex64", "complex128",
+    )
+)
+DTYPE_CODES = {d: i for i, d in enumerate(DTYPES)}
+MAX_NDIM = 8
+DESC_WORDS = 3 + MAX_NDIM  # dtype code, ndim, byte offset, shape
+
+
+def new_session_name() -> str:
+    """A fresh, unique prefix for one fork's segments and semaphores."""
+    return f"{NAME_PREFIX}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+_process_prefix: str | None = None
+
+
+def process_prefix() -> str:
+    """This process's name prefix, made on first use; an exit hook sweeps it."""
+    global _process_prefix
+    if _process_prefix is None:
+        _process_prefix = new_session_name()
+        atexit.register(sweep, _process_prefix)
+    return _process_prefix
+
+
+def dtype_code(dtype) -> int:
+    """The integer code of ``dtype``; ``TypeError`` for dtypes that cannot travel."""
+    try:
+        return DTYPE_CODES[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"synkhronos cannot share arrays of dtype {np.dtype(dtype)}") from None
+
+
+def sweep(session: str) -> list[str]:
+    """Unlink every segment and semaphore named ``<session>_...``.
+
+    Returns the names removed. Safe to call from several processes at once.
+    """
+    removed = []
+    stem = session + "_"
+    try:
+        entries = os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        try:
+            if entry.startswith(stem):
+                posix_ipc.unlink_shared_memory("/" + entry)
+            elif entry.startswith("sem." + stem):
+                posix_ipc.unlink_semaphore("/" + entry[4:])
+            else:
+                continue
+        except posix_ipc.ExistentialError:
+            continue
+        removed.append(entry)
+    return removed
+
+
+class Segment:
+    """One mapped shared-memory segment.
+
+    Parameters
+    ----------
+    name : str
+        POSIX name without the leading slash.
+    size : int
+        Bytes to allocate when ``create`` is true; ignored when attaching.
+    create : bool
+        Create (exclusively) rather than attach to an existing segment.
+    """
+
+    def __init__(self, name: str, size: int = 0, create: bool = False):
+        flags = posix_ipc.O_CREX if create else 0
+        shm = posix_ipc.SharedMemory("/" + name, flags, size=max(int(size), ALIGN) if create else 0)
+        try:
+            self.size = shm.size
+            self.map = mmap.mmap(shm.fd, self.size)
+        finally:
+            shm.close_fd()
+        self.name = name
+
+    def array(self, dtype, shape, offset: int = 0) -> np.ndarray:
+        """A numpy view of the segment's bytes starting at ``offset``."""
+        return np.ndarray(shape, dtype=dtype, buffer=self.map, offset=offset)
+
+    def unlink(self) -> None:
+        """Remove the name; the memory lives on while any process still maps it."""
+        try:
+            posix_ipc.unlink_shared_memory("/" + self.name)
+        except posix_ipc.ExistentialError:
+            pass
+
+
+class GrowingSegment:
+    """A segment that one process writes and may reallocate; others follow it.
+
+    A reallocation creates ``<base>_<generation+1>`` and unlinks the old name. Readers learn
+    the generation from control words and re-attach when it changes.
+    """
+
+    def __init__(self, base: str):
+        self.base = base
+        self.generation = -1
+        self.segment: Segment | None = None
+
+    @property
+    def size(self) -> int:
+        return 0 if self.segment is None else self.segment.size
+
+    def reserve(self, nbytes: int, oversize: float = 1.0) -> None:
+        """(Owner) make room for ``nbytes``, reallocating only when it does not fit."""
+        if self.segment is not None and self.segment.size >= nbytes:
+            return
+        old = self.segment
+        self.generation += 1
+        self.segment = Segment(f"{self.base}_{self.generation}", int(nbytes * oversize), True)
+        if old is not None:
+            old.unlink()
+
+    def follow(self, generation: int) -> None:
+        """(Reader) attach to ``generation`` if not attached to it already."""
+        if generation != self.generation:
+            self.segment = Segment(f"{self.base}_{generation}")
+            self.generation = generation
+
+    def unlink(self) -> None:
+        if self.segment is not None:
+            self.segment.unlink()
+
+
+def message_words(max_arrays: int) -> int:
+    """Control words needed by a message header holding up to ``max_arrays`` arrays."""
+    return 2 + max_arrays * DESC_WORDS
+
+
+class Mailbox:
+    """Arrays written by one owner into a growing segment, described in control words.
+
+    Header layout (int64 words): ``[generation, n_arrays, desc_0, desc_1, ...]`` with each
+    descriptor ``[dtype code, ndim, byte offset, shape...]``.
+
+    Parameters
+    ----------
+    base : str
+        Name stem of the data segment.
+    header : numpy.ndarray
+        The int64 control words reserved for this mailbox (shared by every rank).
+    """
+
+    def __init__(self, base: str, header: np.ndarray):
+        self.data = GrowingSegment(base)
+        self.header = header
+        self.max_arrays = (len(header) - 2) // DESC_WORDS
+
+    def post(self, arrays, oversize: float = 1.25) -> None:
+        """(Owner) copy ``arrays`` into the segment and describe them in the header."""
+        arrays = [np.asarray(a) for a in arrays]
+        if len(arrays) > self.max_arrays:
+            raise ValueError(f"cannot send more than {self.max_arrays} arrays in one message")
+        offsets, end = [], 0
+        for a in arrays:
+            if a.ndim > MAX_NDIM:
+                raise ValueError(f"cannot send arrays of more than {MAX_NDIM} dimensions")
+            offsets.append(end)
+            end += -(-a.nbytes // ALIGN) * ALIGN
+        self.data.reserve(end, oversize)
+        self.header[1] = len(arrays)
+        for desc, a, offset in zip(self._descriptors(), arrays, offsets, strict=True):
+            desc[0] = dtype_code(a.dtype)
+            desc[1] = a.ndim
+            desc[2] = offset
+            desc[3: 3 + a.ndim] = a.shape
+            if a.nbytes:
+                self.data.segment.array(a.dtype, a.shape, offset)[...] = a
+        self.header[0] = self.data.generation
+
+    def _descriptors(self) -> list[np.ndarray]:
+        h = self.header
+        return [h[2 + i * DESC_WORDS: 2 + (i + 1) * DESC_WORDS] for i in range(int(h[1]))]
+
+    def offsets(self) -> list[int]:
+        """Byte offsets of the arrays last posted."""
+        return [int(desc[2]) for desc in self._descriptors()]
+
+    def read(self) -> list[np.ndarray]:
+        """(Anyone) views of the arrays last posted; copy them to keep them."""
+        self.data.follow(int(self.header[0]))
+        out = []
+        for desc in self._descriptors():
+            ndim = int(desc[1])
+            shape = tuple(int(s) for s in desc[3: 3 + ndim])
+            out.append(self.data.segment.array(DTYPES[desc[0]], shape, int(desc[2])))
+        return out

@@ -1,0 +1,102 @@
+"""The worker loop: wait for a command from rank 0, run this rank's part, report.
+
+Started by :func:`synkhronos.fork` as ``python -m synkhronos.worker SESSION PREFIX RANK
+N_RANKS MASTER_PID BACKEND``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+from .channel import Aborted, Channel, ControlBlock
+from .shm import sweep
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(master_pid: int, prefix: str) -> None:
+    """Get SIGTERM when rank 0 dies; then remove the session's shared memory and exit."""
+    def on_term(signum, frame):
+        # The death signal can arrive before this process is re-parented, so give the
+        # kernel a moment before deciding that rank 0 is gone.
+        deadline = time.monotonic() + 1.0
+        while os.getppid() == master_pid and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if os.getppid() != master_pid:
+            sweep(prefix)  # rank 0 is gone and cannot clean up
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent check in every wait still ends the worker
+    if os.getppid() != master_pid:
+        on_term(signal.SIGTERM, None)
+
+
+def main(argv: list[str]) -> None:
+    session, prefix, rank, n_ranks, master_pid, backend_name = argv
+    rank, n_ranks, master_pid = int(rank), int(n_ranks), int(master_pid)
+    _die_with_parent(master_pid, prefix)
+    sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
+                    if p not in sys.path]
+
+    def check_parent() -> None:
+        if os.getppid() != master_pid:
+            sweep(prefix)
+            os._exit(1)
+
+    from .backends import get_backend
+    from .collectives import run_collective
+    from .comm.shm import ShmCommunicator
+    from .data import DataViews
+    from .distribute import unpack
+    from .function import run_share
+    from .launch import CALL, COLLECTIVE, DISTRIBUTE, STOP
+    from .rank import RankState
+
+    control = ControlBlock(session, n_ranks, create=False)
+    channel = Channel(session, rank, n_ranks, control, check_parent)
+    backend = get_backend(backend_name)
+    if backend_name == "gpu":
+        from .gpu import make_gpu_communicator
+
+        comm = make_gpu_communicator(session, rank, n_ranks, control, check_parent)
+    else:
+        comm = ShmCommunicator(session, rank, n_ranks, control, check_parent)
+    state = RankState(rank, n_ranks, comm, backend)
+    views = DataViews(prefix)
+    channel.report()  # ready
+
+    while True:
+        code, arrays = channel.receive()
+        if code == STOP:
+            comm.close()
+            channel.report()
+            return
+        try:
+            if code == DISTRIBUTE:
+                state.add_functions(unpack(bytes(arrays[0]), state.registry))
+            elif code == CALL:
+                channel.reply(run_share(state, arrays, views.view))
+            elif code == COLLECTIVE:
+                channel.reply(run_collective(state, arrays) or [])
+            else:
+                raise ValueError(f"unknown synkhronos command {code}")
+        except Aborted:
+            channel.report(aborted=True)
+        except BaseException as error:  # noqa: BLE001 - reported to rank 0
+            channel.report(error)
+        else:
+            channel.report()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,31 @@
+"""Shared fixtures: a forked session per module, and a check that nothing leaks."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import synkhronos as synk
+
+
+@pytest.fixture(scope="module")
+def ranks(request):
+    """Fork ``request.param`` CPU ranks (default 2) for one test module; close afterwards."""
+    n = getattr(request, "param", 2)
+    synk.fork(n, backend="cpu")
+    yield n
+    synk.close()
+
+
+@pytest.fixture
+def rng(request):
+    """A random generator seeded per test, so failures reproduce."""
+    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+
+
+def shm_entries(prefix: str = "synk_") -> list[str]:
+    """Names in /dev/shm made by synkhronos (segments and semaphores)."""
+    return [e for e in os.listdir("/dev/shm") if e.startswith(prefix)
+            or e.startswith("sem." + prefix)]

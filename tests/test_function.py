@@ -1,0 +1,161 @@
+"""synk.function on 2 CPU ranks, every result checked against pytensor.function."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import synkhronos as synk
+from tests.graphs import check_ops, ops_function, random_xy, s, x, y
+
+
+@pytest.fixture(scope="module")
+def fns(ranks):
+    return ops_function()
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 10])
+def test_every_reduce_op_uneven(fns, rng, n):
+    f, ref = fns
+    xv, yv = random_xy(rng, n)
+    got = f(xv, yv, 1.5)
+    check_ops(got, ref(xv, yv, 1.5), rows_per_rank=[(n + 1) // 2, n // 2])
+
+
+def test_data_inputs_and_bcast_data(fns, rng):
+    f, ref = fns
+    xv, yv = random_xy(rng, 9)
+    xd, yd, sd = f.build_inputs(xv, yv, 2.0)
+    check_ops(f(xd, yd, sd), ref(xv, yv, 2.0))
+    # Workers pick up a reallocation (bigger value) without being told.
+    xv2, yv2 = random_xy(rng, 301)
+    xd.set_value(xv2)
+    yd.set_value(yv2)
+    check_ops(f(xd, yd, 0.5), ref(xv2, yv2, 0.5))
+    xd.set_length(5)
+    yd.set_length(5)
+    check_ops(f(xd, yd, 0.5), ref(xv2[:5], yv2[:5], 0.5))
+
+
+@pytest.mark.parametrize("batch", [4, slice(2, 9), slice(1, None, 3), [8, 0, 3, 3, 5],
+                                   np.array([True, False] * 5)])
+def test_batch(fns, rng, batch):
+    f, ref = fns
+    xv, yv = random_xy(rng, 10)
+    idx = np.arange(10)[batch] if not isinstance(batch, int) else np.arange(batch)
+    check_ops(f(xv, yv, 1.0, batch=batch), ref(xv[idx], yv[idx], 1.0))
+
+
+def test_minibatch_data_counts_from_lowest_row(fns, rng):
+    f, ref = fns
+    xv, yv = random_xy(rng, 40)
+    start = 17
+    xmb = synk.data(xv[start:start + 8], minibatch=True)
+    ymb = synk.data(yv[start:start + 8], minibatch=True)
+    idx = np.array([start + 5, start, start + 7, start + 2])
+    check_ops(f(xmb, ymb, 1.0, batch=idx), ref(xv[idx], yv[idx], 1.0))
+    check_ops(f(xmb, ymb, 1.0, batch=slice(start, start + 6)),
+              ref(xv[start:start + 6], yv[start:start + 6], 1.0))
+
+
+@pytest.mark.parametrize("num_slices", [2, 3, 6])
+def test_num_slices_equal_unsliced(fns, rng, num_slices):
+    f, ref = fns
+    xv, yv = random_xy(rng, 11)
+    got = f(xv, yv, 0.7, num_slices=num_slices, output_subset=[0, 1, 2, 3, 4, 5])
+    check_ops(got + [[6, 5]], ref(xv, yv, 0.7)[:6] + [11])
+    with pytest.raises(ValueError, match="None"):
+        f(xv, yv, 0.7, num_slices=2)
+
+
+def test_output_subset(fns, rng):
+    f, ref = fns
+    xv, yv = random_xy(rng, 6)
+    want = ref(xv, yv, 1.0)
+    got = f(xv, yv, 1.0, output_subset=[5, 0])
+    np.testing.assert_allclose(got[0], want[5])
+    np.testing.assert_allclose(got[1], want[0])
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 40), num_slices=st.integers(1, 5), seed=st.integers(0, 2**16),
+       use_batch=st.booleans())
+def test_random_lengths_slices_and_batches(fns, n, num_slices, seed, use_batch):
+    f, ref = fns
+    rng = np.random.default_rng(seed)
+    xv, yv = random_xy(rng, n)
+    batch = rng.permutation(n)[: max(1, n // 2)] if use_batch else None
+    idx = np.arange(n) if batch is None else batch
+    got = f(xv, yv, 1.25, batch=batch, num_slices=num_slices, output_subset=range(6))
+    check_ops(got + [[len(idx)]], ref(xv[idx], yv[idx], 1.25)[:6] + [len(idx)])
+
+
+def test_updates_act_on_each_ranks_copy(ranks, rng):
+    w = pytensor.shared(np.zeros(3), name="w_upd")
+    f = synk.function([x], (x.sum(), "sum"), updates={w: w + x.sum(axis=0)})
+    xv = rng.normal(size=(5, 3))
+    total = f(xv)
+    np.testing.assert_allclose(total, xv.sum())
+    per_rank = synk.gather(w, nd_up=1)
+    np.testing.assert_allclose(per_rank[0], xv[:3].sum(axis=0))
+    np.testing.assert_allclose(per_rank[1], xv[3:].sum(axis=0))
+    np.testing.assert_allclose(w.get_value(), xv[:3].sum(axis=0))  # rank 0 is the user's
+
+
+def test_as_pytensor_and_introspection(fns, rng):
+    f, ref = fns
+    xv, yv = random_xy(rng, 4)
+    for got, want in zip(f.as_theano(xv, yv, 1.0), ref(xv, yv, 1.0), strict=True):
+        np.testing.assert_allclose(got, want)
+    assert f.name == "ops" and f.inputs == [x, y, s]
+    assert f.output_modes == ["avg", "sum", "prod", "max", "min", "gather", None]
+
+
+@pytest.fixture(scope="module")
+def sliced(ranks):
+    data = pytensor.shared(np.zeros((1, 3)), name="data_s")
+    f = synk.function([], [((data ** 2).mean(), "avg"), (data.sum(axis=1), "gather")],
+                      bcast_inputs=[s], sliceable_shareds=[data], name="sliced")
+    return data, f
+
+
+class TestSliceableShareds:
+    def test_batch_s_single_and_per_rank(self, sliced, rng):
+        data, f = sliced
+        full = rng.normal(size=(13, 3))
+        synk.scatter(data, full)  # rank 0 gets rows 0..6, rank 1 rows 7..12
+        parts = [full[:7], full[7:]]
+        got = f(0.0)
+        np.testing.assert_allclose(got[0], (full ** 2).mean())
+        np.testing.assert_allclose(got[1], full.sum(axis=1))
+        got = f(0.0, batch_s=slice(1, 4))
+        both = np.concatenate([p[1:4] for p in parts])
+        np.testing.assert_allclose(got[0], (both ** 2).mean())
+        np.testing.assert_allclose(got[1], both.sum(axis=1))
+        got = f(0.0, batch_s=[[4, 0, 2], slice(5, 6)])
+        both = np.concatenate([parts[0][[4, 0, 2]], parts[1][5:6]])
+        np.testing.assert_allclose(got[0], (both ** 2).mean())
+        np.testing.assert_allclose(got[1], both.sum(axis=1))
+        got = f(0.0, batch_s=[1, 5, 0], num_slices=2)
+        both = np.concatenate([p[[1, 5, 0]] for p in parts])
+        np.testing.assert_allclose(got[0], (both ** 2).mean())
+        np.testing.assert_allclose(got[1], both.sum(axis=1))
+
+    def test_batch_s_out_of_range_raises_before_running(self, sliced):
+        data, f = sliced
+        synk.scatter(data, np.ones((9, 3)))  # 5 rows on rank 0, 4 on rank 1
+        with pytest.raises(ValueError, match="rank 1"):
+            f(0.0, batch_s=slice(0, 5))
+        with pytest.raises(ValueError, match="batch_s"):
+            f(0.0, batch_s=[[0], [7]])
+        f(0.0, batch_s=slice(0, 4))
+
+
+def test_function_without_scattered_inputs(ranks):
+    v = pt.vector("v", dtype="float64")
+    f = synk.function([], [(v.sum(), "sum"), (v.sum(), "avg")], bcast_inputs=[v])
+    got = f(np.arange(4.0))
+    assert float(got[0]) == 6.0 * ranks and float(got[1]) == 6.0
