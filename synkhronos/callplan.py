@@ -25,9 +25,10 @@ class RankRows:
     def split(cls, sel: Selection, n_ranks: int) -> RankRows:
         """Split one selection evenly (in order) across ranks."""
         if isinstance(sel, slice):
-            cuts = split_bounds(sel.stop - sel.start, n_ranks) + sel.start
-            return cls(ranges=np.stack([cuts[:-1], cuts[1:]], axis=1))
-        return cls(indices=np.asarray(sel, np.int64), bounds=split_bounds(len(sel), n_ranks))
+            cuts = [sel.start + c for c in split_bounds(sel.stop - sel.start, n_ranks)]
+            return cls(ranges=np.array([cuts[:-1], cuts[1:]], np.int64).T)
+        return cls(indices=np.asarray(sel, np.int64),
+                   bounds=np.array(split_bounds(len(sel), n_ranks), np.int64))
 
     @classmethod
     def per_rank(cls, sels: list[Selection]) -> RankRows:

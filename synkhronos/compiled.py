@@ -53,6 +53,7 @@ class RankFunction:
             fn = pytensor.function(
                 spec.inputs + spec.bcast_inputs + extra, spec.outputs, updates=spec.updates,
                 givens=givens, mode=self.mode, on_unused_input="ignore", name=spec.name)
+            fn.trust_input = True  # rank 0 checked every argument before the call was sent
             self._compiled[variant] = fn
         return fn
 
@@ -111,7 +112,8 @@ class RankFunction:
                 x[shift(chunk, off)] for x, off in zip(scattered, offsets, strict=True)]
             args += bcast_values
             if isinstance(s_chunk, slice):
-                args += [np.int64(s_chunk.start), np.int64(s_chunk.stop)]
+                # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
+                args += [np.array(s_chunk.start, np.int64), np.array(s_chunk.stop, np.int64)]
             elif s_chunk is not None:
                 args.append(s_chunk)
             outs = fn(*args)

@@ -62,7 +62,9 @@ def _label(var, i: int, kind: str) -> str:
 def _check_static_shape(var, shape, what: str, skip_first: bool) -> None:
     if len(shape) != var.ndim:
         raise TypeError(f"{what}: expected {var.ndim} dimensions, got {len(shape)}")
-    static = getattr(var.type, "shape", (None,) * var.ndim)
+    static = getattr(var.type, "shape", None)
+    if not static or static.count(None) == len(static):
+        return
     for axis, (want, got) in enumerate(zip(static, shape, strict=True)):
         if want is not None and want != got and not (skip_first and axis == 0):
             raise ValueError(f"{what}: axis {axis} must have length {want}, got {got}")
@@ -164,6 +166,7 @@ class Function:
         self._spec = GraphSpec(len(session.functions), name, inputs, bcast_inputs, variables,
                                ops, _pairs(updates, "updates"), _pairs(givens, "givens"),
                                sliceable, mode)
+        self._all_outputs = np.arange(len(variables), dtype=np.int64)
         self._shipped = False
         self._scratch: dict[int, Data] = {}
         self._reference = None
@@ -273,10 +276,14 @@ class Function:
         if num_slices < 1:
             raise ValueError(f"num_slices must be at least 1, got {num_slices}")
         n_out = len(spec.outputs)
-        subset = np.arange(n_out) if output_subset is None else np.asarray(output_subset)
-        if subset.ndim != 1 or (subset.size and (subset.dtype.kind not in "iu"
-                                                 or subset.min() < 0 or subset.max() >= n_out)):
-            raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")
+        if output_subset is None:
+            subset = self._all_outputs
+        else:
+            subset = np.asarray(output_subset, dtype=object if not len(output_subset) else None)
+            if subset.ndim != 1 or (subset.size and (subset.dtype.kind not in "iu" or subset.min()
+                                                     < 0 or subset.max() >= n_out)):
+                raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")
+            subset = subset.astype(np.int64)
         if num_slices > 1 and any(spec.output_ops[i] is None for i in subset):
             raise ValueError("outputs with reduce op None cannot be combined over num_slices > 1")
         scatter = [self._scattered(i, var, arg)
@@ -313,7 +320,7 @@ class Function:
         s_rows = None
         if batch_s is not None:
             s_rows = RankRows.per_rank(self._batch_s_rows(session, batch_s))
-        return CallPlan(spec.fid, int(num_slices), subset.astype(np.int64), scatter, offsets,
+        return CallPlan(spec.fid, int(num_slices), subset, scatter, offsets,
                         rows, bcast, np.array(kinds, np.int64), s_rows)
 
     def _scattered(self, i: int, var, arg) -> Data:

@@ -11,19 +11,18 @@ import numpy as np
 Selection = slice | np.ndarray
 
 
-def split_bounds(n: int, parts: int) -> np.ndarray:
+def split_bounds(n: int, parts: int) -> list[int]:
     """Boundaries splitting ``n`` rows into ``parts`` contiguous pieces as evenly as possible.
 
     The first ``n % parts`` pieces get one row more, as in ``numpy.array_split``.
 
     Examples
     --------
-    >>> split_bounds(7, 3).tolist()
+    >>> split_bounds(7, 3)
     [0, 3, 5, 7]
     """
-    sizes = np.full(parts, n // parts, dtype=np.int64)
-    sizes[: n % parts] += 1
-    return np.concatenate(([0], np.cumsum(sizes)))
+    size, extra = divmod(n, parts)
+    return [i * size + min(i, extra) for i in range(parts + 1)]
 
 
 def selection_length(sel: Selection) -> int:
@@ -35,7 +34,9 @@ def selection_length(sel: Selection) -> int:
 
 def split_selection(sel: Selection, parts: int) -> list[Selection]:
     """Split a selection into ``parts`` consecutive pieces (some may be empty)."""
-    bounds = split_bounds(selection_length(sel), parts).tolist()
+    if parts == 1:
+        return [sel]
+    bounds = split_bounds(selection_length(sel), parts)
     pieces = zip(bounds[:-1], bounds[1:], strict=True)
     if isinstance(sel, slice):
         return [slice(sel.start + a, sel.start + b) for a, b in pieces]

@@ -54,6 +54,11 @@ def combine(op, values: list, weights: list[int]):
     kept = [(np.asarray(v), w) for v, w in zip(values, weights, strict=True) if w > 0]
     if not kept:
         return None
+    if len(kept) == 1:
+        value, _ = kept[0]
+        if op == "avg" and value.dtype.kind not in "fc":
+            return value.astype(np.float64)
+        return value[None].copy() if op == "gather" and value.ndim == 0 else value.copy()
     if op == "gather":
         return _concatenate([v for v, _ in kept])
     if op == "avg":

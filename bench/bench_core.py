@@ -1,0 +1,107 @@
+"""Core speed, measured side by side in one run and printed as ratios.
+
+1. Per-call overhead: a synk function on 1 rank vs ``pytensor.function`` on a tiny graph
+   (goal: at most 50 us more per call), and the same on 2 ranks.
+2. ``all_reduce`` of a 25M-element float32 vector on 2 ranks vs one numpy copy of the same
+   bytes (goal: within 3x).
+3. Zero-copy scatter: a call's time does not grow with rows the call does not select.
+
+Run: ``.venv/bin/python bench/bench_core.py [--ranks 2] [--size 25000000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+
+import synkhronos as synk
+
+
+def best_of(fn, repeat: int, number: int) -> float:
+    """Best mean seconds per call over ``repeat`` rounds of ``number`` calls."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+def call_overhead(n_ranks: int) -> tuple[float, float]:
+    x = pt.vector("x")
+    plain = pytensor.function([x], x.sum())
+    synk.fork(n_ranks, backend="cpu")
+    try:
+        f = synk.function([x], (x.sum(), "sum"))
+        data = synk.data(np.ones(8, dtype=x.dtype))
+        f(data)
+        t_synk = best_of(lambda: f(data), 5, 2000)
+    finally:
+        synk.close()
+    t_plain = best_of(lambda: plain(data.data), 5, 2000)
+    return t_plain, t_synk
+
+
+def all_reduce_vs_copy(n_ranks: int, size: int) -> tuple[float, float]:
+    value = np.random.default_rng(0).normal(size=size).astype("float32")
+    target = np.empty_like(value)
+    t_copy = best_of(lambda: np.copyto(target, value), 5, 3)
+    synk.fork(n_ranks, backend="cpu")
+    try:
+        flat = pytensor.shared(value, name="flat")
+        synk.function([], flat.sum())
+        synk.distribute()
+        synk.broadcast(flat)
+        synk.all_reduce(flat, op="avg")
+        t_reduce = best_of(lambda: synk.all_reduce(flat, op="avg"), 5, 3)
+    finally:
+        synk.close()
+    return t_copy, t_reduce
+
+
+def scatter_zero_copy(n_ranks: int) -> tuple[float, float]:
+    x = pt.matrix("x")
+    synk.fork(n_ranks, backend="cpu")
+    try:
+        f = synk.function([x], (x.sum(), "sum"))
+        small = synk.data(np.ones((1000, 100), dtype=x.dtype))
+        large = synk.data(np.ones((200_000, 100), dtype=x.dtype))
+        f(small)
+        f(large, batch=1000)
+        t_small = best_of(lambda: f(small), 5, 200)
+        t_large = best_of(lambda: f(large, batch=slice(50_000, 51_000)), 5, 200)
+    finally:
+        synk.close()
+    return t_small, t_large
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--size", type=int, default=25_000_000)
+    args = parser.parse_args()
+    rows = []
+    t_plain, t_one = call_overhead(1)
+    rows.append(("call overhead, 1 rank (us over pytensor)", (t_one - t_plain) * 1e6,
+                 f"{t_one * 1e6:.1f} us vs {t_plain * 1e6:.1f} us"))
+    _, t_many = call_overhead(args.ranks)
+    rows.append((f"call, {args.ranks} ranks (us over pytensor)", (t_many - t_plain) * 1e6,
+                 f"{t_many * 1e6:.1f} us"))
+    t_copy, t_reduce = all_reduce_vs_copy(args.ranks, args.size)
+    rows.append((f"all_reduce {args.size / 1e6:g}M float32 / numpy copy", t_reduce / t_copy,
+                 f"{t_reduce * 1e3:.1f} ms vs {t_copy * 1e3:.1f} ms"))
+    t_small, t_large = scatter_zero_copy(args.ranks)
+    rows.append(("1000-row call: in 200k-row Data / in 1000-row Data", t_large / t_small,
+                 f"{t_large * 1e6:.0f} us vs {t_small * 1e6:.0f} us"))
+    print(f"{'measure':58s} {'value':>9s}  detail")
+    for name, value, detail in rows:
+        print(f"{name:58s} {value:9.2f}  {detail}")
+
+
+if __name__ == "__main__":
+    main()
