@@ -14,6 +14,14 @@ from .partition import Selection, selection_length, shift, split_selection
 from .reduce import combine
 
 
+def _is_jax(mode) -> bool:
+    if mode is None:
+        return False
+    if isinstance(mode, str):
+        return mode.upper() == "JAX"
+    return type(getattr(mode, "linker", None)).__name__.upper().startswith("JAX")
+
+
 class RankFunction:
     """The compiled function of one rank.
 
@@ -32,11 +40,16 @@ class RankFunction:
     def __init__(self, spec: GraphSpec, default_mode=None):
         self.spec = spec
         self.mode = spec.mode if spec.mode is not None else default_mode
+        # JAX traces slices with static bounds only, so JAX ranks select rows by index.
+        self.slices_by_index = _is_jax(self.mode)
         self._compiled: dict[str, object] = {}
 
     def compile(self) -> None:
         """Compile the variant plain calls use (done at distribution time)."""
-        self._function("slice" if self.spec.sliceable else "plain")
+        if not self.spec.sliceable:
+            self._function("plain")
+        else:
+            self._function("index" if self.slices_by_index else "slice")
 
     def _function(self, variant: str):
         fn = self._compiled.get(variant)
@@ -95,6 +108,8 @@ class RankFunction:
         weight = n_rows if n_rows is not None else (n_s if n_s is not None else 1)
         if weight == 0:
             return 0, None
+        if isinstance(s_rows, slice) and self.slices_by_index:
+            s_rows = np.arange(s_rows.start, s_rows.stop, dtype=np.int64)
         k = num_slices if (rows is not None or s_rows is not None) else 1
         row_chunks = split_selection(rows, k) if rows is not None else [None] * k
         s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
