@@ -34,7 +34,7 @@ def _run(state, kind: int, variables: list, op: str | None = None, rank: int = 0
         if root and values is not None:
             for var, value in zip(variables, values, strict=True):
                 backend.set_value(var, value)
-        got = comm.broadcast([backend.host_value(v) for v in variables] if root else None)
+        got = comm.broadcast([backend.value(v) for v in variables] if root else None)
         if not root:
             for var, value in zip(variables, got, strict=True):
                 backend.set_value(var, value)
@@ -52,21 +52,21 @@ def _run(state, kind: int, variables: list, op: str | None = None, rank: int = 0
         elif kind == GET_VALUE and state.rank != rank:
             mine = []
         else:
-            mine = [backend.host_value(v) for v in variables]
+            mine = [backend.value(v) for v in variables]
         return comm.gather(mine)
     elif kind == ALL_GATHER:
-        got = comm.all_gather([backend.host_value(v) for v in variables])
+        got = comm.all_gather([backend.value(v) for v in variables])
         for i, var in enumerate(variables):
             backend.set_value(var, _stack([g[i] for g in got], 0))
         return got
     elif kind == REDUCE:
-        got = comm.reduce([backend.host_value(v) for v in variables], op)
+        got = comm.reduce([backend.value(v) for v in variables], op)
         if root:
             for var, value in zip(variables, got, strict=True):
                 backend.set_value(var, value)
         return got
     elif kind == ALL_REDUCE:
-        host = [backend.host_value(v) for v in variables]
+        host = [backend.value(v) for v in variables]
         in_place = all(isinstance(h, np.ndarray) and h.flags.writeable and h.flags.c_contiguous
                        and h is v.get_value(borrow=True)
                        for h, v in zip(host, variables, strict=True))
@@ -140,13 +140,13 @@ def _collective(kind: int, shared_vars, op: str = "avg", rank: int = 0, values=N
     if kind in _WRITES:
         session.lengths_cache.clear()
     if kind == GET_VALUE:
-        out = result[rank]
+        out = [np.asarray(v) for v in result[rank]]
     elif kind in (GATHER, ALL_GATHER):
-        out = [_stack([r[i] for r in result], nd_up) for i in range(len(variables))]
+        out = [_stack([np.asarray(r[i]) for r in result], nd_up) for i in range(len(variables))]
     elif kind == SHAPES:
         out = [[tuple(int(s) for s in r[i]) for r in result] for i in range(len(variables))]
     elif kind == REDUCE:
-        out = result
+        out = [np.asarray(v) for v in result]
     else:
         return None
     return out[0] if single else out

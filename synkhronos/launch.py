@@ -18,7 +18,7 @@ import time
 
 from .backends import get_backend
 from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied
-from .comm.shm import ShmCommunicator
+from .comm import make_communicator
 from .rank import RankState
 from .shm import process_prefix, sweep
 
@@ -69,7 +69,8 @@ class Session:
         self.processes: list[subprocess.Popen] = []
         self.control = ControlBlock(self.name, n_ranks, create=True)
         self.channel = Channel(self.name, 0, n_ranks, self.control, self.check_alive)
-        comm = ShmCommunicator(self.name, 0, n_ranks, self.control, self.check_alive)
+        comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
+                                 self.check_alive)
         self.state = RankState(0, n_ranks, comm, self.backend)
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable

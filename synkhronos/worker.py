@@ -55,7 +55,7 @@ def main(argv: list[str]) -> None:
 
     from .backends import get_backend
     from .collectives import run_collective
-    from .comm.shm import ShmCommunicator
+    from .comm import make_communicator
     from .data import DataViews
     from .distribute import unpack
     from .function import run_share
@@ -65,12 +65,7 @@ def main(argv: list[str]) -> None:
     control = ControlBlock(session, n_ranks, create=False)
     channel = Channel(session, rank, n_ranks, control, check_parent)
     backend = get_backend(backend_name)
-    if backend_name == "gpu":
-        from .gpu import make_gpu_communicator
-
-        comm = make_gpu_communicator(session, rank, n_ranks, control, check_parent)
-    else:
-        comm = ShmCommunicator(session, rank, n_ranks, control, check_parent)
+    comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
     state = RankState(rank, n_ranks, comm, backend)
     views = DataViews(prefix)
     channel.report()  # ready

@@ -9,27 +9,26 @@ in NCHW layout with OIHW filters:
 - :func:`pool2d` (:class:`Pool2d`), max or average pooling, with gradient
   :class:`Pool2dGrad`, whose max-mode gradient is :class:`MaxPool2dGather`.
 
-Each Op runs in three ways:
+Implementations:
 
-- ``perform`` (Python linker) and the default Numba linker share one NumPy
-  implementation: convolution is im2col + one BLAS GEMM per group, with the im2col /
-  col2im copies compiled by Numba; pooling is vectorised over window taps.  The Numba
-  linker calls it in object mode, which costs microseconds per call, negligible next to
-  the GEMM.
-- The JAX linker uses ``jax.lax.conv_general_dilated`` and ``jax.lax.reduce_window``
-  (cuDNN on GPUs); gradient Ops use ``jax.linear_transpose`` / ``jax.vjp`` of those.
+- CPU: Numba kernels, run directly by ``perform`` (Python linker) and called from the
+  default Numba linker's compiled graph (with a cache key, so PyTensor caches graphs
+  that contain them).  Convolution is im2col + one BLAS GEMM per group; pooling loops
+  over windows.
+- JAX: ``jax.lax.conv_general_dilated`` and ``jax.lax.reduce_window`` (cuDNN on
+  GPUs); gradient Ops use ``jax.linear_transpose`` / ``jax.vjp`` / ``jax.jvp`` of those.
 """
 
-import functools
+import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType
-from pytensor.graph.basic import Apply
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
-from pytensor.link.numba.dispatch import numba_funcify
 from pytensor.scalar import upcast
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
@@ -68,13 +67,13 @@ def _padding_pairs(padding) -> tuple[tuple[int, int], tuple[int, int]]:
     if isinstance(padding, int | np.integer):
         return (int(padding),) * 2, (int(padding),) * 2
     rows, cols = padding
-    return tuple(_int_pair(rows, "padding")), tuple(_int_pair(cols, "padding"))
+    return _int_pair(rows, "padding"), _int_pair(cols, "padding")
 
 
-def conv_output_length(
-    length: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int = 1
-) -> int:
+def conv_output_length(length, kernel, stride, pad_lo, pad_hi, dilation=1):
     """Length of one spatial axis of a convolution's output.
+
+    Works on Python ints and on symbolic PyTensor scalars.
 
     Parameters
     ----------
@@ -91,21 +90,28 @@ def conv_output_length(
 
     Returns
     -------
-    int
+    int or TensorVariable
         ``(length + pad_lo + pad_hi - dilation * (kernel - 1) - 1) // stride + 1``.
     """
     return (length + pad_lo + pad_hi - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def pool_output_length(
-    length: int, pool_size: int, stride: int, pad: int, ignore_border: bool
-) -> int:
+def _pool_output_length_int(length, pool_size, stride, pad, ignore_border):
+    """:func:`pool_output_length` for ints (also compiled by Numba)."""
+    if ignore_border:
+        return (length + 2 * pad - pool_size) // stride + 1
+    if stride >= pool_size:
+        return (length + stride - 1) // stride
+    return max(0, (length - pool_size + stride - 1) // stride) + 1
+
+
+def pool_output_length(length, pool_size: int, stride: int, pad: int, ignore_border: bool):
     """Length of one spatial axis of a pooling output, with Lasagne's border rules.
 
     Parameters
     ----------
     length
-        Input length along the axis.
+        Input length along the axis (Python int or symbolic scalar).
     pool_size
         Window length.
     stride
@@ -118,14 +124,17 @@ def pool_output_length(
 
     Returns
     -------
-    int
+    int or TensorVariable
         Number of windows.
     """
-    if ignore_border:
-        return (length + 2 * pad - pool_size) // stride + 1
-    if stride >= pool_size:
-        return (length + stride - 1) // stride
-    return max(0, (length - pool_size + stride - 1) // stride) + 1
+    if ignore_border or stride >= pool_size or not isinstance(length, Variable):
+        return _pool_output_length_int(length, pool_size, stride, pad, ignore_border)
+    return pt.maximum(0, (length - pool_size + stride - 1) // stride) + 1
+
+
+def _cast_inputs(dtype: str, *values) -> list[TensorVariable]:
+    """Cast to ``dtype`` so the kernels see one dtype (a no-op when it already is)."""
+    return [pt.cast(v, dtype) for v in values]
 
 
 def _float_dtype(*variables: TensorVariable) -> str:
@@ -142,10 +151,14 @@ def _as_4d(value) -> TensorVariable:
     return var
 
 
-# ------------------------------------------------------------- im2col / col2im kernels
+# ------------------------------------------------------------------- Numba kernels
+
+_jit = numba.njit(cache=True, nogil=True)
+_conv_len = _jit(conv_output_length)
+_pool_len = _jit(_pool_output_length_int)
 
 
-@numba.njit(cache=True, nogil=True)
+@_jit
 def _valid_range(out_len, in_len, offset, stride):
     """Range of output positions ``o`` with ``0 <= o * stride + offset < in_len``."""
     lo = 0 if offset >= 0 else (stride - 1 - offset) // stride
@@ -154,20 +167,44 @@ def _valid_range(out_len, in_len, offset, stride):
     return min(lo, hi), hi
 
 
-@numba.njit(cache=True, nogil=True)
-def _im2col(x, cols, sh, sw, dh, dw, pad_top, pad_left):
-    """Fill ``cols[c, i, j, n, y, x]`` with padded input taps; zero where padding."""
+@_jit
+def _swap_leading(a):
+    """Contiguous copy of ``a`` (A, B, H, W) as (B, A, H, W)."""
+    out = np.empty((a.shape[1], a.shape[0], a.shape[2], a.shape[3]), dtype=a.dtype)
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            out[j, i] = a[i, j]
+    return out
+
+
+@_jit
+def _conv_geometry(x_shape, w_shape, geom):
+    """Output height and width, after checking that input and filters fit together."""
+    sh, sw, dh, dw, pad_t, pad_b, pad_l, pad_r, groups = geom
+    if x_shape[1] != w_shape[1] * groups or w_shape[0] % groups != 0:
+        raise ValueError("conv2d: input channels and filters do not match the groups")
+    out_h = _conv_len(x_shape[2], w_shape[2], sh, pad_t, pad_b, dh)
+    out_w = _conv_len(x_shape[3], w_shape[3], sw, pad_l, pad_r, dw)
+    if out_h < 1 or out_w < 1:
+        raise ValueError("conv2d: the filters do not fit the padded input")
+    return out_h, out_w
+
+
+@_jit
+def _im2col(x, kh, kw, out_h, out_w, geom):
+    """Padded input taps as a (C * kh * kw, N * out_h * out_w) matrix."""
+    sh, sw, dh, dw, pad_t, _, pad_l, _, _ = geom
     n_img, chans, height, width = x.shape
-    _, kh, kw, _, out_h, out_w = cols.shape
+    cols = np.empty((chans, kh, kw, n_img, out_h, out_w), dtype=x.dtype)
     for c in range(chans):
         for i in range(kh):
             for j in range(kw):
-                offset = j * dw - pad_left
+                offset = j * dw - pad_l
                 lo, hi = _valid_range(out_w, width, offset, sw)
                 for n in range(n_img):
                     for y in range(out_h):
                         row = cols[c, i, j, n, y]
-                        src = y * sh + i * dh - pad_top
+                        src = y * sh + i * dh - pad_t
                         if src < 0 or src >= height:
                             row[:] = 0
                             continue
@@ -175,47 +212,202 @@ def _im2col(x, cols, sh, sw, dh, dw, pad_top, pad_left):
                         row[hi:] = 0
                         for xo in range(lo, hi):
                             row[xo] = x[n, c, src, xo * sw + offset]
+    return cols.reshape((chans * kh * kw, n_img * out_h * out_w))
 
 
-@numba.njit(cache=True, nogil=True)
-def _col2im(cols, gx, sh, sw, dh, dw, pad_top, pad_left):
-    """Scatter-add ``cols[c, i, j, n, y, x]`` back onto the (unpadded) input grid."""
-    n_img, chans, height, width = gx.shape
-    _, kh, kw, _, out_h, out_w = cols.shape
-    gx[:] = 0
+@_jit
+def _col2im(cols, x_shape, kh, kw, out_h, out_w, geom):
+    """Adjoint of :func:`_im2col`: scatter-add the matrix back onto the input grid."""
+    sh, sw, dh, dw, pad_t, _, pad_l, _, _ = geom
+    n_img, chans, height, width = x_shape
+    taps = cols.reshape((chans, kh, kw, n_img, out_h, out_w))
+    gx = np.zeros(x_shape, dtype=cols.dtype)
     for c in range(chans):
         for i in range(kh):
             for j in range(kw):
-                offset = j * dw - pad_left
+                offset = j * dw - pad_l
                 lo, hi = _valid_range(out_w, width, offset, sw)
                 for n in range(n_img):
                     for y in range(out_h):
-                        src = y * sh + i * dh - pad_top
+                        src = y * sh + i * dh - pad_t
                         if src < 0 or src >= height:
                             continue
                         for xo in range(lo, hi):
-                            gx[n, c, src, xo * sw + offset] += cols[c, i, j, n, y, xo]
+                            gx[n, c, src, xo * sw + offset] += taps[c, i, j, n, y, xo]
+    return gx
 
 
-# ------------------------------------------------------------------ convolution Ops
+@_jit
+def _conv2d_forward(x, w, geom):
+    out_h, out_w = _conv_geometry(x.shape, w.shape, geom)
+    groups = geom[8]
+    n_out, _, kh, kw = w.shape
+    cols = _im2col(x, kh, kw, out_h, out_w, geom)
+    og, kg = n_out // groups, cols.shape[0] // groups
+    w2 = np.ascontiguousarray(w).reshape((n_out, kg))
+    y = np.empty((n_out, cols.shape[1]), dtype=x.dtype)
+    for g in range(groups):
+        np.dot(w2[g * og : (g + 1) * og], cols[g * kg : (g + 1) * kg], y[g * og : (g + 1) * og])
+    return _swap_leading(y.reshape((n_out, x.shape[0], out_h, out_w)))
+
+
+@_jit
+def _output_grad_matrix(gy, x_shape, w_shape, geom):
+    """``gy`` as an (O, N * out_h * out_w) matrix, after checking its shape."""
+    out_h, out_w = _conv_geometry(x_shape, w_shape, geom)
+    if gy.shape != (x_shape[0], w_shape[0], out_h, out_w):
+        raise ValueError("conv2d gradient: output gradient has the wrong shape")
+    return _swap_leading(gy).reshape((w_shape[0], -1))
+
+
+@_jit
+def _conv2d_grad_inputs(w, gy, x, geom):
+    gy2 = _output_grad_matrix(gy, x.shape, w.shape, geom)
+    groups = geom[8]
+    n_out, _, kh, kw = w.shape
+    og, kg = n_out // groups, w.shape[1] * kh * kw
+    w2 = np.ascontiguousarray(w).reshape((n_out, kg))
+    cols = np.empty((groups * kg, gy2.shape[1]), dtype=gy.dtype)
+    for g in range(groups):
+        rows = slice(g * og, (g + 1) * og)
+        np.dot(w2[rows].T, gy2[rows], cols[g * kg : (g + 1) * kg])
+    return _col2im(cols, x.shape, kh, kw, gy.shape[2], gy.shape[3], geom)
+
+
+@_jit
+def _conv2d_grad_weights(x, gy, w, geom):
+    gy2 = _output_grad_matrix(gy, x.shape, w.shape, geom)
+    groups = geom[8]
+    n_out, _, kh, kw = w.shape
+    cols = _im2col(x, kh, kw, gy.shape[2], gy.shape[3], geom)
+    og, kg = n_out // groups, cols.shape[0] // groups
+    gw = np.empty((n_out, kg), dtype=gy.dtype)
+    for g in range(groups):
+        rows = slice(g * og, (g + 1) * og)
+        np.dot(gy2[rows], cols[g * kg : (g + 1) * kg].T, gw[rows])
+    return gw.reshape(w.shape)
+
+
+@_jit
+def _pool_geometry(x_shape, params):
+    kh, kw, sh, sw, ph, pw, ignore_border, _ = params
+    out_h = _pool_len(x_shape[2], kh, sh, ph, ignore_border)
+    out_w = _pool_len(x_shape[3], kw, sw, pw, ignore_border)
+    if out_h < 1 or out_w < 1:
+        raise ValueError("pool2d: the window does not fit the padded input")
+    return out_h, out_w
+
+
+@_jit
+def _window(o, stride, pad, size, length):
+    """Input range ``[lo, hi)`` of window ``o``, clipped to the input."""
+    start = o * stride - pad
+    return max(start, 0), min(start + size, length)
+
+
+@_jit
+def _window_count(o, stride, pad, size, length, include_pad):
+    """Divisor of average pooling along one axis."""
+    start = o * stride - pad
+    if include_pad:
+        return min(start + size, length + pad) - max(start, -pad)
+    return min(start + size, length) - max(start, 0)
+
+
+@_jit
+def _argmax(plane, y_lo, y_hi, x_lo, x_hi):
+    """Row-major position of the first maximum of ``plane[y_lo:y_hi, x_lo:x_hi]``."""
+    best, best_y, best_x = -np.inf, y_lo, x_lo
+    for yy in range(y_lo, y_hi):
+        for xx in range(x_lo, x_hi):
+            if plane[yy, xx] > best:
+                best, best_y, best_x = plane[yy, xx], yy, xx
+    return best_y, best_x
+
+
+@_jit
+def _pool2d_forward(x, params):
+    kh, kw, sh, sw, ph, pw, _, mode = params
+    out_h, out_w = _pool_geometry(x.shape, params)
+    height, width = x.shape[2], x.shape[3]
+    out = np.empty((x.shape[0], x.shape[1], out_h, out_w), dtype=x.dtype)
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            plane = x[n, c]
+            for oy in range(out_h):
+                y_lo, y_hi = _window(oy, sh, ph, kh, height)
+                for ox in range(out_w):
+                    x_lo, x_hi = _window(ox, sw, pw, kw, width)
+                    if mode == 0:
+                        by, bx = _argmax(plane, y_lo, y_hi, x_lo, x_hi)
+                        out[n, c, oy, ox] = plane[by, bx]
+                    else:
+                        count = _window_count(oy, sh, ph, kh, height, mode == 1)
+                        count *= _window_count(ox, sw, pw, kw, width, mode == 1)
+                        out[n, c, oy, ox] = plane[y_lo:y_hi, x_lo:x_hi].sum() / count
+    return out
+
+
+@_jit
+def _pool2d_grad(x, gout, params):
+    kh, kw, sh, sw, ph, pw, _, mode = params
+    out_h, out_w = _pool_geometry(x.shape, params)
+    if gout.shape != (x.shape[0], x.shape[1], out_h, out_w):
+        raise ValueError("pool2d gradient: output gradient has the wrong shape")
+    height, width = x.shape[2], x.shape[3]
+    gx = np.zeros(x.shape, dtype=gout.dtype)
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            for oy in range(out_h):
+                y_lo, y_hi = _window(oy, sh, ph, kh, height)
+                for ox in range(out_w):
+                    x_lo, x_hi = _window(ox, sw, pw, kw, width)
+                    if mode == 0:
+                        by, bx = _argmax(x[n, c], y_lo, y_hi, x_lo, x_hi)
+                        gx[n, c, by, bx] += gout[n, c, oy, ox]
+                    else:
+                        count = _window_count(oy, sh, ph, kh, height, mode == 1)
+                        count *= _window_count(ox, sw, pw, kw, width, mode == 1)
+                        gx[n, c, y_lo:y_hi, x_lo:x_hi] += gout[n, c, oy, ox] / count
+    return gx
+
+
+@_jit
+def _max_pool2d_gather(x, g, params):
+    kh, kw, sh, sw, ph, pw, _, _ = params
+    out_h, out_w = _pool_geometry(x.shape, params)
+    if g.shape != x.shape:
+        raise ValueError("max_pool2d_gather: g must have the input's shape")
+    out = np.empty((x.shape[0], x.shape[1], out_h, out_w), dtype=g.dtype)
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            for oy in range(out_h):
+                y_lo, y_hi = _window(oy, sh, ph, kh, x.shape[2])
+                for ox in range(out_w):
+                    x_lo, x_hi = _window(ox, sw, pw, kw, x.shape[3])
+                    by, bx = _argmax(x[n, c], y_lo, y_hi, x_lo, x_hi)
+                    out[n, c, oy, ox] = g[n, c, by, bx]
+    return out
+
+
+# ------------------------------------------------------------------------------- Ops
 
 
 class _KernelOp(Op):
-    """An Op whose subclass computes its one output in NumPy with ``_compute(inputs, dtype)``.
+    """An Op computed by the Numba kernel ``_kernel(*inputs, self._params)``.
 
-    Both the Python linker (``perform``) and the Numba linker run that method.
+    Subclasses set ``_kernel`` and ``_params`` (a tuple of ints).  ``perform`` calls
+    the kernel from Python; the Numba linker calls it from the compiled graph.
     """
 
     def perform(self, node, inputs, output_storage):
-        output_storage[0][0] = self._compute(inputs, node.outputs[0].dtype)
+        output_storage[0][0] = self._kernel(*inputs, self._params)
 
 
 class _ConvOp(_KernelOp):
     __props__ = ("stride", "padding", "dilation", "groups")
 
-    def __init__(
-        self, stride: IntPair = 1, padding=0, dilation: IntPair = 1, groups: int = 1
-    ):
+    def __init__(self, stride: IntPair = 1, padding=0, dilation: IntPair = 1, groups: int = 1):
         self.stride = _int_pair(stride, "stride")
         self.padding = _padding_pairs(padding)
         self.dilation = _int_pair(dilation, "dilation")
@@ -225,39 +417,23 @@ class _ConvOp(_KernelOp):
         if min(self.padding[0] + self.padding[1]) < 0:
             raise ValueError("padding must be non-negative")
 
+    @property
+    def _params(self) -> tuple[int, ...]:
+        (pad_t, pad_b), (pad_l, pad_r) = self.padding
+        return (*self.stride, *self.dilation, pad_t, pad_b, pad_l, pad_r, self.groups)
+
     def _out_len(self, axis: int, length, kernel):
         """Output length along spatial ``axis`` (0 rows, 1 columns); None if unknown."""
         if length is None or kernel is None:
             return None
         lo, hi = self.padding[axis]
-        return conv_output_length(
-            length, kernel, self.stride[axis], lo, hi, self.dilation[axis]
-        )
+        return conv_output_length(length, kernel, self.stride[axis], lo, hi, self.dilation[axis])
 
     def _out_hw(self, in_h, in_w, k_h, k_w):
         return self._out_len(0, in_h, k_h), self._out_len(1, in_w, k_w)
 
-    def _columns(self, x: np.ndarray, k_h: int, k_w: int) -> np.ndarray:
-        """im2col of ``x`` as ``(groups, C / groups * k_h * k_w, N * out_h * out_w)``."""
-        n, c, h, w = x.shape
-        out_h, out_w = self._out_hw(h, w, k_h, k_w)
-        if out_h < 1 or out_w < 1:
-            raise ValueError(f"filter {k_h}x{k_w} does not fit the padded {h}x{w} input")
-        cols = np.empty((c, k_h, k_w, n, out_h, out_w), dtype=x.dtype)
-        _im2col(x, cols, *self.stride, *self.dilation, self.padding[0][0], self.padding[1][0])
-        return cols.reshape(self.groups, -1, n * out_h * out_w)
-
-    def _check_channels(self, x_shape, w_shape):
-        if x_shape[1] != w_shape[1] * self.groups or w_shape[0] % self.groups:
-            raise ValueError(
-                f"input {tuple(x_shape)} and filters {tuple(w_shape)} do not match "
-                f"with groups={self.groups}"
-            )
-
-    def _grouped_output(self, gy: np.ndarray) -> np.ndarray:
-        """``gy`` (N, O, H, W) as ``(groups, O / groups, N * H * W)``, the GEMM layout."""
-        n, o, h, w = gy.shape
-        return np.ascontiguousarray(gy.transpose(1, 0, 2, 3)).reshape(self.groups, -1, n * h * w)
+    def _similar(self, op_class):
+        return op_class(**self._props_dict())
 
 
 class Conv2d(_ConvOp):
@@ -275,6 +451,8 @@ class Conv2d(_ConvOp):
         Number of channel groups; input channels = ``groups * filters.shape[1]``.
     """
 
+    _kernel = staticmethod(_conv2d_forward)
+
     def make_node(self, x, w) -> Apply:
         x, w = _as_4d(x), _as_4d(w)
         dtype = _float_dtype(x, w)
@@ -285,28 +463,19 @@ class Conv2d(_ConvOp):
                 f"with groups={self.groups}"
             )
         out = TensorType(dtype, shape=(n, o, *self._out_hw(h, wd, kh, kw)))()
-        return Apply(self, [x, w], [out])
+        return Apply(self, _cast_inputs(dtype, x, w), [out])
 
     def infer_shape(self, fgraph, node, input_shapes):
         (n, _, h, w), (o, _, kh, kw) = input_shapes
         return [(n, o, *self._out_hw(h, w, kh, kw))]
 
-    def _compute(self, inputs, dtype):
-        x, w = (np.ascontiguousarray(a, dtype=dtype) for a in inputs)
-        self._check_channels(x.shape, w.shape)
-        o, _, kh, kw = w.shape
-        n, _, h, wd = x.shape
-        out_h, out_w = self._out_hw(h, wd, kh, kw)
-        cols = self._columns(x, kh, kw)
-        y = np.matmul(w.reshape(self.groups, o // self.groups, -1), cols)
-        return np.ascontiguousarray(y.reshape(o, n, out_h, out_w).transpose(1, 0, 2, 3))
-
     def pullback(self, inputs, outputs, output_grads):
         x, w = inputs
         (gy,) = output_grads
-        grad_inputs = Conv2dGradInputs(**self._props_dict())(w, gy, x)
-        grad_weights = Conv2dGradWeights(**self._props_dict())(x, gy, w)
-        return [grad_inputs, grad_weights]
+        return [
+            self._similar(Conv2dGradInputs)(w, gy, x),
+            self._similar(Conv2dGradWeights)(x, gy, w),
+        ]
 
 
 class Conv2dGradInputs(_ConvOp):
@@ -316,10 +485,13 @@ class Conv2dGradInputs(_ConvOp):
     Parameters are those of the forward :class:`Conv2d`.
     """
 
+    _kernel = staticmethod(_conv2d_grad_inputs)
+
     def make_node(self, w, gy, x) -> Apply:
         w, gy, x = _as_4d(w), _as_4d(gy), _as_4d(x)
-        out = TensorType(_float_dtype(w, gy), shape=x.type.shape)()
-        return Apply(self, [w, gy, x], [out])
+        dtype = _float_dtype(w, gy)
+        out = TensorType(dtype, shape=x.type.shape)()
+        return Apply(self, [*_cast_inputs(dtype, w, gy), x], [out])
 
     def infer_shape(self, fgraph, node, input_shapes):
         return [input_shapes[2]]
@@ -327,26 +499,15 @@ class Conv2dGradInputs(_ConvOp):
     def connection_pattern(self, node):
         return [[True], [True], [False]]
 
-    def _compute(self, inputs, dtype):
-        w, gy = (np.ascontiguousarray(a, dtype=dtype) for a in inputs[:2])
-        x_shape = inputs[2].shape
-        self._check_channels(x_shape, w.shape)
-        o, cg, kh, kw = w.shape
-        w_t = w.reshape(self.groups, o // self.groups, cg * kh * kw).transpose(0, 2, 1)
-        cols = np.matmul(w_t, self._grouped_output(gy))
-        n, c, h, wd = x_shape
-        cols = cols.reshape(c, kh, kw, n, gy.shape[2], gy.shape[3])
-        gx = np.empty(x_shape, dtype=dtype)
-        _col2im(cols, gx, *self.stride, *self.dilation, self.padding[0][0], self.padding[1][0])
-        return gx
-
     def pullback(self, inputs, outputs, output_grads):
         w, gy, x = inputs
         (g,) = output_grads
-        # <conv_grad_inputs(w, gy), g> = <gy, conv(g, w)>: both partials are conv Ops.
-        grad_w = Conv2dGradWeights(**self._props_dict())(g, gy, w)
-        grad_gy = Conv2d(**self._props_dict())(g, w)
-        return [grad_w, grad_gy, DisconnectedType()()]
+        # <grad_inputs(w, gy), g> = <gy, conv(g, w)>: both partials are conv Ops.
+        return [
+            self._similar(Conv2dGradWeights)(g, gy, w),
+            self._similar(Conv2d)(g, w),
+            DisconnectedType()(),
+        ]
 
 
 class Conv2dGradWeights(_ConvOp):
@@ -356,10 +517,13 @@ class Conv2dGradWeights(_ConvOp):
     Parameters are those of the forward :class:`Conv2d`.
     """
 
+    _kernel = staticmethod(_conv2d_grad_weights)
+
     def make_node(self, x, gy, w) -> Apply:
         x, gy, w = _as_4d(x), _as_4d(gy), _as_4d(w)
-        out = TensorType(_float_dtype(x, gy), shape=w.type.shape)()
-        return Apply(self, [x, gy, w], [out])
+        dtype = _float_dtype(x, gy)
+        out = TensorType(dtype, shape=w.type.shape)()
+        return Apply(self, [*_cast_inputs(dtype, x, gy), w], [out])
 
     def infer_shape(self, fgraph, node, input_shapes):
         return [input_shapes[2]]
@@ -367,21 +531,15 @@ class Conv2dGradWeights(_ConvOp):
     def connection_pattern(self, node):
         return [[True], [True], [False]]
 
-    def _compute(self, inputs, dtype):
-        x, gy = (np.ascontiguousarray(a, dtype=dtype) for a in inputs[:2])
-        w_shape = inputs[2].shape
-        self._check_channels(x.shape, w_shape)
-        cols = self._columns(x, *w_shape[2:])
-        gw = np.matmul(self._grouped_output(gy), cols.transpose(0, 2, 1))
-        return gw.reshape(w_shape)
-
     def pullback(self, inputs, outputs, output_grads):
         x, gy, w = inputs
         (h,) = output_grads
-        # <conv_grad_weights(x, gy), h> = <gy, conv(x, h)>.
-        grad_x = Conv2dGradInputs(**self._props_dict())(h, gy, x)
-        grad_gy = Conv2d(**self._props_dict())(x, h)
-        return [grad_x, grad_gy, DisconnectedType()()]
+        # <grad_weights(x, gy), h> = <gy, conv(x, h)>.
+        return [
+            self._similar(Conv2dGradInputs)(h, gy, x),
+            self._similar(Conv2d)(x, h),
+            DisconnectedType()(),
+        ]
 
 
 def conv2d(
@@ -417,9 +575,6 @@ def conv2d(
     return Conv2d(stride, padding, dilation, groups)(x, w)
 
 
-# ---------------------------------------------------------------------- pooling Ops
-
-
 class _PoolOp(_KernelOp):
     __props__ = ("ws", "stride", "padding", "ignore_border", "mode")
 
@@ -445,72 +600,24 @@ class _PoolOp(_KernelOp):
         if not self.ignore_border and any(self.padding):
             raise ValueError("padding requires ignore_border=True")
 
+    @property
+    def _params(self) -> tuple[int, ...]:
+        mode = POOL_MODES.index(self.mode)
+        return (*self.ws, *self.stride, *self.padding, int(self.ignore_border), mode)
+
     def _out_hw(self, h, w):
-        """Output height and width; None where the input's is unknown."""
+        """Output height and width (ints or symbolic); None where the input's is unknown."""
         return tuple(
             None if n is None else pool_output_length(n, k, s, p, self.ignore_border)
             for n, k, s, p in zip((h, w), self.ws, self.stride, self.padding, strict=True)
         )
 
-    def _extent(self, h: int, w: int) -> tuple[int, int]:
-        """Height and width of the padded grid that the windows exactly cover."""
-        return tuple(
-            (out - 1) * s + k
-            for out, s, k in zip(self._out_hw(h, w), self.stride, self.ws, strict=True)
-        )
-
-    def _pooled_type(self, x: TensorVariable) -> TensorType:
+    def _pooled_type(self, x: TensorVariable, dtype: str) -> TensorType:
         n, c, h, w = x.type.shape
-        return TensorType(x.dtype, shape=(n, c, *self._out_hw(h, w)))
+        return TensorType(dtype, shape=(n, c, *self._out_hw(h, w)))
 
-    def _padded(self, x: np.ndarray, fill: float) -> np.ndarray:
-        """``x`` inside a ``fill`` border, cut to the rows/cols the windows cover."""
-        n, c, h, w = x.shape
-        (ext_h, ext_w), (ph, pw) = self._extent(h, w), self.padding
-        xp = np.full((n, c, ext_h, ext_w), fill, dtype=x.dtype)
-        keep_h, keep_w = min(h, ext_h - ph), min(w, ext_w - pw)
-        xp[:, :, ph : ph + keep_h, pw : pw + keep_w] = x[:, :, :keep_h, :keep_w]
-        return xp
-
-    def _unpadded(self, gxp: np.ndarray, shape) -> np.ndarray:
-        """Adjoint of :meth:`_padded`: crop the border, zero where windows never reach."""
-        h, w = shape[2:]
-        ph, pw = self.padding
-        keep_h, keep_w = min(h, gxp.shape[2] - ph), min(w, gxp.shape[3] - pw)
-        gx = np.zeros(shape, dtype=gxp.dtype)
-        gx[:, :, :keep_h, :keep_w] = gxp[:, :, ph : ph + keep_h, pw : pw + keep_w]
-        return gx
-
-    def _taps(self, xp: np.ndarray, out_hw):
-        """Views of ``xp``, one per window offset, each shaped like the output."""
-        (sh, sw), (out_h, out_w) = self.stride, out_hw
-        for i in range(self.ws[0]):
-            for j in range(self.ws[1]):
-                yield xp[:, :, i : i + (out_h - 1) * sh + 1 : sh, j : j + (out_w - 1) * sw + 1 : sw]
-
-    def _window_counts(self, h: int, w: int) -> np.ndarray:
-        """Divisor of average pooling per output position, shape ``(out_h, out_w)``."""
-        counts = []
-        for n, k, s, p, out in zip(
-            (h, w), self.ws, self.stride, self.padding, self._out_hw(h, w), strict=True
-        ):
-            starts = np.arange(out) * s - p
-            lo, hi = (-p, n + p) if self.mode == "average_inc_pad" else (0, n)
-            counts.append(np.minimum(starts + k, hi) - np.maximum(starts, lo))
-        return np.outer(*counts)
-
-    def _argmax_taps(self, x: np.ndarray) -> np.ndarray:
-        """Index of the first maximal tap of each window."""
-        xp = self._padded(x, -np.inf)
-        out_hw = self._out_hw(*x.shape[2:])
-        taps = self._taps(xp, out_hw)
-        best = next(taps).copy()
-        index = np.zeros(best.shape, dtype=np.intp)
-        for t, tap in enumerate(taps, start=1):
-            greater = tap > best
-            np.copyto(best, tap, where=greater)
-            index[greater] = t
-        return index
+    def _similar(self, op_class):
+        return op_class(**self._props_dict())
 
 
 class Pool2d(_PoolOp):
@@ -531,44 +638,35 @@ class Pool2d(_PoolOp):
         ``"max"``, ``"average_inc_pad"`` or ``"average_exc_pad"``.
     """
 
+    _kernel = staticmethod(_pool2d_forward)
+
     def make_node(self, x) -> Apply:
         x = _as_4d(x)
-        _float_dtype(x)
-        return Apply(self, [x], [self._pooled_type(x)()])
+        return Apply(self, [x], [self._pooled_type(x, _float_dtype(x))()])
 
     def infer_shape(self, fgraph, node, input_shapes):
         n, c, h, w = input_shapes[0]
         return [(n, c, *self._out_hw(h, w))]
 
-    def _compute(self, inputs, dtype):
-        (x,) = inputs
-        out_hw = self._out_hw(*x.shape[2:])
-        if self.mode == "max":
-            taps = self._taps(self._padded(x, -np.inf), out_hw)
-            out = next(taps).copy()
-            for tap in taps:
-                np.maximum(out, tap, out=out)
-            return out
-        out = sum(self._taps(self._padded(x, 0), out_hw))
-        out /= self._window_counts(*x.shape[2:])
-        return np.ascontiguousarray(out, dtype=dtype)
-
     def pullback(self, inputs, outputs, output_grads):
         (x,) = inputs
-        return [Pool2dGrad(**self._props_dict())(x, output_grads[0])]
+        return [self._similar(Pool2dGrad)(x, output_grads[0])]
 
 
 class Pool2dGrad(_PoolOp):
     """Gradient of :class:`Pool2d`: inputs ``(x, output_grad)``, output shaped like ``x``.
 
-    Max mode routes each window's gradient to its first maximal input.  Parameters are
-    those of the forward :class:`Pool2d`.
+    Max mode routes each window's gradient to its first maximal input (row-major), as
+    XLA does.  Parameters are those of the forward :class:`Pool2d`.
     """
+
+    _kernel = staticmethod(_pool2d_grad)
 
     def make_node(self, x, gout) -> Apply:
         x, gout = _as_4d(x), _as_4d(gout)
-        out = TensorType(_float_dtype(x, gout), shape=x.type.shape)()
-        return Apply(self, [x, gout], [out])
+        dtype = _float_dtype(x, gout)
+        out = TensorType(dtype, shape=x.type.shape)()
+        return Apply(self, [x, *_cast_inputs(dtype, gout)], [out])
 
     def infer_shape(self, fgraph, node, input_shapes):
         return [input_shapes[0]]
@@ -577,58 +675,37 @@ class Pool2dGrad(_PoolOp):
         # Average pooling's gradient depends on x only through its shape.
         return [[self.mode == "max"], [True]]
 
-    def _compute(self, inputs, dtype):
-        x, gout = inputs
-        out_hw = gout.shape[2:]
-        gxp = np.zeros((*x.shape[:2], *self._extent(*x.shape[2:])), dtype=dtype)
-        if self.mode == "max":
-            index = self._argmax_taps(x)
-            for t, tap in enumerate(self._taps(gxp, out_hw)):
-                tap += np.where(index == t, gout, 0)
-        else:
-            share = gout / self._window_counts(*x.shape[2:])
-            for tap in self._taps(gxp, out_hw):
-                tap += share
-        return self._unpadded(gxp, x.shape)
-
     def pullback(self, inputs, outputs, output_grads):
         x, _ = inputs
         (g,) = output_grads
         if self.mode == "max":
-            # The routing is piecewise constant in x, and linear in the output gradient.
-            return [pt.zeros_like(x), MaxPool2dGather(**self._props_dict())(x, g)]
-        return [DisconnectedType()(), Pool2d(**self._props_dict())(g)]
+            # The routing is piecewise constant in x and linear in the output gradient.
+            return [pt.zeros_like(x), self._similar(MaxPool2dGather)(x, g)]
+        return [DisconnectedType()(), self._similar(Pool2d)(g)]
 
 
 class MaxPool2dGather(_PoolOp):
     """For each max-pooling window of ``x``, the value of ``g`` at the window's argmax.
 
-    This is the forward-mode derivative of max pooling along ``g`` and the gradient of
+    The forward-mode derivative of max pooling along ``g``, and the gradient of
     :class:`Pool2dGrad` with respect to its output gradient.  Inputs ``(x, g)``, both
     shaped like the pooling input; parameters are those of the forward :class:`Pool2d`.
     """
 
+    _kernel = staticmethod(_max_pool2d_gather)
+
     def make_node(self, x, g) -> Apply:
         x, g = _as_4d(x), _as_4d(g)
-        out = self._pooled_type(x).clone(dtype=_float_dtype(x, g))()
-        return Apply(self, [x, g], [out])
+        dtype = _float_dtype(x, g)
+        return Apply(self, [x, *_cast_inputs(dtype, g)], [self._pooled_type(x, dtype)()])
 
     def infer_shape(self, fgraph, node, input_shapes):
         n, c, h, w = input_shapes[0]
         return [(n, c, *self._out_hw(h, w))]
 
-    def _compute(self, inputs, dtype):
-        x, g = inputs
-        out_hw = self._out_hw(*x.shape[2:])
-        index = self._argmax_taps(x)
-        out = np.zeros(index.shape, dtype=dtype)
-        for t, tap in enumerate(self._taps(self._padded(g.astype(dtype), 0), out_hw)):
-            np.copyto(out, tap, where=index == t)
-        return out
-
     def pullback(self, inputs, outputs, output_grads):
         x, _ = inputs
-        return [pt.zeros_like(x), Pool2dGrad(**self._props_dict())(x, output_grads[0])]
+        return [pt.zeros_like(x), self._similar(Pool2dGrad)(x, output_grads[0])]
 
 
 def pool2d(
@@ -668,36 +745,25 @@ def pool2d(
 # ------------------------------------------------------------------ Numba linker
 
 
-@functools.cache
-def _objmode_kernel(op: _KernelOp, dtype: str, ndim: int):
-    """Numba function running ``op._compute`` in object mode.
+def _register_numba() -> None:
+    """Make the Numba linker call the kernels, with a props-based cache key."""
+    from pytensor.link.numba.dispatch import basic
 
-    Memoised per (op, dtype, rank) so that all nodes of a graph with equal Ops share
-    one dispatcher: Numba then compiles the object-mode call once, not once per node.
-    """
-    ret_type = numba.types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C")
+    register = basic.register_funcify_default_op_cache_key
 
-    def compute(inputs):
-        return np.ascontiguousarray(op._compute(inputs, dtype))
+    # PyTensor keys its on-disk cache of compiled graphs on the Op's props and this
+    # number, not on the kernels' code: hash the code so edits invalidate the cache.
+    code_version = zlib.crc32(Path(__file__).read_bytes())
 
-    @numba.njit
-    def kernel_op(*inputs):
-        with numba.objmode(out=ret_type):
-            out = compute(inputs)
-        return out
+    @register(_KernelOp)
+    def _numba_funcify_kernel_op(op: _KernelOp, node=None, **kwargs):
+        kernel, params = op._kernel, op._params
 
-    return kernel_op
+        @numba.njit
+        def kernel_op(*inputs):
+            return kernel(*inputs, params)
 
-
-@numba_funcify.register(_KernelOp)
-def _numba_funcify_kernel_op(op: _KernelOp, node: Apply, **kwargs):
-    """Call the Op's NumPy implementation from Numba in object mode.
-
-    The work is BLAS GEMMs plus Numba-compiled copies, so a nopython re-implementation
-    would gain nothing; object mode keeps one code path for all linkers.
-    """
-    out_type = node.outputs[0].type
-    return _objmode_kernel(op, out_type.dtype, out_type.ndim)
+        return kernel_op, code_version
 
 
 # ---------------------------------------------------------------------- JAX linker
@@ -712,11 +778,11 @@ def _register_jax() -> None:
         return
     from jax import lax
 
-    def conv_fn(op: _ConvOp, dtype: str):
+    def conv_fn(op: _ConvOp):
         def conv(x, w):
             return lax.conv_general_dilated(
-                x.astype(dtype),
-                w.astype(dtype),
+                x,
+                w,
                 window_strides=op.stride,
                 padding=op.padding,
                 rhs_dilation=op.dilation,
@@ -727,72 +793,78 @@ def _register_jax() -> None:
         return conv
 
     @jax_funcify.register(Conv2d)
-    def _jax_conv2d(op, node, **kwargs):
-        return conv_fn(op, node.outputs[0].dtype)
+    def _jax_conv2d(op, **kwargs):
+        return conv_fn(op)
 
     @jax_funcify.register(Conv2dGradInputs)
-    def _jax_conv2d_grad_inputs(op, node, **kwargs):
-        dtype = node.outputs[0].dtype
-        conv = conv_fn(op, dtype)
+    def _jax_conv2d_grad_inputs(op, **kwargs):
+        conv = conv_fn(op)
 
         def conv2d_grad_inputs(w, gy, x):
-            spec = jax.ShapeDtypeStruct(x.shape, dtype)
-            return jax.linear_transpose(lambda x_: conv(x_, w), spec)(gy.astype(dtype))[0]
+            spec = jax.ShapeDtypeStruct(x.shape, gy.dtype)
+            return jax.linear_transpose(lambda x_: conv(x_, w), spec)(gy)[0]
 
         return conv2d_grad_inputs
 
     @jax_funcify.register(Conv2dGradWeights)
-    def _jax_conv2d_grad_weights(op, node, **kwargs):
-        dtype = node.outputs[0].dtype
-        conv = conv_fn(op, dtype)
+    def _jax_conv2d_grad_weights(op, **kwargs):
+        conv = conv_fn(op)
 
         def conv2d_grad_weights(x, gy, w):
-            spec = jax.ShapeDtypeStruct(w.shape, dtype)
-            return jax.linear_transpose(lambda w_: conv(x, w_), spec)(gy.astype(dtype))[0]
+            spec = jax.ShapeDtypeStruct(w.shape, gy.dtype)
+            return jax.linear_transpose(lambda w_: conv(x, w_), spec)(gy)[0]
 
         return conv2d_grad_weights
 
-    def pool_fn(op: _PoolOp, dtype: str):
+    def pool_fn(op: _PoolOp):
+        (kh, kw), (sh, sw), (ph, pw) = op.ws, op.stride, op.padding
+        is_max, include_pad = op.mode == "max", op.mode == "average_inc_pad"
+
         def pool(x):
             h, w = x.shape[2:]
-            (ext_h, ext_w), (ph, pw), is_max = op._extent(h, w), op.padding, op.mode == "max"
-            # Negative high padding crops rows/cols that no window reaches.
+            out_h, out_w = op._out_hw(h, w)
+            ext_h, ext_w = (out_h - 1) * sh + kh, (out_w - 1) * sw + kw
+            # Pad to exactly the windows' extent; a negative high pad crops rows/cols
+            # that no window reaches (ignore_border=True).
             config = ((0, 0, 0), (0, 0, 0), (ph, ext_h - h - ph, 0), (pw, ext_w - w - pw, 0))
-            fill = np.array(-np.inf if is_max else 0, dtype)
-            xp = lax.pad(x.astype(dtype), fill, config)
-            window, strides = (1, 1, *op.ws), (1, 1, *op.stride)
+            fill = np.array(-np.inf if is_max else 0, dtype=x.dtype)
+            xp = lax.pad(x, fill, config)
             reducer = lax.max if is_max else lax.add
-            total = lax.reduce_window(xp, fill, reducer, window, strides, "VALID")
+            total = lax.reduce_window(xp, fill, reducer, (1, 1, kh, kw), (1, 1, sh, sw), "VALID")
             if is_max:
                 return total
-            return total / op._window_counts(h, w).astype(dtype)
+            counts = [
+                np.minimum(s * np.arange(out) - p + k, n + p * include_pad)
+                - np.maximum(s * np.arange(out) - p, -p * include_pad)
+                for n, k, s, p, out in ((h, kh, sh, ph, out_h), (w, kw, sw, pw, out_w))
+            ]
+            return total / np.outer(*counts).astype(x.dtype)
 
         return pool
 
     @jax_funcify.register(Pool2d)
-    def _jax_pool2d(op, node, **kwargs):
-        return pool_fn(op, node.outputs[0].dtype)
+    def _jax_pool2d(op, **kwargs):
+        return pool_fn(op)
 
     @jax_funcify.register(Pool2dGrad)
-    def _jax_pool2d_grad(op, node, **kwargs):
-        dtype = node.outputs[0].dtype
-        pool = pool_fn(op, dtype)
+    def _jax_pool2d_grad(op, **kwargs):
+        pool = pool_fn(op)
 
         def pool2d_grad(x, gout):
-            _, pullback = jax.vjp(pool, x.astype(dtype))
-            return pullback(gout.astype(dtype))[0]
+            _, pullback = jax.vjp(pool, x.astype(gout.dtype))
+            return pullback(gout)[0]
 
         return pool2d_grad
 
     @jax_funcify.register(MaxPool2dGather)
-    def _jax_max_pool2d_gather(op, node, **kwargs):
-        dtype = node.outputs[0].dtype
-        pool = pool_fn(op, dtype)
+    def _jax_max_pool2d_gather(op, **kwargs):
+        pool = pool_fn(op)
 
         def max_pool2d_gather(x, g):
-            return jax.jvp(pool, (x.astype(dtype),), (g.astype(dtype),))[1]
+            return jax.jvp(pool, (x.astype(g.dtype),), (g,))[1]
 
         return max_pool2d_gather
 
 
+_register_numba()
 _register_jax()

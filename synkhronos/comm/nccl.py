@@ -1,0 +1,126 @@
+"""Collectives for GPU ranks: NCCL through CuPy's bindings, on JAX device arrays.
+
+Reductions and broadcasts run in NCCL on the devices; JAX arrays and CuPy arrays share
+device memory through DLPack, so nothing goes through the host. Gather and scatter, whose
+pieces may differ in shape between ranks, go through the host with the shared-memory
+communicator this class extends. NCCL starts on the first collective: rank 0 makes the
+unique id and every rank receives it through shared memory.
+
+Only 1-GPU runs have been made on real hardware (see docs/limitations.rst).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..shm import DTYPES, dtype_code
+from .shm import ShmCommunicator
+
+_NCCL_DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32",
+                "float64": "NCCL_FLOAT64", "int8": "NCCL_INT8", "uint8": "NCCL_UINT8",
+                "int32": "NCCL_INT32", "int64": "NCCL_INT64"}
+_NCCL_OPS = {"sum": "NCCL_SUM", "avg": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX",
+             "min": "NCCL_MIN"}
+
+
+class NcclCommunicator(ShmCommunicator):
+    """NCCL collectives over one GPU per rank (arguments as for ShmCommunicator)."""
+
+    _comm = None
+
+    def _nccl(self):
+        """The NCCL communicator, created collectively on first use."""
+        if self._comm is None:
+            from cupy.cuda import nccl
+
+            uid = [np.array(nccl.get_unique_id(), np.int64)] if self.rank == 0 else None
+            uid = tuple(int(c) for c in super().broadcast(uid)[0])
+            self._comm = nccl.NcclCommunicator(self.n_ranks, uid, self.rank)
+        return self._comm
+
+    @staticmethod
+    def _codes(array, op: str | None = None):
+        from cupy.cuda import nccl
+
+        name = np.dtype(array.dtype).name
+        if name not in _NCCL_DTYPES:
+            raise TypeError(f"NCCL cannot move arrays of dtype {name}")
+        dtype = getattr(nccl, _NCCL_DTYPES[name])
+        return dtype if op is None else (dtype, getattr(nccl, _NCCL_OPS[op]))
+
+    def _run(self, arrays, outputs, call) -> list:
+        """Run ``call(comm, src, dst, stream)`` for each pair as one NCCL group."""
+        import cupy
+        import jax
+        from cupy.cuda import nccl
+
+        comm = self._nccl()
+        for a in arrays:
+            a.block_until_ready()  # JAX computes on its own stream
+        sources = [cupy.from_dlpack(a) for a in arrays]
+        stream = cupy.cuda.get_current_stream()
+        nccl.groupStart()
+        for src, dst in zip(sources, outputs, strict=True):
+            call(comm, src, dst, stream.ptr)
+        nccl.groupEnd()
+        stream.synchronize()
+        return [jax.dlpack.from_dlpack(o) for o in outputs]
+
+    def all_reduce(self, arrays, op, out=None):
+        import cupy
+
+        outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
+
+        def call(comm, src, dst, stream):
+            dtype, nccl_op = self._codes(src, op)
+            comm.allReduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, stream)
+
+        result = self._run(arrays, outputs, call)
+        return [r / self.n_ranks for r in result] if op == "avg" else result
+
+    def reduce(self, arrays, op, root=0):
+        import cupy
+
+        outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
+
+        def call(comm, src, dst, stream):
+            dtype, nccl_op = self._codes(src, op)
+            comm.reduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, root, stream)
+
+        result = self._run(arrays, outputs, call)
+        if self.rank != root:
+            return None
+        return [r / self.n_ranks for r in result] if op == "avg" else result
+
+    def broadcast(self, arrays, root=0):
+        import cupy
+        import jax.numpy as jnp
+
+        # Non-roots learn shapes and dtypes through shared memory, then NCCL moves the data.
+        meta = None
+        if self.rank == root:
+            meta = [np.array([dtype_code(a.dtype), *a.shape], np.int64) for a in arrays]
+        meta = super().broadcast(meta, root)
+        if self.rank != root:
+            arrays = [jnp.empty(tuple(int(s) for s in m[1:]), DTYPES[int(m[0])]) for m in meta]
+        outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
+
+        def call(comm, src, dst, stream):
+            comm.broadcast(src.data.ptr, dst.data.ptr, src.size, self._codes(src), root, stream)
+
+        return self._run(arrays, outputs, call)
+
+    def gather(self, arrays, root=0):
+        return super().gather([np.asarray(a) for a in arrays], root)
+
+    def all_gather(self, arrays):
+        return super().all_gather([np.asarray(a) for a in arrays])
+
+    def scatter(self, parts, root=0):
+        host = None if parts is None else [[np.asarray(a) for a in p] for p in parts]
+        return super().scatter(host, root)
+
+    def close(self) -> None:
+        if self._comm is not None:
+            self._comm.destroy()
+            self._comm = None
