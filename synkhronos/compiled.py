@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.graph.replace import clone_replace
 
 from .distribute import GraphSpec
 from .partition import Selection, selection_length, shift, split_selection
@@ -55,16 +56,26 @@ class RankFunction:
         fn = self._compiled.get(variant)
         if fn is None:
             spec = self.spec
-            extra, givens = [], list(spec.givens)
-            if variant == "slice":
-                extra = [pt.scalar("synk_start", dtype="int64"),
-                         pt.scalar("synk_stop", dtype="int64")]
-                givens += [(s, s[extra[0]:extra[1]]) for s in spec.sliceable]
-            elif variant == "index":
-                extra = [pt.vector("synk_rows", dtype="int64")]
-                givens += [(s, s[extra[0]]) for s in spec.sliceable]
+            outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
+            if variant != "plain":
+                if variant == "slice":
+                    extra = [pt.scalar("synk_start", dtype="int64"),
+                             pt.scalar("synk_stop", dtype="int64")]
+                    rows = slice(extra[0], extra[1])
+                else:
+                    extra = [pt.vector("synk_rows", dtype="int64")]
+                    rows = extra[0]
+                if givens:
+                    # The user's givens may refer to sliceable variables (x -> x_shared):
+                    # apply them first, since one givens may not feed another.
+                    n = len(outputs)
+                    replaced = clone_replace(
+                        list(outputs) + [u for _, u in updates], dict(givens))
+                    outputs = replaced[:n]
+                    updates = [(t, u) for (t, _), u in zip(updates, replaced[n:], strict=True)]
+                givens = [(s, s[rows]) for s in spec.sliceable]
             fn = pytensor.function(
-                spec.inputs + spec.bcast_inputs + extra, spec.outputs, updates=spec.updates,
+                spec.inputs + spec.bcast_inputs + extra, outputs, updates=updates,
                 givens=givens, mode=self.mode, on_unused_input="ignore", name=spec.name)
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
             self._compiled[variant] = fn

@@ -228,7 +228,9 @@ class Function:
             Rows of the sliceable shared variables each rank uses (default: all).
         num_slices : int
             Each rank computes in this many sequential chunks and combines them, which
-            bounds memory; results equal the unsliced call.
+            bounds memory; outputs equal the unsliced call's. ``updates`` run once per
+            chunk, so updates meant to equal one unsliced step must accumulate (see
+            ``extensions.updates.two_phase(..., n_rows=...)``).
         output_subset : sequence of int, optional
             Indices of the outputs to return (a list is returned).
 

@@ -159,3 +159,17 @@ def test_function_without_scattered_inputs(ranks):
     f = synk.function([], [(v.sum(), "sum"), (v.sum(), "avg")], bcast_inputs=[v])
     got = f(np.arange(4.0))
     assert float(got[0]) == 6.0 * ranks and float(got[1]) == 6.0
+
+
+def test_givens_onto_sliceable_shareds(ranks, rng):
+    """The paper's GPU-data pattern: inputs replaced by sliceable shared variables."""
+    x_all = pytensor.shared(np.zeros((1, 3)), name="x_all")
+    y_all = pytensor.shared(np.zeros(1), name="y_all")
+    f = synk.function([], [((x.sum(axis=1) * y) ** 2).mean(), (y, "gather")],
+                      givens=[(x, x_all), (y, y_all)], sliceable_shareds=[x_all, y_all])
+    xv, yv = rng.normal(size=(8, 3)), rng.normal(size=8)
+    synk.scatter([x_all, y_all], [xv, yv])
+    got = f(batch_s=slice(1, 3))
+    idx = [1, 2, 5, 6]
+    np.testing.assert_allclose(got[0], ((xv[idx].sum(axis=1) * yv[idx]) ** 2).mean())
+    np.testing.assert_allclose(got[1], yv[idx])

@@ -1,0 +1,139 @@
+"""Everything to run on a lent GPU, in one go; prints a table to paste in bench/RESULTS.md.
+
+1. The test suite's GPU-marked tests (results equal ``pytensor.function``).
+2. NCCL start-up and the flat-gradient all_reduce (every collective is in the tests).
+3. Per-call overhead of a synk function vs the plain PyTensor JAX function, same GPU.
+4. A ResNet-50-sized flat all_reduce (25.6 M float32).
+5. MNIST-MLP training throughput (images/s), data in ``synk.data`` vs in sliceable
+   shared variables selected with ``batch_s`` (synthetic MNIST-shaped data: no network).
+
+``--backend jax-cpu`` runs the same steps on CPU ranks (to check the script itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def timed(fn, repeat: int, number: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+def mlp(x, y, sizes=(784, 1024, 1024, 10), seed=0):
+    """A plain PyTensor MLP: returns (loss, params)."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    rng = np.random.default_rng(seed)
+    params, h = [], x
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        w = pytensor.shared((rng.normal(size=(n_in, n_out)) / np.sqrt(n_in)).astype(x.dtype))
+        b = pytensor.shared(np.zeros(n_out, dtype=x.dtype))
+        params += [w, b]
+        h = h @ w + b
+        h = pt.maximum(h, 0) if i < len(sizes) - 2 else pt.special.softmax(h, axis=1)
+    loss = -pt.log(h[pt.arange(y.shape[0]), y]).mean()
+    return loss, params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="gpu")
+    parser.add_argument("--size", type=int, default=25_600_000)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=50)
+    args = parser.parse_args()
+    rows = []
+    if args.backend == "gpu":
+        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu",
+                                "tests/test_gpu.py"], capture_output=True, text=True)
+        print(tests.stdout[-2000:], tests.stderr[-2000:])
+        rows.append(("GPU-marked tests", tests.stdout.strip().splitlines()[-1]))
+
+    import pytensor
+    import pytensor.tensor as pt
+
+    import synkhronos as synk
+    from synkhronos.extensions import updates
+
+    n = synk.fork(1 if args.backend == "gpu" else 2, backend=args.backend)
+    try:
+        # 3. per-call overhead
+        v = pt.vector("v")
+        plain = pytensor.function([v], v.sum(), mode="JAX")
+        f = synk.function([v], (v.sum(), "sum"))
+        d = synk.data(np.ones(8, dtype=v.dtype))
+        f(d)
+        plain(d.data)
+        t_synk, t_plain = timed(lambda: f(d), 5, 500), timed(lambda: plain(d.data), 5, 500)
+        rows.append(("call: synk / plain PyTensor JAX (us)",
+                     f"{t_synk * 1e6:.1f} / {t_plain * 1e6:.1f}"))
+
+        # 2 + 4. NCCL start and the flat all_reduce
+        flat = pytensor.shared(np.ones(args.size, dtype="float32"), name="flat")
+        synk.function([], flat.sum())
+        start = time.perf_counter()
+        synk.all_reduce(flat, op="avg")  # the first call starts NCCL
+        rows.append(("first all_reduce incl. NCCL start (ms)",
+                     f"{(time.perf_counter() - start) * 1e3:.1f}"))
+        t_ar = timed(lambda: synk.all_reduce(flat, op="avg"), 3, 5)
+        rows.append((f"all_reduce {args.size / 1e6:g}M float32 (ms)", f"{t_ar * 1e3:.2f}"))
+
+        # 5. MLP training throughput: synk.data vs batch_s on device-resident data
+        x, y = pt.matrix("x"), pt.ivector("y")
+        loss, params = mlp(x, y)
+        rng = np.random.default_rng(0)
+        n_rows = args.batch_size * 8
+        xs = rng.random((n_rows, 784)).astype(x.dtype)
+        ys = rng.integers(0, 10, n_rows).astype("int32")
+        step = updates.two_phase(updates.sgd, loss, params, learning_rate=0.01)
+        grad_fn = synk.function([x, y], loss, updates=step.grad_updates)
+        apply_fn = synk.function([], updates=step.param_updates)
+        xd, yd = synk.data(xs), synk.data(ys)
+        xsh = pytensor.shared(xs, name="x_all")
+        ysh = pytensor.shared(ys, name="y_all")
+        grad_s = synk.function([], loss, updates=step.grad_updates,
+                               givens=[(x, xsh), (y, ysh)], sliceable_shareds=[xsh, ysh])
+
+        def train_data(i=[0]):
+            lo = (i[0] % 8) * args.batch_size
+            i[0] += 1
+            grad_fn(xd, yd, batch=slice(lo, lo + args.batch_size))
+            synk.all_reduce(step.flat_grad, op="avg")
+            apply_fn()
+
+        def train_shared(i=[0]):
+            lo = (i[0] % 8) * (args.batch_size // n)
+            i[0] += 1
+            grad_s(batch_s=slice(lo, lo + args.batch_size // n))
+            synk.all_reduce(step.flat_grad, op="avg")
+            apply_fn()
+
+        synk.scatter([xsh, ysh], [xs, ys])
+        for train, label in ((train_data, "synk.data"), (train_shared, "batch_s")):
+            train()
+            t = timed(train, 1, args.steps)
+            rows.append((f"MLP train, data in {label} (images/s)",
+                         f"{args.batch_size / t:,.0f}"))
+    finally:
+        synk.close()
+    device = os.environ.get("SYNK_DEVICE_NAME", args.backend)
+    print(f"\nsynkhronos GPU check on {device}, {time.strftime('%Y-%m-%d')}")
+    for name, value in rows:
+        print(f"{name:48s} {value}")
+
+
+if __name__ == "__main__":
+    main()

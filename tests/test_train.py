@@ -1,0 +1,158 @@
+"""Multi-rank tests of synkhronos.extensions.train, on 2 and 3 CPU ranks.
+
+Every rule trains the model of tests/test_updates.py for 20 steps with uneven
+splits, ``batch`` selections and ``num_slices``; the trajectory must equal the
+single-process PyTensor one on the whole batch and the numpy reference.
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from test_updates import RULE_KWARGS, RULES, assert_traj_close, build_model, np_trajectory
+
+import synkhronos as synk
+from synkhronos.extensions import train as T
+from synkhronos.extensions import updates as U
+
+# One fork per rank count (the conftest's module-scoped `ranks` fixture).
+pytestmark = pytest.mark.parametrize("ranks", [2, 3], indirect=True)
+
+# Numba (the default mode) compiles each graph for seconds on every rank;
+# test_default_mode covers it.
+MODE = "FAST_COMPILE"
+N_STEPS = 20
+ROWS = 13  # 2 ranks: 7/6, 3 ranks: 5/4/4
+INDEX = np.array([0, 2, 3, 5, 8, 9, 12])  # 7 rows: 4/3 and 3/2/2
+
+
+def step_args(k):
+    """``batch`` and ``num_slices`` of step ``k``: all rows, the first 11, or an index list."""
+    batch = (None, 11, INDEX)[k % 3]
+    return batch, 1 + k % 2
+
+
+def select(a, batch):
+    return a if batch is None else a[:batch] if isinstance(batch, int) else a[batch]
+
+
+def step_data(n_steps=N_STEPS):
+    rng = np.random.default_rng(5)
+    return rng.normal(size=(n_steps, ROWS, 3)), rng.normal(size=(n_steps, ROWS, 2))
+
+
+@pytest.fixture(scope="module")
+def runs(ranks):
+    """Per rule: 20 steps of the data-parallel and the single-process training."""
+    xs, ys = step_data()
+    built = {}
+    for rule in RULES:
+        params, inputs, loss = build_model()
+        train = T.make_train_function(loss, params, inputs, getattr(U, rule), mode=MODE,
+                                      name=rule, **RULE_KWARGS[rule])
+        ref_params, ref_inputs, ref_loss = build_model()
+        ref = T.make_pytensor_train_function(ref_loss, ref_params, ref_inputs, getattr(U, rule),
+                                             mode=MODE, **RULE_KWARGS[rule])
+        built[rule] = (params, train, ref_params, ref)
+    out = {}
+    for rule, (params, train, ref_params, ref) in built.items():
+        traj, ref_traj, losses, ref_losses = [], [], [], []
+        for k in range(N_STEPS):
+            batch, num_slices = step_args(k)
+            losses.append(train(xs[k], ys[k], batch=batch, num_slices=num_slices))
+            ref_losses.append(ref(xs[k], ys[k], batch=batch))
+            traj.append([p.get_value() for p in params])  # rank 0 is this process
+            ref_traj.append([p.get_value() for p in ref_params])
+        out[rule] = {"train": train, "traj": traj, "ref_traj": ref_traj, "losses": losses,
+                     "ref_losses": ref_losses}
+    selected = [[select(a[k], step_args(k)[0]) for k in range(N_STEPS)] for a in (xs, ys)]
+    return out, selected
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_trajectory_matches_single_process(runs, rule):
+    run = runs[0][rule]
+    assert_traj_close(run["traj"], run["ref_traj"], rtol=1e-10)
+    np.testing.assert_allclose(run["losses"], run["ref_losses"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_trajectory_matches_numpy(runs, rule):
+    run, (xs, ys) = runs[0][rule], runs[1]
+    assert_traj_close(run["traj"], np_trajectory(rule, RULE_KWARGS[rule], xs, ys))
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_state_bitwise_identical_on_ranks(runs, ranks, rule):
+    # Parameters, optimizer state and the (cleared) flat vector.
+    variables = list(runs[0][rule]["train"].phases.param_updates)
+    for var, stacked in zip(variables, synk.gather(variables, nd_up=1), strict=True):
+        assert stacked.shape[0] == ranks
+        for r in range(1, ranks):
+            assert np.array_equal(stacked[r], stacked[0]), (var, r)
+            assert stacked[r].tobytes() == stacked[0].tobytes(), (var, r)
+
+
+def test_flat_grad_is_whole_batch_grad(ranks):
+    params, inputs, loss = build_model()
+    train = T.make_train_function(loss, params, inputs, U.sgd, 0.1, mode=MODE)
+    xs, ys = step_data(1)
+    x, y = synk.data(xs[0]), synk.data(ys[0])
+    train.grad_function(x, y, batch=11, num_slices=2)
+    flat = train.phases.flat_grad
+    synk.all_reduce(flat, op="sum")
+    got = synk.gather(flat, nd_up=1)
+    assert all(np.array_equal(g, got[0]) for g in got)
+    plain = pytensor.function(inputs, pytensor.grad(loss, params), mode=MODE)
+    want = np.concatenate([g.ravel() for g in plain(xs[0][:11], ys[0][:11])])
+    assert got[0][-1] == 11
+    np.testing.assert_allclose(got[0][:-1] / got[0][-1], want, rtol=1e-12)
+    train.update_function()
+    assert not np.any(synk.gather(flat, nd_up=1))
+    x.free_memory()
+    y.free_memory()
+
+
+def test_one_all_reduce_per_step(ranks, monkeypatch):
+    # 50 parameter tensors, one collective per step.
+    params = [pytensor.shared(np.full(2, 0.1 * i), name=f"p{i}") for i in range(50)]
+    x = pt.matrix("x")
+    # (A Python sum of 50 terms would be one 50-input add, which FAST_COMPILE cannot run.)
+    loss = pt.mean(pt.sum(x, axis=1) * pt.sum(U.flatten_vars(params) ** 2))
+    train = T.make_train_function(loss, params, [x], U.momentum, 0.01, mode=MODE)
+    calls = []
+    real = synk.all_reduce
+    monkeypatch.setattr(synk, "all_reduce", lambda *a, **k: (calls.append(a), real(*a, **k)))
+    for _ in range(3):
+        train(np.ones((5, 2)))
+    assert len(calls) == 3
+
+
+def test_default_mode(ranks):
+    """Adam in float32, compiled in the default (Numba) mode on every rank."""
+    if ranks != 2:
+        pytest.skip("the default mode's compile cost is paid once, on 2 ranks")
+    params, inputs, loss = build_model("float32")
+    train = T.make_train_function(loss, params, inputs, U.adam, **RULE_KWARGS["adam"])
+    xs, ys = step_data(4)
+    for k in range(4):
+        batch, num_slices = step_args(k)
+        train(xs[k].astype("float32"), ys[k].astype("float32"), batch=batch,
+              num_slices=num_slices)
+    selected = [[select(a[k], step_args(k)[0]) for k in range(4)] for a in (xs, ys)]
+    want = np_trajectory("adam", RULE_KWARGS["adam"], *selected)[-1]
+    for p, w in zip(params, want, strict=True):
+        assert p.get_value().dtype == np.float32
+        np.testing.assert_allclose(p.get_value(), w, rtol=1e-4, atol=1e-5)
+    stacked = synk.gather(params, nd_up=1)
+    assert all(np.array_equal(s[1], s[0]) for s in stacked)
+
+
+def test_mixed_dtypes_raise(ranks):
+    a = pytensor.shared(np.ones(2, dtype="float32"), name="a")
+    b = pytensor.shared(np.ones(2), name="b")
+    x = pt.matrix("x")
+    with pytest.raises(TypeError, match="one dtype"):
+        T.make_train_function(pt.mean(x @ b) + pt.sum(a), [a, b], [x], U.sgd, 0.1)
+    with pytest.raises(ValueError, match="scattered input"):
+        T.make_train_function(pt.sum(b), [b], [], U.sgd, 0.1)
