@@ -107,16 +107,16 @@ def main() -> None:
         grad_s = synk.function([], loss, updates=step.grad_updates,
                                givens=[(x, xsh), (y, ysh)], sliceable_shareds=[xsh, ysh])
 
-        def train_data(i=[0]):
-            lo = (i[0] % 8) * args.batch_size
-            i[0] += 1
+        steps = iter(range(10**9))
+
+        def train_data():
+            lo = (next(steps) % 8) * args.batch_size
             grad_fn(xd, yd, batch=slice(lo, lo + args.batch_size))
             synk.all_reduce(step.flat_grad, op="avg")
             apply_fn()
 
-        def train_shared(i=[0]):
-            lo = (i[0] % 8) * (args.batch_size // n)
-            i[0] += 1
+        def train_shared():
+            lo = (next(steps) % 8) * (args.batch_size // n)
             grad_s(batch_s=slice(lo, lo + args.batch_size // n))
             synk.all_reduce(step.flat_grad, op="avg")
             apply_fn()
