@@ -12,24 +12,13 @@ Run: ``.venv/bin/python bench/bench_core.py [--ranks 2] [--size 25000000]``.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from timing import best_of
 
 import synkhronos as synk
-
-
-def best_of(fn, repeat: int, number: int) -> float:
-    """Best mean seconds per call over ``repeat`` rounds of ``number`` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
 
 
 def call_overhead(n_ranks: int) -> tuple[float, float]:

@@ -19,16 +19,7 @@ import sys
 import time
 
 import numpy as np
-
-
-def timed(fn, repeat: int, number: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
+from timing import best_of
 
 
 def mlp(x, y, sizes=(784, 1024, 1024, 10), seed=0):
@@ -77,7 +68,7 @@ def main() -> None:
         d = synk.data(np.ones(8, dtype=v.dtype))
         f(d)
         plain(d.data)
-        t_synk, t_plain = timed(lambda: f(d), 5, 500), timed(lambda: plain(d.data), 5, 500)
+        t_synk, t_plain = best_of(lambda: f(d), 5, 500), best_of(lambda: plain(d.data), 5, 500)
         rows.append(("call: synk / plain PyTensor JAX (us)",
                      f"{t_synk * 1e6:.1f} / {t_plain * 1e6:.1f}"))
 
@@ -88,7 +79,7 @@ def main() -> None:
         synk.all_reduce(flat, op="avg")  # the first call starts NCCL
         rows.append(("first all_reduce incl. NCCL start (ms)",
                      f"{(time.perf_counter() - start) * 1e3:.1f}"))
-        t_ar = timed(lambda: synk.all_reduce(flat, op="avg"), 3, 5)
+        t_ar = best_of(lambda: synk.all_reduce(flat, op="avg"), 3, 5)
         rows.append((f"all_reduce {args.size / 1e6:g}M float32 (ms)", f"{t_ar * 1e3:.2f}"))
 
         # 5. MLP training throughput: synk.data vs batch_s on device-resident data
@@ -124,7 +115,7 @@ def main() -> None:
         synk.scatter([xsh, ysh], [xs, ys])
         for train, label in ((train_data, "synk.data"), (train_shared, "batch_s")):
             train()
-            t = timed(train, 1, args.steps)
+            t = best_of(train, 1, args.steps)
             rows.append((f"MLP train, data in {label} (images/s)",
                          f"{args.batch_size / t:,.0f}"))
     finally:

@@ -8,6 +8,7 @@ again only when the generation changes, so reallocations need nothing from the u
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
@@ -51,6 +52,8 @@ class Data:
         self.minibatch = bool(minibatch)
         self._id = next(_ids)
         self._segment = GrowingSegment(f"{process_prefix()}_data{self._id}")
+        # Unlink the segment when this object goes away (workers keep their mapping).
+        weakref.finalize(self, self._segment.unlink)
         if value is not None:
             value = np.asarray(value)
             dtype = value.dtype if dtype is None else np.dtype(dtype)
@@ -153,8 +156,7 @@ class Data:
 
     def free_memory(self) -> None:
         """Release the shared memory; the array becomes empty (length 0)."""
-        self._segment.unlink()
-        self._segment = GrowingSegment(self._segment.base)
+        self._segment.release()
         self._shape = (0,) + self._shape[1:]
         self._view = None
 

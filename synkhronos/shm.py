@@ -152,6 +152,11 @@ class GrowingSegment:
         if self.segment is not None:
             self.segment.unlink()
 
+    def release(self) -> None:
+        """(Owner) unlink and forget the segment; the next reserve allocates anew."""
+        self.unlink()
+        self.segment = None
+
 
 def message_words(max_arrays: int) -> int:
     """Control words needed by a message header holding up to ``max_arrays`` arrays."""

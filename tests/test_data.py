@@ -70,3 +70,16 @@ def test_free_memory():
 def test_unsupported_dtype():
     with pytest.raises(TypeError, match="cannot share"):
         synk.data(np.array(["a", "b"]))
+
+
+def test_segment_is_unlinked_when_data_goes_away():
+    import gc
+
+    from tests.conftest import shm_entries
+
+    d = synk.data(np.ones(10))
+    name = d._segment.segment.name
+    assert name in shm_entries()
+    del d
+    gc.collect()
+    assert name not in shm_entries()
