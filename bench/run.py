@@ -16,10 +16,9 @@ import argparse
 import os
 from pathlib import Path
 
+import bench_core
 import numpy as np
 from timing import best_of
-
-import bench_core
 
 SIZES = (784, 512, 512, 10)
 
