@@ -13,8 +13,8 @@ Implementations:
 
 - CPU: Numba kernels, run directly by ``perform`` (Python linker) and called from the
   default Numba linker's compiled graph (with a cache key, so PyTensor caches graphs
-  that contain them).  Convolution is im2col + one BLAS GEMM per group; pooling loops
-  over windows.
+  that contain them).  Convolution is im2col + BLAS GEMM, image by image (1x1
+  convolutions skip the im2col); pooling loops over windows.
 - JAX: ``jax.lax.conv_general_dilated`` and ``jax.lax.reduce_window`` (cuDNN on
   GPUs); gradient Ops use ``jax.linear_transpose`` / ``jax.vjp`` / ``jax.jvp`` of those.
 """
@@ -168,16 +168,6 @@ def _valid_range(out_len, in_len, offset, stride):
 
 
 @_jit
-def _swap_leading(a):
-    """Contiguous copy of ``a`` (A, B, H, W) as (B, A, H, W)."""
-    out = np.empty((a.shape[1], a.shape[0], a.shape[2], a.shape[3]), dtype=a.dtype)
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            out[j, i] = a[i, j]
-    return out
-
-
-@_jit
 def _conv_geometry(x_shape, w_shape, geom):
     """Output height and width, after checking that input and filters fit together."""
     sh, sw, dh, dw, pad_t, pad_b, pad_l, pad_r, groups = geom
@@ -191,101 +181,166 @@ def _conv_geometry(x_shape, w_shape, geom):
 
 
 @_jit
-def _im2col(x, kh, kw, out_h, out_w, geom):
-    """Padded input taps as a (C * kh * kw, N * out_h * out_w) matrix."""
+def _im2col(image, cols, kh, kw, out_h, out_w, geom):
+    """Fill ``cols`` (C * kh * kw, out_h * out_w) with the padded taps of one image."""
     sh, sw, dh, dw, pad_t, _, pad_l, _, _ = geom
-    n_img, chans, height, width = x.shape
-    cols = np.empty((chans, kh, kw, n_img, out_h, out_w), dtype=x.dtype)
+    chans, height, width = image.shape
+    taps = cols.reshape((chans, kh, kw, out_h, out_w))
     for c in range(chans):
         for i in range(kh):
             for j in range(kw):
                 offset = j * dw - pad_l
                 lo, hi = _valid_range(out_w, width, offset, sw)
-                for n in range(n_img):
-                    for y in range(out_h):
-                        row = cols[c, i, j, n, y]
-                        src = y * sh + i * dh - pad_t
-                        if src < 0 or src >= height:
-                            row[:] = 0
-                            continue
-                        row[:lo] = 0
-                        row[hi:] = 0
+                for y in range(out_h):
+                    row = taps[c, i, j, y]
+                    src = y * sh + i * dh - pad_t
+                    if src < 0 or src >= height:
+                        row[:] = 0
+                        continue
+                    row[:lo] = 0
+                    row[hi:] = 0
+                    if sw == 1:  # contiguous: a vectorised copy
+                        row[lo:hi] = image[c, src, lo + offset : hi + offset]
+                    else:
                         for xo in range(lo, hi):
-                            row[xo] = x[n, c, src, xo * sw + offset]
-    return cols.reshape((chans * kh * kw, n_img * out_h * out_w))
+                            row[xo] = image[c, src, xo * sw + offset]
 
 
 @_jit
-def _col2im(cols, x_shape, kh, kw, out_h, out_w, geom):
-    """Adjoint of :func:`_im2col`: scatter-add the matrix back onto the input grid."""
+def _col2im(cols, image, kh, kw, out_h, out_w, geom):
+    """Adjoint of :func:`_im2col`: ``image`` = the taps in ``cols`` summed in place."""
     sh, sw, dh, dw, pad_t, _, pad_l, _, _ = geom
-    n_img, chans, height, width = x_shape
-    taps = cols.reshape((chans, kh, kw, n_img, out_h, out_w))
-    gx = np.zeros(x_shape, dtype=cols.dtype)
+    chans, height, width = image.shape
+    taps = cols.reshape((chans, kh, kw, out_h, out_w))
+    image[:] = 0
     for c in range(chans):
         for i in range(kh):
             for j in range(kw):
                 offset = j * dw - pad_l
                 lo, hi = _valid_range(out_w, width, offset, sw)
-                for n in range(n_img):
-                    for y in range(out_h):
-                        src = y * sh + i * dh - pad_t
-                        if src < 0 or src >= height:
-                            continue
+                for y in range(out_h):
+                    src = y * sh + i * dh - pad_t
+                    if src < 0 or src >= height:
+                        continue
+                    if sw == 1:
+                        image[c, src, lo + offset : hi + offset] += taps[c, i, j, y, lo:hi]
+                    else:
                         for xo in range(lo, hi):
-                            gx[n, c, src, xo * sw + offset] += taps[c, i, j, n, y, xo]
-    return gx
+                            image[c, src, xo * sw + offset] += taps[c, i, j, y, xo]
+
+
+# The convolutions below run image by image: the im2col matrix of one image stays in
+# cache between its construction and the GEMM that reads it, and each GEMM writes
+# straight into the NCHW output without a transpose.  For 1x1 filters with unit stride
+# and no padding, the image itself is the im2col matrix.
+
+
+@_jit
+def _pointwise(w_shape, geom):
+    """Whether the im2col matrix of an image equals the image (a 1x1 convolution)."""
+    sh, sw, _, _, pad_t, pad_b, pad_l, pad_r, _ = geom
+    unpadded = pad_t == pad_b == pad_l == pad_r == 0
+    return w_shape[2] == 1 and w_shape[3] == 1 and sh == sw == 1 and unpadded
+
+
+@_jit
+def _image_matrices(x):
+    """Contiguous ``x`` as (N, C, H * W): the im2col matrices of a 1x1 convolution."""
+    return np.ascontiguousarray(x).reshape((x.shape[0], x.shape[1], x.shape[2] * x.shape[3]))
+
+
+@_jit
+def _forward_gemm(w2, cols, out, groups):
+    """``out = w2 @ cols`` per group: one image's output (O, out_h * out_w)."""
+    og, kg = w2.shape[0] // groups, w2.shape[1]
+    for g in range(groups):
+        o_rows, k_rows = slice(g * og, (g + 1) * og), slice(g * kg, (g + 1) * kg)
+        np.dot(w2[o_rows], cols[k_rows], out[o_rows])
+
+
+@_jit
+def _grad_cols_gemm(w2, gy2, cols, groups):
+    """``cols = w2.T @ gy2`` per group: one image's gradient w.r.t. its im2col matrix."""
+    og, kg = w2.shape[0] // groups, w2.shape[1]
+    for g in range(groups):
+        o_rows, k_rows = slice(g * og, (g + 1) * og), slice(g * kg, (g + 1) * kg)
+        np.dot(w2[o_rows].T, gy2[o_rows], cols[k_rows])
+
+
+@_jit
+def _grad_weights_gemm(gy2, cols, gw2, part, groups):
+    """``gw2 += gy2 @ cols.T`` per group: one image's contribution to the filter gradient."""
+    og, kg = gw2.shape[0] // groups, gw2.shape[1]
+    for g in range(groups):
+        o_rows, k_rows = slice(g * og, (g + 1) * og), slice(g * kg, (g + 1) * kg)
+        np.dot(gy2[o_rows], cols[k_rows].T, part)
+        gw2[o_rows] += part
 
 
 @_jit
 def _conv2d_forward(x, w, geom):
     out_h, out_w = _conv_geometry(x.shape, w.shape, geom)
-    groups = geom[8]
+    n_img, groups = x.shape[0], geom[8]
     n_out, _, kh, kw = w.shape
-    cols = _im2col(x, kh, kw, out_h, out_w, geom)
-    og, kg = n_out // groups, cols.shape[0] // groups
-    w2 = np.ascontiguousarray(w).reshape((n_out, kg))
-    y = np.empty((n_out, cols.shape[1]), dtype=x.dtype)
-    for g in range(groups):
-        np.dot(w2[g * og : (g + 1) * og], cols[g * kg : (g + 1) * kg], y[g * og : (g + 1) * og])
-    return _swap_leading(y.reshape((n_out, x.shape[0], out_h, out_w)))
+    w2 = np.ascontiguousarray(w).reshape((n_out, -1))
+    y = np.empty((n_img, n_out, out_h * out_w), dtype=x.dtype)
+    if _pointwise(w.shape, geom):
+        images = _image_matrices(x)
+        for n in range(n_img):
+            _forward_gemm(w2, images[n], y[n], groups)
+    else:
+        cols = np.empty((groups * w2.shape[1], out_h * out_w), dtype=x.dtype)
+        for n in range(n_img):
+            _im2col(x[n], cols, kh, kw, out_h, out_w, geom)
+            _forward_gemm(w2, cols, y[n], groups)
+    return y.reshape((n_img, n_out, out_h, out_w))
 
 
 @_jit
-def _output_grad_matrix(gy, x_shape, w_shape, geom):
-    """``gy`` as an (O, N * out_h * out_w) matrix, after checking its shape."""
+def _output_grad_matrices(gy, x_shape, w_shape, geom):
+    """``gy`` as contiguous (N, O, out_h * out_w), after checking its shape."""
     out_h, out_w = _conv_geometry(x_shape, w_shape, geom)
     if gy.shape != (x_shape[0], w_shape[0], out_h, out_w):
         raise ValueError("conv2d gradient: output gradient has the wrong shape")
-    return _swap_leading(gy).reshape((w_shape[0], -1))
+    return np.ascontiguousarray(gy).reshape((gy.shape[0], gy.shape[1], out_h * out_w))
 
 
 @_jit
 def _conv2d_grad_inputs(w, gy, x, geom):
-    gy2 = _output_grad_matrix(gy, x.shape, w.shape, geom)
-    groups = geom[8]
+    gy3 = _output_grad_matrices(gy, x.shape, w.shape, geom)
+    n_img, groups = x.shape[0], geom[8]
     n_out, _, kh, kw = w.shape
-    og, kg = n_out // groups, w.shape[1] * kh * kw
-    w2 = np.ascontiguousarray(w).reshape((n_out, kg))
-    cols = np.empty((groups * kg, gy2.shape[1]), dtype=gy.dtype)
-    for g in range(groups):
-        rows = slice(g * og, (g + 1) * og)
-        np.dot(w2[rows].T, gy2[rows], cols[g * kg : (g + 1) * kg])
-    return _col2im(cols, x.shape, kh, kw, gy.shape[2], gy.shape[3], geom)
+    w2 = np.ascontiguousarray(w).reshape((n_out, -1))
+    gx = np.empty(x.shape, dtype=gy.dtype)
+    if _pointwise(w.shape, geom):
+        gx3 = gx.reshape((n_img, x.shape[1], -1))
+        for n in range(n_img):
+            _grad_cols_gemm(w2, gy3[n], gx3[n], groups)
+    else:
+        cols = np.empty((groups * w2.shape[1], gy3.shape[2]), dtype=gy.dtype)
+        for n in range(n_img):
+            _grad_cols_gemm(w2, gy3[n], cols, groups)
+            _col2im(cols, gx[n], kh, kw, gy.shape[2], gy.shape[3], geom)
+    return gx
 
 
 @_jit
 def _conv2d_grad_weights(x, gy, w, geom):
-    gy2 = _output_grad_matrix(gy, x.shape, w.shape, geom)
-    groups = geom[8]
+    gy3 = _output_grad_matrices(gy, x.shape, w.shape, geom)
+    n_img, groups = x.shape[0], geom[8]
     n_out, _, kh, kw = w.shape
-    cols = _im2col(x, kh, kw, gy.shape[2], gy.shape[3], geom)
-    og, kg = n_out // groups, cols.shape[0] // groups
-    gw = np.empty((n_out, kg), dtype=gy.dtype)
-    for g in range(groups):
-        rows = slice(g * og, (g + 1) * og)
-        np.dot(gy2[rows], cols[g * kg : (g + 1) * kg].T, gw[rows])
-    return gw.reshape(w.shape)
+    gw2 = np.zeros((n_out, w.shape[1] * kh * kw), dtype=gy.dtype)
+    part = np.empty((n_out // groups, gw2.shape[1]), dtype=gy.dtype)
+    if _pointwise(w.shape, geom):
+        images = _image_matrices(x)
+        for n in range(n_img):
+            _grad_weights_gemm(gy3[n], images[n], gw2, part, groups)
+    else:
+        cols = np.empty((groups * gw2.shape[1], gy3.shape[2]), dtype=gy.dtype)
+        for n in range(n_img):
+            _im2col(x[n], cols, kh, kw, gy.shape[2], gy.shape[3], geom)
+            _grad_weights_gemm(gy3[n], cols, gw2, part, groups)
+    return gw2.reshape(w.shape)
 
 
 @_jit

@@ -1,0 +1,280 @@
+"""Parameter initializers, with the names and defaults of Lasagne's ``lasagne.init``.
+
+An initializer is called with a shape and returns a NumPy array of
+``pytensor.config.floatX``.  Random initializers draw from the generator returned by
+:func:`get_rng`, which :func:`set_rng` replaces (e.g. to seed all of a model at once).
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+import pytensor
+
+__all__ = [
+    "Constant",
+    "Glorot",
+    "GlorotNormal",
+    "GlorotUniform",
+    "He",
+    "HeNormal",
+    "HeUniform",
+    "Initializer",
+    "Normal",
+    "Orthogonal",
+    "Uniform",
+    "get_rng",
+    "set_rng",
+]
+
+Shape = Sequence[int]
+_rng = np.random.default_rng()
+
+
+def get_rng() -> np.random.Generator:
+    """The generator that random initializers (and dropout seeds) draw from.
+
+    Returns
+    -------
+    numpy.random.Generator
+        The current module-wide generator.
+    """
+    return _rng
+
+
+def set_rng(rng: np.random.Generator | int) -> None:
+    """Replace the module-wide generator.
+
+    Parameters
+    ----------
+    rng
+        A generator, or a seed for a new one.
+    """
+    global _rng
+    _rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def _floatx(values) -> np.ndarray:
+    return np.asarray(values, dtype=pytensor.config.floatX)
+
+
+def _gain_value(gain: float | str) -> float:
+    """Numeric gain; ``"relu"`` means sqrt(2), as in Lasagne."""
+    if gain == "relu":
+        return float(np.sqrt(2))
+    return float(gain)
+
+
+class Initializer(ABC):
+    """Base class: ``init(shape)`` returns a new array of that shape."""
+
+    def __call__(self, shape: Shape) -> np.ndarray:
+        """Same as :meth:`sample`."""
+        return self.sample(shape)
+
+    @abstractmethod
+    def sample(self, shape: Shape) -> np.ndarray:
+        """Draw an array of ``shape`` (dtype ``floatX``).
+
+        Parameters
+        ----------
+        shape
+            Shape of the parameter.
+
+        Returns
+        -------
+        numpy.ndarray
+            The initial values.
+        """
+
+
+class Normal(Initializer):
+    """Gaussian values.
+
+    Parameters
+    ----------
+    std
+        Standard deviation.
+    mean
+        Mean.
+    """
+
+    def __init__(self, std: float = 0.01, mean: float = 0.0):
+        self.std, self.mean = std, mean
+
+    def sample(self, shape: Shape) -> np.ndarray:
+        """Draw ``shape`` values from N(mean, std**2)."""
+        return _floatx(get_rng().normal(self.mean, self.std, size=tuple(shape)))
+
+
+class Uniform(Initializer):
+    """Uniform values.
+
+    Parameters
+    ----------
+    range
+        ``r`` for U(-r, r), or a pair ``(low, high)``; ignored when ``std`` is given.
+    std
+        If given, sample U(mean - a, mean + a) with ``a = sqrt(3) * std``.
+    mean
+        Centre of the interval when ``std`` is given.
+    """
+
+    def __init__(
+        self,
+        range: float | tuple[float, float] = 0.01,  # shadows the builtin: Lasagne's name
+        std: float | None = None,
+        mean: float = 0.0,
+    ):
+        if std is not None:
+            half = np.sqrt(3) * std
+            self.range = (mean - half, mean + half)
+        elif isinstance(range, Sequence):
+            self.range = tuple(range)
+        else:
+            self.range = (-range, range)
+
+    def sample(self, shape: Shape) -> np.ndarray:
+        """Draw ``shape`` values from U(low, high)."""
+        return _floatx(get_rng().uniform(*self.range, size=tuple(shape)))
+
+
+class Glorot(Initializer):
+    """Glorot (Xavier) scaling: std = gain * sqrt(2 / ((fan_in + fan_out) * receptive)).
+
+    ``fan_in, fan_out = shape[:2]`` (symmetric, so dense ``(in, out)`` and conv
+    ``(out, in, h, w)`` shapes both work) and ``receptive = prod(shape[2:])``.
+
+    Parameters
+    ----------
+    initializer
+        Class called with ``std=...``, e.g. :class:`Normal` or :class:`Uniform`.
+    gain
+        Scale factor, or ``"relu"`` for sqrt(2).
+    """
+
+    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0):
+        self.initializer, self.gain = initializer, _gain_value(gain)
+
+    def sample(self, shape: Shape) -> np.ndarray:
+        """Draw with the Glorot standard deviation for ``shape`` (at least 2-d)."""
+        if len(shape) < 2:
+            raise ValueError("Glorot initialisation needs a shape of at least 2 dimensions")
+        fan_sum = (shape[0] + shape[1]) * int(np.prod(shape[2:]))
+        return self.initializer(std=self.gain * np.sqrt(2.0 / fan_sum)).sample(shape)
+
+
+class GlorotNormal(Glorot):
+    """:class:`Glorot` with Gaussian values.
+
+    Parameters
+    ----------
+    gain
+        Scale factor, or ``"relu"`` for sqrt(2).
+    """
+
+    def __init__(self, gain: float | str = 1.0):
+        super().__init__(Normal, gain)
+
+
+class GlorotUniform(Glorot):
+    """:class:`Glorot` with uniform values.
+
+    Parameters
+    ----------
+    gain
+        Scale factor, or ``"relu"`` for sqrt(2).
+    """
+
+    def __init__(self, gain: float | str = 1.0):
+        super().__init__(Uniform, gain)
+
+
+class He(Initializer):
+    """He (Kaiming) scaling: std = gain * sqrt(1 / fan_in).
+
+    ``fan_in`` is ``shape[0]`` for 2-d (dense ``(in, out)``) shapes and
+    ``prod(shape[1:])`` for conv ``(out, in, h, w)`` shapes.
+
+    Parameters
+    ----------
+    initializer
+        Class called with ``std=...``, e.g. :class:`Normal` or :class:`Uniform`.
+    gain
+        Scale factor, or ``"relu"`` for sqrt(2).
+    """
+
+    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0):
+        self.initializer, self.gain = initializer, _gain_value(gain)
+
+    def sample(self, shape: Shape) -> np.ndarray:
+        """Draw with the He standard deviation for ``shape`` (at least 2-d)."""
+        if len(shape) < 2:
+            raise ValueError("He initialisation needs a shape of at least 2 dimensions")
+        fan_in = shape[0] if len(shape) == 2 else int(np.prod(shape[1:]))
+        return self.initializer(std=self.gain * np.sqrt(1.0 / fan_in)).sample(shape)
+
+
+class HeNormal(He):
+    """:class:`He` with Gaussian values.
+
+    Parameters
+    ----------
+    gain
+        Scale factor, or ``"relu"`` for sqrt(2).
+    """
+
+    def __init__(self, gain: float | str = 1.0):
+        super().__init__(Normal, gain)
+
+
+class HeUniform(He):
+    """:class:`He` with uniform values.
+
+    Parameters
+    ----------
+    gain
+        Scale factor, or ``"relu"`` for sqrt(2).
+    """
+
+    def __init__(self, gain: float | str = 1.0):
+        super().__init__(Uniform, gain)
+
+
+class Constant(Initializer):
+    """Every value equal to ``val``.
+
+    Parameters
+    ----------
+    val
+        The constant.
+    """
+
+    def __init__(self, val: float = 0.0):
+        self.val = val
+
+    def sample(self, shape: Shape) -> np.ndarray:
+        """An array of ``shape`` filled with ``val``."""
+        return _floatx(np.full(tuple(shape), self.val))
+
+
+class Orthogonal(Initializer):
+    """Orthogonal matrix (of ``shape[0]`` by ``prod(shape[1:])``), times ``gain``.
+
+    Parameters
+    ----------
+    gain
+        Scale factor, or ``"relu"`` for sqrt(2).
+    """
+
+    def __init__(self, gain: float | str = 1.0):
+        self.gain = _gain_value(gain)
+
+    def sample(self, shape: Shape) -> np.ndarray:
+        """Orthogonal rows or columns from the SVD of a Gaussian matrix."""
+        if len(shape) < 2:
+            raise ValueError("Orthogonal initialisation needs a shape of at least 2 dimensions")
+        flat = (shape[0], int(np.prod(shape[1:])))
+        u, _, vt = np.linalg.svd(get_rng().normal(size=flat), full_matrices=False)
+        q = u if u.shape == flat else vt
+        return _floatx(self.gain * q.reshape(tuple(shape)))
