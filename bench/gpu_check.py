@@ -19,24 +19,8 @@ import sys
 import time
 
 import numpy as np
+from run import mlp
 from timing import best_of
-
-
-def mlp(x, y, sizes=(784, 1024, 1024, 10), seed=0):
-    """A plain PyTensor MLP: returns (loss, params)."""
-    import pytensor
-    import pytensor.tensor as pt
-
-    rng = np.random.default_rng(seed)
-    params, h = [], x
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        w = pytensor.shared((rng.normal(size=(n_in, n_out)) / np.sqrt(n_in)).astype(x.dtype))
-        b = pytensor.shared(np.zeros(n_out, dtype=x.dtype))
-        params += [w, b]
-        h = h @ w + b
-        h = pt.maximum(h, 0) if i < len(sizes) - 2 else pt.special.softmax(h, axis=1)
-    loss = -pt.log(h[pt.arange(y.shape[0]), y]).mean()
-    return loss, params
 
 
 def main() -> None:
@@ -83,8 +67,7 @@ def main() -> None:
         rows.append((f"all_reduce {args.size / 1e6:g}M float32 (ms)", f"{t_ar * 1e3:.2f}"))
 
         # 5. MLP training throughput: synk.data vs batch_s on device-resident data
-        x, y = pt.matrix("x"), pt.ivector("y")
-        loss, params = mlp(x, y)
+        x, y, loss, params = mlp(sizes=(784, 1024, 1024, 10))
         rng = np.random.default_rng(0)
         n_rows = args.batch_size * 8
         xs = rng.random((n_rows, 784)).astype(x.dtype)

@@ -23,20 +23,20 @@ from timing import best_of
 SIZES = (784, 512, 512, 10)
 
 
-def mlp(seed: int = 0):
-    """Symbolic MLP: (x, y, loss, params) in floatX."""
+def mlp(sizes: tuple[int, ...] = SIZES, seed: int = 0):
+    """Symbolic MLP of layer ``sizes``: returns (x, y, loss, params) in floatX."""
     import pytensor
     import pytensor.tensor as pt
 
     x, y = pt.matrix("x"), pt.ivector("y")
     rng = np.random.default_rng(seed)
     params, h = [], x
-    for i, (n_in, n_out) in enumerate(zip(SIZES[:-1], SIZES[1:], strict=True)):
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         w = pytensor.shared((rng.normal(size=(n_in, n_out)) / np.sqrt(n_in)).astype(x.dtype))
         b = pytensor.shared(np.zeros(n_out, dtype=x.dtype))
         params += [w, b]
         h = h @ w + b
-        h = pt.maximum(h, 0) if i < len(SIZES) - 2 else pt.special.log_softmax(h, axis=1)
+        h = pt.maximum(h, 0) if i < len(sizes) - 2 else pt.special.log_softmax(h, axis=1)
     loss = -h[pt.arange(y.shape[0]), y].mean()
     return x, y, loss, params
 

@@ -39,49 +39,50 @@ CONV_CASES = [
 ]
 
 
+def conv_taps(w_shape, out_hw, stride, dilation, groups):
+    """``(f, chans, i, j, rows, cols)`` for every filter tap ``w[f, :, i, j]``.
+
+    ``chans`` are the input channels of filter ``f``'s group, and ``rows``/``cols`` the
+    strided slices of the padded input that the tap meets over the whole output.
+    """
+    o, cg, kh, kw = w_shape
+    out_h, out_w = out_hw
+    og = o // groups
+    for f in range(o):
+        chans = slice(f // og * cg, (f // og + 1) * cg)
+        for i in range(kh):
+            for j in range(kw):
+                rows = slice(
+                    i * dilation[0], i * dilation[0] + (out_h - 1) * stride[0] + 1, stride[0]
+                )
+                cols = slice(
+                    j * dilation[1], j * dilation[1] + (out_w - 1) * stride[1] + 1, stride[1]
+                )
+                yield f, chans, i, j, rows, cols
+
+
 def conv_ref(x, w, stride, padding, dilation, groups):
     """Direct-sum cross-correlation, float64."""
-    (n, _, h, wd), (o, cg, kh, kw) = x.shape, w.shape
+    (n, _, h, wd), (o, _, kh, kw) = x.shape, w.shape
     (pt_, pb), (pl, pr) = padding
     xp = np.pad(x, ((0, 0), (0, 0), (pt_, pb), (pl, pr)))
     out_h = (h + pt_ + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     out_w = (wd + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     y = np.zeros((n, o, out_h, out_w))
-    og = o // groups
-    for f in range(o):
-        chans = slice(f // og * cg, (f // og + 1) * cg)
-        for i in range(kh):
-            for j in range(kw):
-                rows = slice(
-                    i * dilation[0], i * dilation[0] + (out_h - 1) * stride[0] + 1, stride[0]
-                )
-                cols = slice(
-                    j * dilation[1], j * dilation[1] + (out_w - 1) * stride[1] + 1, stride[1]
-                )
-                y[:, f] += np.einsum("nchw,c->nhw", xp[:, chans, rows, cols], w[f, :, i, j])
+    for f, chans, i, j, rows, cols in conv_taps(w.shape, (out_h, out_w), stride, dilation, groups):
+        y[:, f] += np.einsum("nchw,c->nhw", xp[:, chans, rows, cols], w[f, :, i, j])
     return y
 
 
 def conv_grads_ref(x, w, gy, stride, padding, dilation, groups):
     """Gradients of ``sum(conv(x, w) * gy)`` by the same direct sums, transposed."""
-    (h, wd), (o, cg, kh, kw) = x.shape[2:], w.shape
+    h, wd = x.shape[2:]
     (pt_, pb), (pl, pr) = padding
     xp = np.pad(x, ((0, 0), (0, 0), (pt_, pb), (pl, pr)))
     gxp, gw = np.zeros_like(xp), np.zeros_like(w)
-    out_h, out_w = gy.shape[2:]
-    og = o // groups
-    for f in range(o):
-        chans = slice(f // og * cg, (f // og + 1) * cg)
-        for i in range(kh):
-            for j in range(kw):
-                rows = slice(
-                    i * dilation[0], i * dilation[0] + (out_h - 1) * stride[0] + 1, stride[0]
-                )
-                cols = slice(
-                    j * dilation[1], j * dilation[1] + (out_w - 1) * stride[1] + 1, stride[1]
-                )
-                gw[f, :, i, j] = np.einsum("nchw,nhw->c", xp[:, chans, rows, cols], gy[:, f])
-                gxp[:, chans, rows, cols] += np.einsum("c,nhw->nchw", w[f, :, i, j], gy[:, f])
+    for f, chans, i, j, rows, cols in conv_taps(w.shape, gy.shape[2:], stride, dilation, groups):
+        gw[f, :, i, j] = np.einsum("nchw,nhw->c", xp[:, chans, rows, cols], gy[:, f])
+        gxp[:, chans, rows, cols] += np.einsum("c,nhw->nchw", w[f, :, i, j], gy[:, f])
     return gxp[:, :, pt_ : pt_ + h, pl : pl + wd], gw
 
 

@@ -533,7 +533,29 @@ class Conv2d(_ConvOp):
         ]
 
 
-class Conv2dGradInputs(_ConvOp):
+class _Conv2dGrad(_ConvOp):
+    """Base of the two gradient Ops of :class:`Conv2d`.
+
+    Both take ``(operand, output_grad, like)``: the forward operand the gradient is
+    not taken with respect to, the output gradient, and the variable whose gradient is
+    computed, which only provides the output's shape (hence no connection from it).
+    Subclasses keep their own ``make_node`` so that its argument names say which is which.
+    """
+
+    def _grad_node(self, operand, gy, like) -> Apply:
+        operand, gy, like = _as_4d(operand), _as_4d(gy), _as_4d(like)
+        dtype = _float_dtype(operand, gy)
+        out = TensorType(dtype, shape=like.type.shape)()
+        return Apply(self, [*_cast_inputs(dtype, operand, gy), like], [out])
+
+    def infer_shape(self, fgraph, node, input_shapes):
+        return [input_shapes[2]]
+
+    def connection_pattern(self, node):
+        return [[True], [True], [False]]
+
+
+class Conv2dGradInputs(_Conv2dGrad):
     """Gradient of :class:`Conv2d` with respect to its input (a transposed convolution).
 
     Inputs are ``(filters, output_grad, input)``; ``input`` only provides the shape.
@@ -543,16 +565,7 @@ class Conv2dGradInputs(_ConvOp):
     _kernel = staticmethod(_conv2d_grad_inputs)
 
     def make_node(self, w, gy, x) -> Apply:
-        w, gy, x = _as_4d(w), _as_4d(gy), _as_4d(x)
-        dtype = _float_dtype(w, gy)
-        out = TensorType(dtype, shape=x.type.shape)()
-        return Apply(self, [*_cast_inputs(dtype, w, gy), x], [out])
-
-    def infer_shape(self, fgraph, node, input_shapes):
-        return [input_shapes[2]]
-
-    def connection_pattern(self, node):
-        return [[True], [True], [False]]
+        return self._grad_node(w, gy, x)
 
     def pullback(self, inputs, outputs, output_grads):
         w, gy, x = inputs
@@ -565,7 +578,7 @@ class Conv2dGradInputs(_ConvOp):
         ]
 
 
-class Conv2dGradWeights(_ConvOp):
+class Conv2dGradWeights(_Conv2dGrad):
     """Gradient of :class:`Conv2d` with respect to its filters.
 
     Inputs are ``(input, output_grad, filters)``; ``filters`` only provides the shape.
@@ -575,16 +588,7 @@ class Conv2dGradWeights(_ConvOp):
     _kernel = staticmethod(_conv2d_grad_weights)
 
     def make_node(self, x, gy, w) -> Apply:
-        x, gy, w = _as_4d(x), _as_4d(gy), _as_4d(w)
-        dtype = _float_dtype(x, gy)
-        out = TensorType(dtype, shape=w.type.shape)()
-        return Apply(self, [*_cast_inputs(dtype, x, gy), w], [out])
-
-    def infer_shape(self, fgraph, node, input_shapes):
-        return [input_shapes[2]]
-
-    def connection_pattern(self, node):
-        return [[True], [True], [False]]
+        return self._grad_node(x, gy, w)
 
     def pullback(self, inputs, outputs, output_grads):
         x, gy, w = inputs
@@ -851,25 +855,30 @@ def _register_jax() -> None:
     def _jax_conv2d(op, **kwargs):
         return conv_fn(op)
 
-    @jax_funcify.register(Conv2dGradInputs)
-    def _jax_conv2d_grad_inputs(op, **kwargs):
+    def conv_grad_fn(op: _Conv2dGrad, wrt_input: bool):
+        """A gradient Op as the transpose of ``conv``, which is linear in either argument.
+
+        Takes the Ops' ``(operand, gy, like)``; ``wrt_input`` says whether ``like`` is
+        conv's input (``operand`` the filters) or its filters (``operand`` the input).
+        """
         conv = conv_fn(op)
 
-        def conv2d_grad_inputs(w, gy, x):
-            spec = jax.ShapeDtypeStruct(x.shape, gy.dtype)
-            return jax.linear_transpose(lambda x_: conv(x_, w), spec)(gy)[0]
+        def conv_grad(operand, gy, like):
+            def linear(v):
+                return conv(v, operand) if wrt_input else conv(operand, v)
 
-        return conv2d_grad_inputs
+            spec = jax.ShapeDtypeStruct(like.shape, gy.dtype)
+            return jax.linear_transpose(linear, spec)(gy)[0]
+
+        return conv_grad
+
+    @jax_funcify.register(Conv2dGradInputs)
+    def _jax_conv2d_grad_inputs(op, **kwargs):
+        return conv_grad_fn(op, wrt_input=True)
 
     @jax_funcify.register(Conv2dGradWeights)
     def _jax_conv2d_grad_weights(op, **kwargs):
-        conv = conv_fn(op)
-
-        def conv2d_grad_weights(x, gy, w):
-            spec = jax.ShapeDtypeStruct(w.shape, gy.dtype)
-            return jax.linear_transpose(lambda w_: conv(x, w_), spec)(gy)[0]
-
-        return conv2d_grad_weights
+        return conv_grad_fn(op, wrt_input=False)
 
     def pool_fn(op: _PoolOp):
         (kh, kw), (sh, sw), (ph, pw) = op.ws, op.stride, op.padding

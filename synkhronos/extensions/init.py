@@ -65,6 +65,11 @@ def _gain_value(gain: float | str) -> float:
     return float(gain)
 
 
+def _check_2d(shape: Shape, name: str) -> None:
+    if len(shape) < 2:
+        raise ValueError(f"{name} initialisation needs a shape of at least 2 dimensions")
+
+
 class Initializer(ABC):
     """Base class: ``init(shape)`` returns a new array of that shape."""
 
@@ -139,7 +144,22 @@ class Uniform(Initializer):
         return _floatx(get_rng().uniform(*self.range, size=tuple(shape)))
 
 
-class Glorot(Initializer):
+class _FanScaled(Initializer):
+    """Base of :class:`Glorot` and :class:`He`: ``initializer`` with a std from the fans.
+
+    Subclasses document and implement ``sample`` (their own fan formula), each calling
+    :meth:`_draw`; keeping ``sample`` there keeps it in their rendered documentation.
+    """
+
+    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0):
+        self.initializer, self.gain = initializer, _gain_value(gain)
+
+    def _draw(self, shape: Shape, variance: float) -> np.ndarray:
+        """Draw ``shape`` values with std ``gain * sqrt(variance)``."""
+        return self.initializer(std=self.gain * np.sqrt(variance)).sample(shape)
+
+
+class Glorot(_FanScaled):
     """Glorot (Xavier) scaling: std = gain * sqrt(2 / ((fan_in + fan_out) * receptive)).
 
     ``fan_in, fan_out = shape[:2]`` (symmetric, so dense ``(in, out)`` and conv
@@ -153,15 +173,11 @@ class Glorot(Initializer):
         Scale factor, or ``"relu"`` for sqrt(2).
     """
 
-    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0):
-        self.initializer, self.gain = initializer, _gain_value(gain)
-
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw with the Glorot standard deviation for ``shape`` (at least 2-d)."""
-        if len(shape) < 2:
-            raise ValueError("Glorot initialisation needs a shape of at least 2 dimensions")
+        _check_2d(shape, "Glorot")
         fan_sum = (shape[0] + shape[1]) * int(np.prod(shape[2:]))
-        return self.initializer(std=self.gain * np.sqrt(2.0 / fan_sum)).sample(shape)
+        return self._draw(shape, 2.0 / fan_sum)
 
 
 class GlorotNormal(Glorot):
@@ -190,7 +206,7 @@ class GlorotUniform(Glorot):
         super().__init__(Uniform, gain)
 
 
-class He(Initializer):
+class He(_FanScaled):
     """He (Kaiming) scaling: std = gain * sqrt(1 / fan_in).
 
     ``fan_in`` is ``shape[0]`` for 2-d (dense ``(in, out)``) shapes and
@@ -204,15 +220,11 @@ class He(Initializer):
         Scale factor, or ``"relu"`` for sqrt(2).
     """
 
-    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0):
-        self.initializer, self.gain = initializer, _gain_value(gain)
-
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw with the He standard deviation for ``shape`` (at least 2-d)."""
-        if len(shape) < 2:
-            raise ValueError("He initialisation needs a shape of at least 2 dimensions")
+        _check_2d(shape, "He")
         fan_in = shape[0] if len(shape) == 2 else int(np.prod(shape[1:]))
-        return self.initializer(std=self.gain * np.sqrt(1.0 / fan_in)).sample(shape)
+        return self._draw(shape, 1.0 / fan_in)
 
 
 class HeNormal(He):
@@ -272,8 +284,7 @@ class Orthogonal(Initializer):
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Orthogonal rows or columns from the SVD of a Gaussian matrix."""
-        if len(shape) < 2:
-            raise ValueError("Orthogonal initialisation needs a shape of at least 2 dimensions")
+        _check_2d(shape, "Orthogonal")
         flat = (shape[0], int(np.prod(shape[1:])))
         u, _, vt = np.linalg.svd(get_rng().normal(size=flat), full_matrices=False)
         q = u if u.shape == flat else vt

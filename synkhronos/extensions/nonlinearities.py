@@ -1,5 +1,7 @@
 """Activation functions, with the names and defaults of ``lasagne.nonlinearities``."""
 
+from collections.abc import Callable
+
 import pytensor.tensor as pt
 from pytensor.tensor.special import softmax as _softmax
 from pytensor.tensor.variable import TensorVariable
@@ -18,68 +20,50 @@ __all__ = [
     "very_leaky_rectify",
 ]
 
+_F = Callable[..., TensorVariable]
 
-def sigmoid(x) -> TensorVariable:
-    """Logistic sigmoid ``1 / (1 + exp(-x))``.
 
-    Parameters
-    ----------
-    x
-        Input tensor.
+def _with_tensor_doc(returns: str) -> Callable[[_F], _F]:
+    """Complete a one-line docstring with the numpy sections shared by every ``f(x)`` here.
 
-    Returns
-    -------
-    TensorVariable
-        Elementwise sigmoid of ``x``.
+    Every function of this module takes one input tensor; only the summary and the
+    description of the result differ, so the Parameters/Returns boilerplate is
+    written once.  The function itself is returned unchanged (same object, name and
+    module), so autodoc documents it as an ordinary function.
     """
+
+    def document(function: _F) -> _F:
+        if function.__doc__ is not None:  # None under ``python -OO``
+            function.__doc__ += (
+                "\n\nParameters\n----------\nx\n    Input tensor.\n\n"
+                f"Returns\n-------\nTensorVariable\n    {returns}\n"
+            )
+        return function
+
+    return document
+
+
+@_with_tensor_doc("Elementwise sigmoid of ``x``.")
+def sigmoid(x) -> TensorVariable:
+    """Logistic sigmoid ``1 / (1 + exp(-x))``."""
     return pt.sigmoid(x)
 
 
+@_with_tensor_doc("Rows that are positive and sum to one.")
 def softmax(x) -> TensorVariable:
-    """Softmax over the last axis (the class axis of a ``(batch, classes)`` matrix).
-
-    Parameters
-    ----------
-    x
-        Input tensor.
-
-    Returns
-    -------
-    TensorVariable
-        Rows that are positive and sum to one.
-    """
+    """Softmax over the last axis (the class axis of a ``(batch, classes)`` matrix)."""
     return _softmax(x, axis=-1)
 
 
+@_with_tensor_doc("Elementwise tanh of ``x``.")
 def tanh(x) -> TensorVariable:
-    """Hyperbolic tangent.
-
-    Parameters
-    ----------
-    x
-        Input tensor.
-
-    Returns
-    -------
-    TensorVariable
-        Elementwise tanh of ``x``.
-    """
+    """Hyperbolic tangent."""
     return pt.tanh(x)
 
 
+@_with_tensor_doc("Elementwise ReLU of ``x``.")
 def rectify(x) -> TensorVariable:
-    """Rectified linear unit ``max(x, 0)``.
-
-    Parameters
-    ----------
-    x
-        Input tensor.
-
-    Returns
-    -------
-    TensorVariable
-        Elementwise ReLU of ``x``.
-    """
+    """Rectified linear unit ``max(x, 0)``."""
     return pt.maximum(x, 0)
 
 
@@ -107,51 +91,21 @@ very_leaky_rectify = LeakyRectify(1.0 / 3)
 """Leaky ReLU with leakiness 1/3."""
 
 
+@_with_tensor_doc("Elementwise ELU of ``x``.")
 def elu(x) -> TensorVariable:
-    """Exponential linear unit ``x if x > 0 else exp(x) - 1``.
-
-    Parameters
-    ----------
-    x
-        Input tensor.
-
-    Returns
-    -------
-    TensorVariable
-        Elementwise ELU of ``x``.
-    """
+    """Exponential linear unit ``x if x > 0 else exp(x) - 1``."""
     return pt.switch(pt.gt(x, 0), x, pt.expm1(x))
 
 
+@_with_tensor_doc("Elementwise softplus of ``x``.")
 def softplus(x) -> TensorVariable:
-    """Softplus ``log(1 + exp(x))``.
-
-    Parameters
-    ----------
-    x
-        Input tensor.
-
-    Returns
-    -------
-    TensorVariable
-        Elementwise softplus of ``x``.
-    """
+    """Softplus ``log(1 + exp(x))``."""
     return pt.softplus(x)
 
 
+@_with_tensor_doc("``x`` itself.")
 def linear(x):
-    """Identity: return ``x`` unchanged.
-
-    Parameters
-    ----------
-    x
-        Input tensor.
-
-    Returns
-    -------
-    TensorVariable
-        ``x`` itself.
-    """
+    """Identity: return ``x`` unchanged."""
     return x
 
 

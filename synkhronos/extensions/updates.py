@@ -197,6 +197,26 @@ def sgd(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return updates
 
 
+def _apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None,
+                    momentum: Scalar, nesterov: bool) -> Updates:
+    """Classical (``nesterov=False``) or Nesterov momentum; they differ only in the step."""
+    if params is None:
+        params = list(updates.keys())
+    updates = OrderedDict(updates)
+    for param in params:
+        velocity = _zeros_like(param, "velocity")
+        mom = _const(momentum, param.dtype)
+        if nesterov:
+            x = mom * velocity + updates[param] - param
+            updates[velocity] = x
+            updates[param] = mom * x + updates[param]
+        else:
+            x = mom * velocity + updates[param]
+            updates[velocity] = x - param
+            updates[param] = x
+    return updates
+
+
 def apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None = None,
                    momentum: Scalar = 0.9) -> Updates:
     """Add classical momentum to existing updates.
@@ -221,15 +241,7 @@ def apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None = N
     OrderedDict
         A copy of ``updates`` with momentum added and the velocities' updates.
     """
-    if params is None:
-        params = list(updates.keys())
-    updates = OrderedDict(updates)
-    for param in params:
-        velocity = _zeros_like(param, "velocity")
-        x = _const(momentum, param.dtype) * velocity + updates[param]
-        updates[velocity] = x - param
-        updates[param] = x
-    return updates
+    return _apply_momentum(updates, params, momentum, nesterov=False)
 
 
 def momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
@@ -266,16 +278,7 @@ def apply_nesterov_momentum(updates: Updates, params: Sequence[SharedVariable] |
     OrderedDict
         A copy of ``updates`` with momentum added and the velocities' updates.
     """
-    if params is None:
-        params = list(updates.keys())
-    updates = OrderedDict(updates)
-    for param in params:
-        velocity = _zeros_like(param, "velocity")
-        mom = _const(momentum, param.dtype)
-        x = mom * velocity + updates[param] - param
-        updates[velocity] = x
-        updates[param] = mom * x + updates[param]
-    return updates
+    return _apply_momentum(updates, params, momentum, nesterov=True)
 
 
 def nesterov_momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
@@ -287,6 +290,30 @@ def nesterov_momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariabl
     """
     return apply_nesterov_momentum(sgd(loss_or_grads, params, learning_rate),
                                    momentum=momentum)
+
+
+def _rms_scaled(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+                learning_rate: Scalar, rho: Scalar | None, epsilon: Scalar,
+                moving_average: bool) -> Updates:
+    """Adagrad or RMSProp: both step by ``learning_rate * grad / sqrt(accu + epsilon)``.
+
+    ``accu`` is the sum of the squared gradients for Adagrad (``moving_average=False``,
+    ``rho`` unused), their moving average with decay ``rho`` for RMSProp (``True``).
+    """
+    grads = _get_or_compute_grads(loss_or_grads, params)
+    updates: Updates = OrderedDict()
+    for param, grad in zip(params, grads, strict=True):
+        dtype = param.dtype
+        accu = _zeros_like(param, "accu")
+        if moving_average:
+            rho_c = _const(rho, dtype)
+            accu_new = rho_c * accu + (_const(1, dtype) - rho_c) * pt.square(grad)
+        else:
+            accu_new = accu + pt.square(grad)
+        updates[accu] = accu_new
+        updates[param] = param - (_const(learning_rate, dtype) * grad
+                                  / pt.sqrt(accu_new + _const(epsilon, dtype)))
+    return updates
 
 
 def adagrad(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
@@ -312,15 +339,8 @@ def adagrad(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     OrderedDict
         Updates of the parameters and their accumulators.
     """
-    grads = _get_or_compute_grads(loss_or_grads, params)
-    updates: Updates = OrderedDict()
-    for param, grad in zip(params, grads, strict=True):
-        accu = _zeros_like(param, "accu")
-        accu_new = accu + pt.square(grad)
-        updates[accu] = accu_new
-        updates[param] = param - (_const(learning_rate, param.dtype) * grad
-                                  / pt.sqrt(accu_new + _const(epsilon, param.dtype)))
-    return updates
+    return _rms_scaled(loss_or_grads, params, learning_rate, None, epsilon,
+                       moving_average=False)
 
 
 def rmsprop(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
@@ -348,17 +368,8 @@ def rmsprop(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     OrderedDict
         Updates of the parameters and their accumulators.
     """
-    grads = _get_or_compute_grads(loss_or_grads, params)
-    updates: Updates = OrderedDict()
-    for param, grad in zip(params, grads, strict=True):
-        dtype = param.dtype
-        rho_c = _const(rho, dtype)
-        accu = _zeros_like(param, "accu")
-        accu_new = rho_c * accu + (_const(1, dtype) - rho_c) * pt.square(grad)
-        updates[accu] = accu_new
-        updates[param] = param - (_const(learning_rate, dtype) * grad
-                                  / pt.sqrt(accu_new + _const(epsilon, dtype)))
-    return updates
+    return _rms_scaled(loss_or_grads, params, learning_rate, rho, epsilon,
+                       moving_average=True)
 
 
 def adadelta(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
