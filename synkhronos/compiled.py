@@ -15,7 +15,8 @@ from .partition import Selection, selection_length, shift, split_selection
 from .reduce import combine
 
 
-def _is_jax(mode) -> bool:
+def is_jax(mode) -> bool:
+    """Whether ``mode`` (a name or a PyTensor Mode) compiles with JAX."""
     if mode is None:
         return False
     if isinstance(mode, str):
@@ -42,7 +43,9 @@ class RankFunction:
         self.spec = spec
         self.mode = spec.mode if spec.mode is not None else default_mode
         # JAX traces slices with static bounds only, so JAX ranks select rows by index.
-        self.slices_by_index = _is_jax(self.mode)
+        self.slices_by_index = is_jax(self.mode)
+        if self.slices_by_index:
+            from . import jax_compat  # noqa: F401 - registers fixes to PyTensor's JAX backend
         self._compiled: dict[str, object] = {}
 
     def compile(self) -> None:

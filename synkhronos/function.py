@@ -18,6 +18,7 @@ from pytensor.graph.basic import Variable
 from . import launch
 from .callplan import CallPlan, RankRows
 from .collectives import sliceable_lengths
+from .compiled import is_jax
 from .data import Data
 from .distribute import GraphSpec, pack
 from .partition import Selection
@@ -192,10 +193,12 @@ class Function:
 
         spec = self._spec
         if self._reference is None:
+            mode = spec.mode if spec.mode is not None else self._session.backend.mode
+            if is_jax(mode):
+                from . import jax_compat  # noqa: F401
             self._reference = pytensor.function(
                 spec.inputs + spec.bcast_inputs, spec.outputs, updates=spec.updates,
-                givens=spec.givens, mode=spec.mode if spec.mode is not None
-                else self._session.backend.mode, on_unused_input="ignore")
+                givens=spec.givens, mode=mode, on_unused_input="ignore")
         outs = self._reference(*[np.asarray(a) for a in args])
         outs = [np.asarray(o) for o in outs]
         return outs[0] if self._single else outs

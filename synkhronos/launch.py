@@ -41,6 +41,24 @@ def _visible_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
+def _match_jax_precision() -> None:
+    """Make rank 0's JAX precision follow floatX now, as the workers' will.
+
+    PyTensor's JAX backend fixes ``jax_enable_x64`` from floatX when it is first imported;
+    if floatX changed since, rank 0 would compute in another precision than the workers.
+    """
+    import pytensor
+
+    try:
+        import jax
+    except ImportError:
+        raise ImportError("the jax-cpu and gpu backends need JAX; install the extra: "
+                          "pip install 'synkhronos[jax]' (or [cuda] for GPUs)") from None
+    import pytensor.link.jax.dispatch  # noqa: F401 - sets x64 from floatX on first import
+
+    jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
+
+
 def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     import pytensor
 
@@ -204,6 +222,8 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
 
         gpu_ids = prepare_gpus(n_parallel, gpus)
         n_parallel = len(gpu_ids)
+    if backend != "cpu":
+        _match_jax_precision()
     if n_parallel is None:
         n_parallel = len(os.sched_getaffinity(0))
     if not isinstance(n_parallel, int) or n_parallel < 1:

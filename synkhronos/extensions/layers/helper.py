@@ -97,12 +97,14 @@ def get_output(
             raise ValueError(
                 f"a single input expression needs exactly one InputLayer, found {len(input_layers)}"
             )
-        outputs[input_layers[0]] = pt.as_tensor_variable(inputs)
+        outputs[input_layers[0]] = _with_static_shape(
+            pt.as_tensor_variable(inputs), input_layers[0].shape
+        )
     for layer in layers:
         if layer in outputs:
             continue
         if isinstance(layer, InputLayer):
-            outputs[layer] = layer.input_var
+            outputs[layer] = _with_static_shape(layer.input_var, layer.shape)
             continue
         if isinstance(layer, MergeLayer):
             parents = layer.input_layers
@@ -117,6 +119,21 @@ def get_output(
     if isinstance(layer_or_layers, Sequence):
         return [outputs[layer] for layer in layer_or_layers]
     return outputs[layer_or_layers]
+
+
+def _with_static_shape(var: TensorVariable, shape) -> TensorVariable:
+    """``var`` with the sizes the input layer declares made static where ``var`` lacks them.
+
+    Static sizes flow to every layer's output type; JAX needs them to differentiate
+    through reshapes (a flatten after a convolution, say).
+    """
+    static = var.type.shape
+    if len(shape) != len(static):
+        return var
+    pairs = list(zip(static, shape, strict=True))
+    if all(s is not None or d is None for s, d in pairs):
+        return var
+    return pt.specify_shape(var, [s if s is not None else d for s, d in pairs])
 
 
 def get_all_params(layer: Layers, **tags: bool) -> list[SharedVariable]:

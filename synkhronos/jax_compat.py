@@ -1,0 +1,44 @@
+"""Corrections to PyTensor's JAX backend that synkhronos relies on.
+
+Imported on every rank before a function is compiled in JAX mode.
+
+* ``ARange``: PyTensor hands ``jnp.arange`` its constant bounds with their own small
+  dtypes (the 0 of ``pt.arange(n)`` is int8), which overflow once the stop passes 127, so
+  e.g. ``p[pt.arange(y.shape[0]), y]`` failed for 128 rows or more. Constant bounds are
+  given as Python numbers here.
+* With floatX float32, JAX runs without 64-bit types on purpose; its warnings that int64
+  indices are truncated to int32 say nothing the user can act on, so they are silenced.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+from pytensor.graph.basic import Constant
+from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.tensor.basic import ARange
+from pytensor.tensor.shape import Shape_i
+
+warnings.filterwarnings("ignore", message="Explicitly requested dtype .* is not available",
+                        category=UserWarning)
+
+
+@jax_funcify.register(ARange)
+def _jax_arange(op, node, **kwargs):
+    constants = []
+    for arg in node.inputs:
+        if isinstance(arg, Constant):
+            constants.append(arg.data.item())
+        elif arg.owner is not None and isinstance(arg.owner.op, Shape_i):
+            constants.append(None)  # a shape: concrete when JAX traces
+        else:
+            raise NotImplementedError("JAX needs the bounds of arange to be constants or "
+                                      "shapes of inputs")
+
+    def arange(start, stop, step):
+        bounds = [a if c is None else c for a, c in zip((start, stop, step), constants,
+                                                         strict=True)]
+        return jnp.arange(*bounds, dtype=op.dtype)
+
+    return arange
