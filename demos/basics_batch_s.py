@@ -8,18 +8,15 @@ rows of each rank's part with ``batch_s``. Run:
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from basics_runner import run
 
 import synkhronos as synk
 
 
 def main(n_ranks: int) -> None:
-    synk.fork(n_ranks)
-
     x_s = pytensor.shared(np.zeros((0, 4), dtype=pytensor.config.floatX), name="x_s")
     scale = pt.scalar("scale", dtype=x_s.dtype)
     outputs = [((x_s * scale).mean(axis=0), "avg"), ((x_s * scale).sum(axis=0), "sum")]
@@ -63,11 +60,6 @@ def main(n_ranks: int) -> None:
     check(f(0.5, batch_s=per_rank), expected)
     print("batch_s: a list with one selection per rank")
 
-    synk.close()
-    print("passed")
-
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="number of ranks (processes)")
-    main(parser.parse_args().ranks)
+    run(main, __doc__)

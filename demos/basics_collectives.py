@@ -7,18 +7,15 @@ move values between the copies. Run: ``python demos/basics_collectives.py --rank
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from basics_runner import run
 
 import synkhronos as synk
 
 
 def main(n_ranks: int) -> None:
-    synk.fork(n_ranks)
-
     x = pt.matrix("x")
     w = pytensor.shared(np.zeros(3, dtype=x.dtype), name="w")
     v = pytensor.shared(np.zeros((4, 3), dtype=x.dtype), name="v")
@@ -77,11 +74,6 @@ def main(n_ranks: int) -> None:
     assert w_all.shape == (n_ranks, 3) and v_all.shape == (n_ranks, 5, 3)
     print("scatter, get_lengths, get_shapes, all_gather")
 
-    synk.close()
-    print("passed")
-
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="number of ranks (processes)")
-    main(parser.parse_args().ranks)
+    run(main, __doc__)

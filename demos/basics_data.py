@@ -7,17 +7,14 @@ place, so a call sends the workers only which rows to use. Run:
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytensor.tensor as pt
+from basics_runner import run
 
 import synkhronos as synk
 
 
 def main(n_ranks: int) -> None:
-    synk.fork(n_ranks)
-
     x = pt.matrix("x")
     y = pt.vector("y")
     f = synk.function(inputs=[x, y], outputs=(x * y[:, None]).mean(axis=0))  # y: row weights
@@ -73,11 +70,6 @@ def main(n_ranks: int) -> None:
     check(f(x_mb, y_mb, batch=slice(lo, lo + 40)), slice(lo, lo + 40))
     print("minibatch Data")
 
-    synk.close()
-    print("passed")
-
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="number of ranks (processes)")
-    main(parser.parse_args().ranks)
+    run(main, __doc__)

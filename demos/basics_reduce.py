@@ -7,17 +7,14 @@ Every op is checked against the same graph run on all the data in one process
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytensor.tensor as pt
+from basics_runner import run
 
 import synkhronos as synk
 
 
 def main(n_ranks: int) -> None:
-    synk.fork(n_ranks)
-
     x = pt.matrix("x")
     y = pt.matrix("y")
     z = x * y
@@ -63,11 +60,6 @@ def main(n_ranks: int) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4)
     print("num_slices=3 gives the same results")
 
-    synk.close()
-    print("passed")
-
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="number of ranks (processes)")
-    main(parser.parse_args().ranks)
+    run(main, __doc__)
