@@ -11,6 +11,7 @@ import io
 import pickle
 from dataclasses import dataclass, field
 
+import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 
 try:  # pytensor >= 2.26
@@ -104,9 +105,17 @@ def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
     return buffer.getvalue()
 
 
-def unpack(payload: bytes, registry: SharedRegistry) -> list[GraphSpec]:
-    """(Worker) unpickle specs, registering their new shared variables in shipping order."""
+def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpec]:
+    """(Worker) unpickle specs, registering their new shared variables in shipping order.
+
+    Random generators arrive with rank 0's state; each worker's is reseeded from it and
+    its rank, so that ranks draw different numbers (dropout masks, say).
+    """
     new, specs = _Unpickler(io.BytesIO(payload), registry).load()
     for var in new:
         registry.add(var)
+        value = var.get_value(borrow=True)
+        if isinstance(value, np.random.Generator):
+            var.set_value(np.random.default_rng([rank, *value.integers(2**63, size=2)]),
+                          borrow=True)
     return specs

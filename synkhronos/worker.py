@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
             return
         try:
             if code == DISTRIBUTE:
-                state.add_functions(unpack(bytes(arrays[0]), state.registry))
+                state.add_functions(unpack(bytes(arrays[0]), state.registry, rank))
             elif code == CALL:
                 channel.reply(run_share(state, arrays, views.view))
             elif code == COLLECTIVE:

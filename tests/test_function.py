@@ -173,3 +173,13 @@ def test_givens_onto_sliceable_shareds(ranks, rng):
     idx = [1, 2, 5, 6]
     np.testing.assert_allclose(got[0], ((xv[idx].sum(axis=1) * yv[idx]) ** 2).mean())
     np.testing.assert_allclose(got[1], yv[idx])
+
+
+def test_random_generators_differ_between_ranks(ranks):
+    rng_var = pytensor.shared(np.random.default_rng(7), name="rng")
+    next_rng, draw = pt.random.normal(size=(4,), rng=rng_var).owner.outputs
+    f = synk.function([], (draw, None), updates={rng_var: next_rng})
+    first, second = f()
+    assert not np.allclose(first, second)
+    again = f()
+    assert not np.allclose(again[0], first)  # each rank's generator advances
