@@ -59,12 +59,27 @@ def _match_jax_precision() -> None:
     jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "NUMBA_NUM_THREADS")
+
+
+def _limit_threads(threads: int):
+    """Give rank 0's math libraries its share of the cores, as the workers get theirs.
+
+    Oversubscribed BLAS threads spin against each other and can make a step several
+    times slower. Limits the libraries loaded now (numpy's and scipy's BLAS, which
+    PyTensor loads); :meth:`Session.close` restores them.
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=threads)
+
+
 def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     import pytensor
 
     env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                "NUMBA_NUM_THREADS"):
+    for var in THREAD_VARS:
         env.setdefault(var, str(threads))
     flags = env.get("PYTENSOR_FLAGS", "")
     env["PYTENSOR_FLAGS"] = ",".join(f for f in (flags, f"floatX={pytensor.config.floatX}") if f)
@@ -90,6 +105,7 @@ class Session:
         comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
                                  self.check_alive)
         self.state = RankState(0, n_ranks, comm, self.backend)
+        self.thread_limits = _limit_threads(max(1, len(os.sched_getaffinity(0)) // n_ranks))
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         self.lengths_cache: dict[tuple, list[int]] = {}  # rows of sliceable vars per rank
@@ -174,6 +190,7 @@ class Session:
         finally:
             self.state.comm.close()
             sweep(self.name)
+            self.thread_limits.restore_original_limits()
 
 
 def _describe(failures: list[tuple[int, str]]) -> str:

@@ -69,20 +69,32 @@ def combine(op, values: list, weights: list[int]):
     return np.asarray(_UFUNCS[op].reduce(np.stack([v for v, _ in kept]), axis=0))
 
 
-def reduce_into(op: str, inputs: list[np.ndarray], out: np.ndarray) -> None:
-    """Element-wise reduction of equally shaped ``inputs`` into ``out`` ("avg" = mean).
+BLOCK = 1 << 15  # elements reduced at a time, so each block's passes stay in cache
 
-    Integer "avg" divides in floating point and truncates toward zero when cast back.
+
+def reduce_into(op: str, inputs: list[np.ndarray], out: np.ndarray,
+                copies: tuple[np.ndarray, ...] = ()) -> None:
+    """Element-wise reduction of equally shaped 1-D ``inputs`` into ``out`` ("avg" = mean).
+
+    Works block by block so that the passes over a block (adding each input, scaling for
+    "avg", copying into each of ``copies``) read memory once. Integer "avg" divides in
+    floating point and truncates toward zero when cast back.
     """
     ufunc = _UFUNCS[op]
-    if len(inputs) == 1:
-        np.copyto(out, inputs[0])
-    else:
-        ufunc(inputs[0], inputs[1], out=out)
-        for x in inputs[2:]:
-            ufunc(out, x, out=out)
-    if op == "avg":
-        if out.dtype.kind in "fc":
-            out *= out.dtype.type(1.0 / len(inputs))
+    scale = 1.0 / len(inputs)
+    for start in range(0, len(out), BLOCK):
+        block = slice(start, start + BLOCK)
+        dst = out[block]
+        if len(inputs) == 1:
+            np.copyto(dst, inputs[0][block])
         else:
-            np.copyto(out, out / len(inputs), casting="unsafe")
+            ufunc(inputs[0][block], inputs[1][block], out=dst)
+            for x in inputs[2:]:
+                ufunc(dst, x[block], out=dst)
+        if op == "avg":
+            if dst.dtype.kind in "fc":
+                dst *= dst.dtype.type(scale)
+            else:
+                np.copyto(dst, dst * scale, casting="unsafe")
+        for copy in copies:
+            copy[block] = dst

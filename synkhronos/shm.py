@@ -182,8 +182,12 @@ class Mailbox:
         self.header = header
         self.max_arrays = (len(header) - 2) // DESC_WORDS
 
-    def post(self, arrays, oversize: float = 1.25) -> None:
-        """(Owner) copy ``arrays`` into the segment and describe them in the header."""
+    def post(self, arrays, oversize: float = 1.25, copy: bool = True) -> list[np.ndarray]:
+        """(Owner) describe ``arrays`` in the header and copy them into the segment.
+
+        Returns the views in the segment; with ``copy=False`` they are left for the caller
+        to fill (with only the parts others will read, say).
+        """
         arrays = [np.asarray(a) for a in arrays]
         if len(arrays) > self.max_arrays:
             raise ValueError(f"cannot send more than {self.max_arrays} arrays in one message")
@@ -195,14 +199,17 @@ class Mailbox:
             end += -(-a.nbytes // ALIGN) * ALIGN
         self.data.reserve(end, oversize)
         self.header[1] = len(arrays)
+        views = []
         for desc, a, offset in zip(self._descriptors(), arrays, offsets, strict=True):
             desc[0] = dtype_code(a.dtype)
             desc[1] = a.ndim
             desc[2] = offset
             desc[3: 3 + a.ndim] = a.shape
-            if a.nbytes:
-                self.data.segment.array(a.dtype, a.shape, offset)[...] = a
+            views.append(self.data.segment.array(a.dtype, a.shape, offset))
+            if copy and a.nbytes:
+                views[-1][...] = a
         self.header[0] = self.data.generation
+        return views
 
     def _descriptors(self) -> list[np.ndarray]:
         h = self.header

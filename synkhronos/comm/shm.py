@@ -114,20 +114,33 @@ class ShmCommunicator(Communicator):
         result = self._reduce_to_result(arrays, op)
         if self.rank != root:
             return None
-        return [r.copy() for r in result]
+        return [r.reshape(np.shape(a)).copy() for r, a in zip(result, arrays, strict=True)]
 
     def all_reduce(self, arrays, op, out=None):
-        result = self._reduce_to_result(arrays, op)
         if out is None:
-            return [r.copy() for r in result]
-        for o, r in zip(out, result, strict=True):
-            np.copyto(o, r)
+            out = [np.empty(np.shape(a), np.asarray(a).dtype) for a in arrays]
+        flat_out = [o.reshape(-1) for o in out]
+        result = self._reduce_to_result(arrays, op, flat_out)
+        for o, r in zip(flat_out, result, strict=True):
+            bounds = split_bounds(o.size, self.n_ranks)
+            for rank in range(self.n_ranks):
+                if rank != self.rank:  # this rank's own chunk is in place already
+                    o[bounds[rank]:bounds[rank + 1]] = r[bounds[rank]:bounds[rank + 1]]
         return out
 
-    def _reduce_to_result(self, arrays, op) -> list[np.ndarray]:
-        """Every rank reduces its chunk into the result segment; returns views of it."""
+    def _reduce_to_result(self, arrays, op, flat_out=None) -> list[np.ndarray]:
+        """Every rank reduces its chunk into the result segment (and into ``flat_out``);
+        returns views of the whole result."""
+        # Others read only their own chunks of this rank's arrays: copy just those, and
+        # reduce this rank's chunk from its own arrays.
         mine = self.mailboxes[self.rank]
-        mine.post(arrays, oversize=1.0)
+        views = mine.post(arrays, oversize=1.0, copy=False)
+        flat = [np.asarray(a).reshape(-1) for a in arrays]
+        chunks = [split_bounds(a.size, self.n_ranks) for a in flat]
+        for view, a, bounds in zip(views, flat, chunks, strict=True):
+            view = view.reshape(-1)
+            view[:bounds[self.rank]] = a[:bounds[self.rank]]
+            view[bounds[self.rank + 1]:] = a[bounds[self.rank + 1]:]
         if self.rank == 0:
             self.result.reserve(mine.data.size)
             self.result_header[0] = self.result.generation
@@ -141,14 +154,14 @@ class ShmCommunicator(Communicator):
                     f"all_reduce/reduce needs equal shapes and dtypes on every rank; rank 0 "
                     f"has {layout}, rank {r} has {[(a.dtype, a.shape) for a in box]}")
         self.result.follow(int(self.result_header[0]))
-        offsets = mine.offsets()
         results = []
-        for i, (dtype, shape) in enumerate(layout):
-            res = self.result.segment.array(dtype, shape, offsets[i])
-            flat_res = res.reshape(-1)
-            n = flat_res.size
-            lo, hi = split_bounds(n, self.n_ranks)[self.rank: self.rank + 2]
-            reduce_into(op, [box[i].reshape(-1)[lo:hi] for box in boxes], flat_res[lo:hi])
+        for i, ((dtype, shape), offset) in enumerate(zip(layout, mine.offsets(), strict=True)):
+            res = self.result.segment.array(dtype, (int(np.prod(shape)),), offset)
+            lo, hi = chunks[i][self.rank: self.rank + 2]
+            copies = () if flat_out is None else (flat_out[i][lo:hi],)
+            inputs = [flat[i][lo:hi] if r == self.rank else box[i].reshape(-1)[lo:hi]
+                      for r, box in enumerate(boxes)]
+            reduce_into(op, inputs, res[lo:hi], copies)
             results.append(res)
         self.barrier()
         return results
