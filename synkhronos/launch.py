@@ -67,9 +67,10 @@ def _limit_threads(threads: int):
     """Give rank 0's math libraries its share of the cores, as the workers get theirs.
 
     Oversubscribed BLAS threads spin against each other and can make a step several
-    times slower. Limits the libraries loaded now (numpy's and scipy's BLAS, which
-    PyTensor loads); :meth:`Session.close` restores them.
+    times slower. Limits numpy's and scipy's BLAS (the one Numba-compiled graphs call);
+    :meth:`Session.close` restores them.
     """
+    import scipy.linalg  # noqa: F401 - load the BLAS that Numba-compiled graphs call
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=threads)
