@@ -2,7 +2,7 @@
 
 * per-call overhead vs plain PyTensor, all_reduce vs a numpy copy, zero-copy scatter
   (from ``bench_core.py``);
-* MNIST-MLP training throughput (784-512-512-10, SGD, global batch 256, synthetic
+* MNIST-MLP training throughput (784-512-512-10, float32, SGD, global batch 256, synthetic
   MNIST-shaped data) with 1..N ranks vs plain single-process PyTensor and vs PyTorch on
   the same cores (PyTorch only if installed: it is not a dependency); scaling efficiency;
 * a scaling plot, ``bench/out/scaling.png``.
@@ -100,8 +100,7 @@ def torch_throughput(batch: int, steps: int, threads: int) -> float | None:
     model = torch.nn.Sequential(*layers)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     xs, ys = data(batch)
-    xt, yt = torch.from_numpy(xs.astype("float32")), torch.from_numpy(ys.astype("int64"))
-    model = model.to(torch.float32)
+    xt, yt = torch.from_numpy(xs), torch.from_numpy(ys.astype("int64"))
 
     def one_step():
         optimizer.zero_grad()
@@ -138,6 +137,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--size", type=int, default=25_000_000)
     args = parser.parse_args()
+    import pytensor
+
+    pytensor.config.floatX = "float32"  # as PyTorch below; the workers inherit it
 
     rows = []
     t_plain, t_one = bench_core.call_overhead(1)
