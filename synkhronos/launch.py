@@ -106,7 +106,8 @@ class Session:
         comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
                                  self.check_alive)
         self.state = RankState(0, n_ranks, comm, self.backend)
-        self.thread_limits = _limit_threads(max(1, len(os.sched_getaffinity(0)) // n_ranks))
+        self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
+        self.thread_limits = _limit_threads(self.threads)
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         self.lengths_cache: dict[tuple, list[int]] = {}  # rows of sliceable vars per rank
@@ -118,13 +119,12 @@ class Session:
             raise
 
     def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
-        threads = max(1, len(os.sched_getaffinity(0)) // self.n_ranks)
         for rank in range(1, self.n_ranks):
             gpu = gpus[rank] if gpus else None
             self.processes.append(subprocess.Popen(
                 [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
                  str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
-                env=_worker_env(threads, backend_name, gpu),
+                env=_worker_env(self.threads, backend_name, gpu),
                 stdin=subprocess.DEVNULL, start_new_session=True))
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:
