@@ -6,6 +6,7 @@
 4. A ResNet-50-sized flat all_reduce (25.6 M float32).
 5. MNIST-MLP training throughput (images/s), data in ``synk.data`` vs in sliceable
    shared variables selected with ``batch_s`` (synthetic MNIST-shaped data: no network).
+6. The conv and pool Ops in JAX mode vs hand-written ``jax.lax`` (``bench_conv.py``).
 
 ``--backend jax-cpu`` runs the same steps on CPU ranks (to check the script itself).
 """
@@ -36,6 +37,11 @@ def main() -> None:
                                 "tests/test_gpu.py"], capture_output=True, text=True)
         print(tests.stdout[-2000:], tests.stderr[-2000:])
         rows.append(("GPU-marked tests", tests.stdout.strip().splitlines()[-1]))
+        conv = subprocess.run([sys.executable, "bench/bench_conv.py", "--mode", "JAX"],
+                              capture_output=True, text=True)
+        print(conv.stdout[-2000:], conv.stderr[-2000:])
+        rows += [("conv/pool JAX mode vs hand-written lax (ratio)", line.split(":")[-1].strip())
+                 for line in conv.stdout.splitlines() if "ratio" in line]
 
     import pytensor
     import pytensor.tensor as pt
