@@ -123,25 +123,15 @@ def shared_mode(
     args: argparse.Namespace,
     n_ranks: int,
 ) -> tuple[Step, Batches]:
-    """``--data-mode shared``: each rank indexes its own part, held in shared variables.
-
-    The two phases of a training step are spelled out here (``make_train_function``
-    does the same for ``Data`` inputs): every rank adds its rows' gradient into one
-    flat vector, one all-reduce sums the vectors, every rank applies the update.
-    """
+    """``--data-mode shared``: each rank indexes its own part, held in shared variables."""
     x_s = pytensor.shared(np.zeros((0, 1, 28, 28), x_train.dtype), name="x_s")
     y_s = pytensor.shared(np.zeros(0, y_train.dtype), name="y_s")
     # The graph reads the shared variables; a call with batch_s substitutes the
     # selected rows of each rank's own copy.
     loss, _ = loss_and_accuracy(L.get_output(net, x_s), y_s)
     params = L.get_all_params(net, trainable=True)
-    phases = updates.two_phase(
-        updates.adam, loss, params, n_rows=x_s.shape[0], learning_rate=args.learning_rate
-    )
-    grad_step = synk.function(
-        outputs=loss, updates=phases.grad_updates, sliceable_shareds=[x_s, y_s]
-    )
-    apply_step = synk.function(updates=phases.param_updates)
+    train = make_train_function(loss, params, [], updates.adam, sliceable_shareds=[x_s, y_s],
+                                learning_rate=args.learning_rate)
     synk.scatter([x_s, y_s], [x_train, y_train])
     part_lengths = synk.get_lengths(x_s)
     # Each rank contributes its share of the global batch size, drawn from its own part.
@@ -156,10 +146,7 @@ def shared_mode(
         ]
 
     def step(per_rank: list[np.ndarray]) -> tuple[float, int]:
-        loss_value = grad_step(batch_s=per_rank)
-        synk.all_reduce(phases.flat_grad, op="sum")
-        apply_step()
-        return float(loss_value), sum(len(rows) for rows in per_rank)
+        return float(train(batch_s=per_rank)), sum(len(rows) for rows in per_rank)
 
     return step, batches
 

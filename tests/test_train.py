@@ -154,5 +154,32 @@ def test_mixed_dtypes_raise(ranks):
     x = pt.matrix("x")
     with pytest.raises(TypeError, match="one dtype"):
         T.make_train_function(pt.mean(x @ b) + pt.sum(a), [a, b], [x], U.sgd, 0.1)
-    with pytest.raises(ValueError, match="scattered input"):
+    with pytest.raises(ValueError, match="scattered input or sliceable"):
         T.make_train_function(pt.sum(b), [b], [], U.sgd, 0.1)
+
+
+def test_data_in_sliceable_shareds_with_batch_s(ranks):
+    """The paper's second layout: each rank trains on rows of its own shared copy."""
+    from pytensor.graph.replace import clone_replace
+
+    xs, ys = step_data(4)
+    params, (x, y), loss = build_model()
+    x_s = pytensor.shared(np.zeros((1, 3)), name="x_rows")
+    y_s = pytensor.shared(np.zeros((1, 2)), name="y_rows")
+    train = T.make_train_function(clone_replace(loss, {x: x_s, y: y_s}), params, [],
+                                  U.adam, mode=MODE, sliceable_shareds=[x_s, y_s],
+                                  **RULE_KWARGS["adam"])
+    ref_params, ref_inputs, ref_loss = build_model()
+    ref = T.make_pytensor_train_function(ref_loss, ref_params, ref_inputs, U.adam, mode=MODE,
+                                         **RULE_KWARGS["adam"])
+    for k in range(4):
+        synk.scatter([x_s, y_s], [xs[k], ys[k]])
+        lengths = synk.get_lengths(x_s)  # uneven, e.g. 7/6 rows; each rank skips its last
+        per_rank = [slice(0, n - 1) for n in lengths]
+        rows = np.concatenate([np.arange(n - 1) + sum(lengths[:r])
+                               for r, n in enumerate(lengths)])
+        got = train(batch_s=per_rank, num_slices=1 + k % 2)
+        want = ref(xs[k][rows], ys[k][rows])
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    for p, r in zip(params, ref_params, strict=True):
+        np.testing.assert_allclose(p.get_value(), r.get_value(), rtol=1e-10)

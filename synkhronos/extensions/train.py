@@ -69,7 +69,8 @@ class TrainFunction:
         self.update_function = update_function
         self.phases = phases
 
-    def __call__(self, *data: Any, batch: Batch = None, num_slices: int = 1) -> np.ndarray:
+    def __call__(self, *data: Any, batch: Batch = None, batch_s: Any = None,
+                 num_slices: int = 1) -> np.ndarray:
         """Run one training step on every rank; return the loss averaged over the batch.
 
         Parameters
@@ -78,6 +79,8 @@ class TrainFunction:
             One array per input, scattered along axis 0 over the ranks.
         batch : int, slice or array of int, optional
             Rows to use, as for a :class:`synkhronos.Function` call.
+        batch_s : slice, array of int, or a list of them (one per rank), optional
+            Rows of the sliceable shared variables each rank uses, as for a call.
         num_slices : int
             Sequential chunks per rank (bounds memory; same result).
 
@@ -86,7 +89,7 @@ class TrainFunction:
         numpy.ndarray
             The loss, averaged over all selected rows.
         """
-        loss = self.grad_function(*data, batch=batch, num_slices=num_slices)
+        loss = self.grad_function(*data, batch=batch, batch_s=batch_s, num_slices=num_slices)
         synk.all_reduce(self.phases.flat_grad, op="sum")
         self.update_function()
         return loss
@@ -95,6 +98,7 @@ class TrainFunction:
 def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
                         inputs: Sequence[TensorVariable], update_rule: Callable[..., Updates],
                         *args: Any, mode: Any = None, name: str | None = None,
+                        sliceable_shareds: Sequence[SharedVariable] = (),
                         **kwargs: Any) -> TrainFunction:
     """Build a data-parallel training step for ``update_rule``.
 
@@ -107,7 +111,8 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     params : list of SharedVariable
         Parameters to train, all of one dtype.
     inputs : list of TensorVariable
-        Inputs scattered over the ranks along axis 0; rows are counted on the first.
+        Inputs scattered over the ranks along axis 0; rows are counted on the first
+        (or, with no inputs, on the first sliceable shared variable).
     update_rule : callable
         A rule of :mod:`synkhronos.extensions.updates`, e.g. ``adam``.
     *args, **kwargs
@@ -116,16 +121,20 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
         Compile mode of both functions (default: the backend's).
     name : str, optional
         Prefix of the functions' names.
+    sliceable_shareds : list of SharedVariable, optional
+        Data held in shared variables, each rank its own part (see
+        :func:`synkhronos.scatter`), whose rows a step selects with ``batch_s``.
 
     Returns
     -------
     TrainFunction
-        ``train(*data, batch=None, num_slices=1)`` returning the batch's mean loss.
+        ``train(*data, batch=None, batch_s=None, num_slices=1)`` returning the batch's
+        mean loss.
 
     Raises
     ------
     ValueError
-        If ``inputs`` is empty.
+        If there are neither ``inputs`` nor ``sliceable_shareds``.
     TypeError
         If the parameters' dtypes differ.
 
@@ -138,12 +147,14 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     >>> train = make_train_function(loss, [w], [x, y], sgd, learning_rate=0.1)  # doctest: +SKIP
     >>> loss_value = train(x_data, y_data)                             # doctest: +SKIP
     """
-    inputs = list(inputs)
-    if not inputs:
-        raise ValueError("make_train_function needs at least one scattered input "
-                         "(the rows behind the loss are counted on the first)")
-    phases = two_phase(update_rule, loss, params, *args, n_rows=inputs[0].shape[0], **kwargs)
+    inputs, sliceable = list(inputs), list(sliceable_shareds)
+    if not inputs and not sliceable:
+        raise ValueError("make_train_function needs at least one scattered input or sliceable "
+                         "shared variable (the rows behind the loss are counted on the first)")
+    rows = (inputs or sliceable)[0].shape[0]
+    phases = two_phase(update_rule, loss, params, *args, n_rows=rows, **kwargs)
     grad_function = synk.function(inputs=inputs, outputs=loss, updates=phases.grad_updates,
+                                  sliceable_shareds=sliceable,
                                   name=f"{name}_grad" if name else None, mode=mode)
     update_function = synk.function(updates=phases.param_updates,
                                     name=f"{name}_update" if name else None, mode=mode)
