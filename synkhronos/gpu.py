@@ -19,10 +19,15 @@ from .backends import Backend
 EXTRA_HINT = "install the GPU extra: pip install 'synkhronos[cuda]'"
 
 
-def _require_gpu_packages() -> None:
+def gpu_packages_missing() -> list[str]:
+    """The packages of the GPU extra that cannot be imported (found without importing)."""
     import importlib.util
 
-    missing = [m for m in ("jax", "cupy") if importlib.util.find_spec(m) is None]
+    return [m for m in ("jax", "cupy") if importlib.util.find_spec(m) is None]
+
+
+def _require_gpu_packages() -> None:
+    missing = gpu_packages_missing()
     if missing:
         raise ImportError(f"the gpu backend needs {' and '.join(missing)}; {EXTRA_HINT}")
 

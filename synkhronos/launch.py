@@ -41,6 +41,20 @@ def _visible_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
+def _auto_backend() -> str:
+    """"gpu" when GPUs are visible and the GPU extra is installed, else "cpu"."""
+    if _visible_gpus() == 0:
+        return "cpu"
+    from .gpu import EXTRA_HINT, gpu_packages_missing
+
+    missing = gpu_packages_missing()
+    if missing:
+        print(f"synkhronos: GPUs are visible but {' and '.join(missing)} is missing, so "
+              f"running on CPU ranks; {EXTRA_HINT}")
+        return "cpu"
+    return "gpu"
+
+
 def _match_jax_precision() -> None:
     """Make rank 0's JAX precision follow floatX now, as the workers' will.
 
@@ -217,7 +231,7 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
         CPU backends, one per visible GPU on "gpu".
     backend : {"auto", "cpu", "jax-cpu", "gpu"}
         "auto" picks "gpu" when GPUs are visible (counted with ``nvidia-smi``, without
-        initialising CUDA here), else "cpu".
+        initialising CUDA here) and the GPU extra is installed, else "cpu".
     gpus : list of int, optional
         GPU ids to use, one per rank (default: the first ``n_parallel`` visible).
 
@@ -232,7 +246,7 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
         raise RuntimeError("synkhronos is already forked; call synk.close() before forking "
                            "again")
     if backend == "auto":
-        backend = "gpu" if _visible_gpus() > 0 else "cpu"
+        backend = _auto_backend()
     get_backend(backend)
     gpu_ids = None
     if backend == "gpu":

@@ -68,3 +68,16 @@ def test_collectives_and_device_residency(gpu_ranks, rng):
     np.testing.assert_array_equal(synk.reduce(w, op="max"), np.arange(1000))
     np.testing.assert_array_equal(synk.all_gather(data), whole)
     np.testing.assert_array_equal(synk.get_value(0, w), np.arange(1000))
+
+
+def test_auto_falls_back_to_cpu_without_the_extra(monkeypatch, capsys):
+    from synkhronos import gpu, launch
+
+    monkeypatch.setattr(launch, "_visible_gpus", lambda: 2)
+    monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["cupy"])
+    assert launch._auto_backend() == "cpu"
+    assert "synkhronos[cuda]" in capsys.readouterr().out
+    monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: [])
+    assert launch._auto_backend() == "gpu"
+    monkeypatch.setattr(launch, "_visible_gpus", lambda: 0)
+    assert launch._auto_backend() == "cpu"
