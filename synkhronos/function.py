@@ -284,7 +284,7 @@ class Function:
         if output_subset is None:
             subset = self._all_outputs
         else:
-            subset = np.asarray(output_subset, dtype=object if not len(output_subset) else None)
+            subset = np.asarray(list(output_subset))
             if subset.ndim != 1 or (subset.size and (subset.dtype.kind not in "iu" or subset.min()
                                                      < 0 or subset.max() >= n_out)):
                 raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")

@@ -6,7 +6,8 @@ pieces may differ in shape between ranks, go through the host with the shared-me
 communicator this class extends. NCCL starts on the first collective: rank 0 makes the
 unique id and every rank receives it through shared memory.
 
-Only 1-GPU runs have been made on real hardware (see docs/limitations.rst).
+Not yet run on GPU hardware (see docs/limitations.rst); ``bench/gpu_check.py`` is what to
+run on the first machine with one.
 """
 
 from __future__ import annotations
@@ -66,31 +67,28 @@ class NcclCommunicator(ShmCommunicator):
         stream.synchronize()
         return [jax.dlpack.from_dlpack(o) for o in outputs]
 
-    def all_reduce(self, arrays, op, out=None):
+    def _reduction(self, arrays, op, root: int | None) -> list:
+        """NCCL allReduce (``root`` None) or reduce to ``root``; "avg" is a sum, scaled."""
         import cupy
 
         outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
 
         def call(comm, src, dst, stream):
             dtype, nccl_op = self._codes(src, op)
-            comm.allReduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, stream)
+            if root is None:
+                comm.allReduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, stream)
+            else:
+                comm.reduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, root, stream)
 
         result = self._run(arrays, outputs, call)
         return [r / self.n_ranks for r in result] if op == "avg" else result
+
+    def all_reduce(self, arrays, op, out=None):
+        return self._reduction(arrays, op, None)
 
     def reduce(self, arrays, op, root=0):
-        import cupy
-
-        outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
-
-        def call(comm, src, dst, stream):
-            dtype, nccl_op = self._codes(src, op)
-            comm.reduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, root, stream)
-
-        result = self._run(arrays, outputs, call)
-        if self.rank != root:
-            return None
-        return [r / self.n_ranks for r in result] if op == "avg" else result
+        result = self._reduction(arrays, op, root)
+        return result if self.rank == root else None
 
     def broadcast(self, arrays, root=0):
         import cupy
