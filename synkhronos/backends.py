@@ -22,15 +22,28 @@ class Backend:
         "cpu" or "jax-cpu".
     mode : str or None
         PyTensor compile mode (None: PyTensor's default).
+
+    Attributes
+    ----------
+    device_outputs : bool
+        Whether function outputs stay in the backend's arrays and are reduced through the
+        communicator (JAX modes), rather than sent to rank 0 as host arrays.
     """
 
     def __init__(self, name: str, mode: str | None):
         self.name, self.mode = name, mode
+        # JAX ranks keep outputs in JAX arrays and reduce them through the communicator,
+        # as GPU ranks must (see synkhronos.outputs); "jax-cpu" runs that path in CI.
+        self.device_outputs = mode is not None
+
+    def to_comm(self, array):
+        """``array`` as the communicator takes it (here: numpy, without a copy if possible)."""
+        return np.asarray(array)
 
     def value(self, var):
         """A shared variable's value as the communicator takes it (here: numpy, a view of
         the variable's storage where possible)."""
-        return np.asarray(var.get_value(borrow=True))
+        return self.to_comm(var.get_value(borrow=True))
 
     def set_value(self, var, value) -> None:
         """Set a shared variable's value from what a communicator returned (copied)."""

@@ -12,7 +12,7 @@ from pytensor.graph.replace import clone_replace
 
 from .distribute import GraphSpec
 from .partition import Selection, selection_length, shift, split_selection
-from .reduce import combine
+from .reduce import accumulate, combine, reduces_in_place
 
 
 def is_jax(mode) -> bool:
@@ -37,11 +37,16 @@ class RankFunction:
         The graph, as built by the user (rank 0) or unpickled (workers).
     default_mode : str or pytensor Mode or None
         The backend's mode, used when the spec names none.
+    device_outputs : bool
+        Keep the outputs that :func:`~synkhronos.reduce.reduces_in_place` allows in the
+        function's own arrays (JAX device arrays) instead of copying them to the host.
     """
 
-    def __init__(self, spec: GraphSpec, default_mode=None):
+    def __init__(self, spec: GraphSpec, default_mode=None, device_outputs: bool = False):
         self.spec = spec
         self.mode = spec.mode if spec.mode is not None else default_mode
+        self.on_device = [device_outputs and reduces_in_place(op, var.dtype)
+                          for var, op in zip(spec.outputs, spec.output_ops, strict=True)]
         # JAX traces slices with static bounds only, so JAX ranks select rows by index.
         self.slices_by_index = is_jax(self.mode)
         if self.slices_by_index:
@@ -115,7 +120,8 @@ class RankFunction:
         weight : int
             Rows this rank computed on (1 when the function has no row-wise input).
         outputs : list or None
-            The combined outputs in ``subset`` order; None when ``weight`` is 0.
+            The combined outputs in ``subset`` order (host arrays, except those kept
+            :attr:`on_device`); None when ``weight`` is 0.
         """
         n_rows = None if rows is None else selection_length(rows)
         n_s = None if s_rows is None else selection_length(s_rows)
@@ -146,10 +152,11 @@ class RankFunction:
             elif s_chunk is not None:
                 args.append(s_chunk)
             outs = fn(*args)
-            results.append([np.asarray(outs[i]) for i in subset])
+            results.append([outs[i] if self.on_device[i] else np.asarray(outs[i])
+                            for i in subset])
             weights.append(w)
         if len(results) == 1:
             return weight, results[0]
         ops = self.spec.output_ops
-        return weight, [combine(ops[i], [r[j] for r in results], weights)
-                        for j, i in enumerate(subset)]
+        return weight, [(accumulate if self.on_device[i] else combine)(
+            ops[i], [r[j] for r in results], weights) for j, i in enumerate(subset)]

@@ -3,8 +3,8 @@
 Where a call goes: :meth:`Function.__call__` checks every argument in rank 0 (nothing runs
 on any rank before that), builds a :class:`~synkhronos.callplan.CallPlan`, and
 :meth:`Session.execute <synkhronos.launch.Session.execute>` sends it through the command
-channel. Every rank, rank 0 included, runs :func:`run_share` on its rows; rank 0 then
-combines the ranks' outputs with :func:`synkhronos.reduce.combine`.
+channel. Every rank, rank 0 included, runs its rows (:func:`run_share` in the workers),
+and :mod:`synkhronos.outputs` brings the ranks' outputs together in rank 0.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 
-from . import launch
+from . import launch, outputs
 from .callplan import CallPlan, RankRows
 from .collectives import sliceable_lengths
 from .compiled import is_jax
 from .data import Data
 from .distribute import GraphSpec, pack
 from .partition import Selection
-from .reduce import check_output_op, combine
+from .reduce import check_output_op
 
 
 def _pairs(mapping, what: str) -> list[tuple]:
@@ -249,26 +249,12 @@ class Function:
             distribute()
         plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
         arrays = plan.encode() if session.n_ranks > 1 else ()
-        weight, outs = session.execute(
+        weight, host, reduced = session.execute(
             launch.CALL, arrays, lambda: _run_plan(session.state, plan, lambda d: d.data))
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.lengths_cache.clear()  # the rows batch_s may select have changed
-        weights, per_rank = [weight], [outs]
-        for rank in range(1, session.n_ranks):
-            reply = session.channel.reply_arrays(rank)
-            weights.append(int(reply[0][0]))
-            per_rank.append(reply[1:] if weights[-1] else None)
-        results = []
-        for j, i in enumerate(plan.subset):
-            values = [None if o is None else o[j] for o in per_rank]
-            op = self._spec.output_ops[i]
-            if op is None:
-                results.append([None if v is None else np.array(v) for v in values])
-            else:
-                results.append(combine(op, values, weights))
-        if output_subset is None and self._single:
-            return results[0]
-        return results
+        return outputs.collect(session, self._spec, plan.subset, weight, host, reduced,
+                               output_subset is None and self._single)
 
     def _plan(self, session, args, batch, batch_s, num_slices, output_subset) -> CallPlan:
         spec = self._spec
@@ -377,8 +363,11 @@ class Function:
         return [resolve_rows(s, lengths[r], f"batch_s (rank {r})") for r, s in enumerate(specs)]
 
 
-def _run_plan(state, plan: CallPlan, resolve) -> tuple[int, list | None]:
-    """Run this rank's share of a planned call (rank 0 and workers alike)."""
+def _run_plan(state, plan: CallPlan, resolve) -> tuple[int, list, dict]:
+    """Run this rank's share of a planned call (rank 0 and workers alike).
+
+    Returns the rows it computed on and :func:`synkhronos.outputs.share`'s result.
+    """
     fn = state.functions[plan.fid]
     rank = state.rank
     bcast = [resolve(v) if k == 0 else v for v, k in zip(plan.bcast, plan.bcast_kinds,
@@ -390,14 +379,16 @@ def _run_plan(state, plan: CallPlan, resolve) -> tuple[int, list | None]:
         s_rows = slice(0, min(fn.sliceable_lengths()))
     else:
         s_rows = None
-    return fn.run([resolve(d) for d in plan.scatter], rows, [int(o) for o in plan.offsets],
-                  bcast, s_rows, plan.num_slices, [int(i) for i in plan.subset])
+    subset = [int(i) for i in plan.subset]
+    weight, outs = fn.run([resolve(d) for d in plan.scatter], rows,
+                          [int(o) for o in plan.offsets], bcast, s_rows, plan.num_slices, subset)
+    return (weight, *outputs.share(state, fn, subset, weight, outs))
 
 
 def run_share(state, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
     """(Worker) decode a call, run this rank's share, and return the reply arrays."""
-    weight, outs = _run_plan(state, CallPlan.decode(arrays), resolve)
-    return [np.array([weight], np.int64), *(outs or [])]
+    weight, host, _ = _run_plan(state, CallPlan.decode(arrays), resolve)
+    return [np.array([weight], np.int64), *host]
 
 
 def function(inputs=(), outputs=None, bcast_inputs=(), updates=None, givens=None,

@@ -86,11 +86,10 @@ class GpuBackend(Backend):
     def __init__(self):
         super().__init__("gpu", "JAX")
 
-    def value(self, var):
+    def to_comm(self, array):
         import jax
 
-        value = var.get_value(borrow=True)
-        return jax.device_put(value) if isinstance(value, np.ndarray) else value
+        return jax.device_put(array) if isinstance(array, (np.ndarray, np.generic)) else array
 
     def set_value(self, var, value) -> None:
         import jax

@@ -30,7 +30,7 @@ class RankState:
     def add_functions(self, specs: list[GraphSpec]) -> None:
         """Compile and keep ``specs`` (their shared variables are registered already)."""
         for spec in specs:
-            function = RankFunction(spec, self.backend.mode)
+            function = RankFunction(spec, self.backend.mode, self.backend.device_outputs)
             function.compile()
             self.functions[spec.fid] = function
 

@@ -69,6 +69,38 @@ def combine(op, values: list, weights: list[int]):
     return np.asarray(_UFUNCS[op].reduce(np.stack([v for v, _ in kept]), axis=0))
 
 
+def reduces_in_place(op, dtype) -> bool:
+    """Whether outputs of ``op`` and ``dtype`` can be reduced where they were computed
+    (on the device): element-wise ops, and "avg" of floating-point values ("avg" of
+    integers gives float64, as :func:`combine` does on the host)."""
+    return op in COLLECTIVE_OPS and (op != "avg" or np.dtype(dtype).kind == "f")
+
+
+def accumulate(op: str, values: list, weights: list[int]):
+    """Combine equally shaped arrays of any array library (numpy, JAX) in that library.
+
+    Like :func:`combine` for the ops of :data:`COLLECTIVE_OPS`, but the values stay where
+    they are (a GPU's memory, say) and keep their dtype.
+
+    Examples
+    --------
+    >>> float(accumulate("avg", [np.float64(1.0), np.float64(4.0)], [1, 2]))
+    3.0
+    """
+    if op == "avg":
+        total = sum(weights)
+        values = [v * (w / total) for v, w in zip(values, weights, strict=True)]
+    if op in ("avg", "sum", "prod"):
+        step = (lambda a, b: a * b) if op == "prod" else (lambda a, b: a + b)
+    else:
+        xp = getattr(values[0], "__array_namespace__", lambda: np)()
+        step = xp.maximum if op == "max" else xp.minimum
+    acc = values[0]
+    for v in values[1:]:
+        acc = step(acc, v)
+    return acc
+
+
 BLOCK = 1 << 15  # elements reduced at a time, so each block's passes stay in cache
 
 
@@ -95,6 +127,7 @@ def reduce_into(op: str, inputs: list[np.ndarray], out: np.ndarray,
             if dst.dtype.kind in "fc":
                 dst *= dst.dtype.type(scale)
             else:
-                np.copyto(dst, dst * scale, casting="unsafe")
+                # Divide, not multiply by 1/n: 49 * (1/49) is just below 1.
+                np.copyto(dst, dst / len(inputs), casting="unsafe")
         for copy in copies:
             copy[block] = dst

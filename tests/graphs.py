@@ -36,8 +36,9 @@ def random_xy(rng, n: int):
     return rng.normal(size=(n, 3)), rng.normal(size=n)
 
 
-def check_ops(got, want, rows_per_rank=None):
-    """Compare synk outputs of ``ops_function`` with the reference's."""
+def check_ops(got, want, rows_per_rank=None, rtol=1e-10):
+    """Compare synk outputs of ``ops_function`` with the reference's (``rtol``: relative
+    tolerance; JAX on GPUs computes these float64 graphs in float32)."""
     for (_, op), g, w in zip(OUTPUTS, got, want, strict=True):
         if op is None:
             counts = [int(v) if v is not None else 0 for v in g]
@@ -45,4 +46,4 @@ def check_ops(got, want, rows_per_rank=None):
             if rows_per_rank is not None:
                 assert counts == rows_per_rank
         else:
-            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12, err_msg=op)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * 1e-2, err_msg=op)

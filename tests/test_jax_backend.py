@@ -49,3 +49,59 @@ def test_mode_is_jax(jax_ranks):
 
     compiled = launch.current().state.functions[f._spec.fid]._function("plain")
     assert "JAX" in type(compiled.maker.linker).__name__
+
+
+def test_reductions_go_through_the_communicator(jax_ranks, rng):
+    """On device backends, avg/sum/prod/max/min are reduced by comm.reduce (one call per op);
+    gather and None come by the host."""
+    from synkhronos import launch
+
+    f, ref = ops_function()
+    comm = launch.current().state.comm
+    ops_seen = []
+    original = comm.reduce
+
+    def counting_reduce(arrays, op, root=0):
+        ops_seen.append(op)
+        return original(arrays, op, root)
+
+    comm.reduce = counting_reduce
+    try:
+        xv, yv = random_xy(rng, 11)
+        check_ops(f(xv, yv, 0.3), ref(xv, yv, 0.3), rows_per_rank=[6, 5])
+        assert ops_seen == ["sum", "prod", "max", "min"]  # "avg" is a scaled sum
+        ops_seen.clear()
+        # One row: rank 1 computes nothing, so every rank takes the host path.
+        check_ops(f(xv, yv, 0.3, batch=[4]), ref(xv[[4]], yv[[4]], 0.3), rows_per_rank=[1, 0])
+        assert ops_seen == []
+    finally:
+        comm.reduce = original
+
+
+def test_row_dependent_shapes_and_one_rank_failing(jax_ranks, rng):
+    xv = rng.normal(size=(9, 3))  # 5 rows on rank 0, 4 on rank 1
+    rows_first = synk.function([x], (x[:, 0] * 2, "sum"))
+    with pytest.raises(ValueError, match="same shape on every rank"):
+        rows_first(xv)
+    # Fails on rank 0, then on rank 1; the other rank, waiting to reduce, must give up.
+    for rows, error in ((4, TypeError), (5, synk.RemoteError)):
+        f = synk.function([x], (x.reshape((rows, 3)).sum(), "sum"))
+        with pytest.raises(error, match="reshape"):
+            f(xv)
+    ok = synk.function([x], (x.sum(), "sum"))
+    np.testing.assert_allclose(ok(xv), xv.sum())
+
+
+@pytest.mark.parametrize("op", ["avg", "sum", "prod", "max", "min"])
+def test_accumulate_matches_combine(op, rng):
+    import jax.numpy as jnp
+
+    from synkhronos.reduce import accumulate, combine
+
+    values = [rng.normal(size=(3, 2)) for _ in range(3)]
+    weights = [4, 1, 2]
+    want = combine(op, values, weights)
+    np.testing.assert_allclose(accumulate(op, values, weights), want, rtol=1e-12)
+    got = accumulate(op, [jnp.asarray(v) for v in values], weights)
+    assert not isinstance(got, np.ndarray)  # stayed a JAX array
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)

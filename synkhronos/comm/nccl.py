@@ -19,7 +19,8 @@ from .shm import ShmCommunicator
 
 _NCCL_DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32",
                 "float64": "NCCL_FLOAT64", "int8": "NCCL_INT8", "uint8": "NCCL_UINT8",
-                "int32": "NCCL_INT32", "int64": "NCCL_INT64"}
+                "int32": "NCCL_INT32", "uint32": "NCCL_UINT32", "int64": "NCCL_INT64",
+                "uint64": "NCCL_UINT64"}
 _NCCL_OPS = {"sum": "NCCL_SUM", "avg": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX",
              "min": "NCCL_MIN"}
 
@@ -34,10 +35,22 @@ class NcclCommunicator(ShmCommunicator):
         if self._comm is None:
             from cupy.cuda import nccl
 
+            # Without the library CuPy's module has no functions, only ``available``.
+            if not getattr(nccl, "available", False):
+                raise ImportError("CuPy cannot load NCCL; install it (for cupy-cuda13x: "
+                                  "pip install nvidia-nccl-cu13)")
             uid = [np.array(nccl.get_unique_id(), np.int64)] if self.rank == 0 else None
             uid = tuple(int(c) for c in super().broadcast(uid)[0])
             self._comm = nccl.NcclCommunicator(self.n_ranks, uid, self.rank)
         return self._comm
+
+    @staticmethod
+    def _on_device(arrays) -> list:
+        """JAX arrays for ``arrays``: ``set_value`` hands broadcast host arrays, which
+        CuPy's ``from_dlpack`` refuses."""
+        import jax
+
+        return [a if isinstance(a, jax.Array) else jax.device_put(a) for a in arrays]
 
     @staticmethod
     def _codes(array, op: str | None = None):
@@ -49,20 +62,23 @@ class NcclCommunicator(ShmCommunicator):
         dtype = getattr(nccl, _NCCL_DTYPES[name])
         return dtype if op is None else (dtype, getattr(nccl, _NCCL_OPS[op]))
 
-    def _run(self, arrays, outputs, call) -> list:
-        """Run ``call(comm, src, dst, stream)`` for each pair as one NCCL group."""
+    @staticmethod
+    def _run(comm, arrays, outputs, codes, call) -> list:
+        """Run ``call(comm, src, dst, code, stream)`` for each array as one NCCL group.
+
+        ``codes`` are worked out beforehand so that nothing raises inside the group.
+        """
         import cupy
         import jax
         from cupy.cuda import nccl
 
-        comm = self._nccl()
         for a in arrays:
             a.block_until_ready()  # JAX computes on its own stream
         sources = [cupy.from_dlpack(a) for a in arrays]
         stream = cupy.cuda.get_current_stream()
         nccl.groupStart()
-        for src, dst in zip(sources, outputs, strict=True):
-            call(comm, src, dst, stream.ptr)
+        for src, dst, code in zip(sources, outputs, codes, strict=True):
+            call(comm, src, dst, code, stream.ptr)
         nccl.groupEnd()
         stream.synchronize()
         return [jax.dlpack.from_dlpack(o) for o in outputs]
@@ -70,18 +86,26 @@ class NcclCommunicator(ShmCommunicator):
     def _reduction(self, arrays, op, root: int | None) -> list:
         """NCCL allReduce (``root`` None) or reduce to ``root``; "avg" is a sum, scaled."""
         import cupy
+        import jax
 
+        comm = self._nccl()
+        arrays = self._on_device(arrays)
+        codes = [self._codes(a, op) for a in arrays]
         outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
 
-        def call(comm, src, dst, stream):
-            dtype, nccl_op = self._codes(src, op)
+        def call(comm, src, dst, code, stream):
+            dtype, nccl_op = code
             if root is None:
                 comm.allReduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, stream)
             else:
                 comm.reduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, root, stream)
 
-        result = self._run(arrays, outputs, call)
-        return [r / self.n_ranks for r in result] if op == "avg" else result
+        result = self._run(comm, arrays, outputs, codes, call)
+        if op != "avg" or root not in (None, self.rank):
+            return result
+        # Same dtype out as in, as on CPU ranks: integers divide exactly, toward zero.
+        return [r / self.n_ranks if np.dtype(r.dtype).kind == "f"
+                else jax.lax.div(r, np.asarray(self.n_ranks, r.dtype)) for r in result]
 
     def all_reduce(self, arrays, op, out=None):
         return self._reduction(arrays, op, None)
@@ -93,20 +117,24 @@ class NcclCommunicator(ShmCommunicator):
     def broadcast(self, arrays, root=0):
         import cupy
         import jax.numpy as jnp
+        from cupy.cuda import nccl
 
+        comm = self._nccl()
         # Non-roots learn shapes and dtypes through shared memory, then NCCL moves the data.
         meta = None
         if self.rank == root:
+            arrays = self._on_device(arrays)
             meta = [np.array([dtype_code(a.dtype), *a.shape], np.int64) for a in arrays]
         meta = super().broadcast(meta, root)
         if self.rank != root:
             arrays = [jnp.empty(tuple(int(s) for s in m[1:]), DTYPES[int(m[0])]) for m in meta]
         outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
 
-        def call(comm, src, dst, stream):
-            comm.broadcast(src.data.ptr, dst.data.ptr, src.size, self._codes(src), root, stream)
+        # As bytes, so that every dtype moves (NCCL has no bool, int16 or complex type).
+        def call(comm, src, dst, code, stream):
+            comm.broadcast(src.data.ptr, dst.data.ptr, src.nbytes, code, root, stream)
 
-        return self._run(arrays, outputs, call)
+        return self._run(comm, arrays, outputs, [nccl.NCCL_UINT8] * len(arrays), call)
 
     def gather(self, arrays, root=0):
         return super().gather([np.asarray(a) for a in arrays], root)

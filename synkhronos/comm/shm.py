@@ -1,9 +1,11 @@
 """Collectives for CPU ranks over shared memory.
 
 Each rank owns a mailbox segment it writes its arrays into; a semaphore barrier orders the
-writes before the reads. Reductions run in parallel: after the barrier, rank ``r`` reduces
-the ``r``-th chunk of every array into a result segment owned by rank 0, and after a second
-barrier every rank copies the whole result out.
+writes before the reads, and a second one the reads before any later write, so that
+collectives may follow one another within one command (as MPI's do). Reductions run in
+parallel: after the barrier, rank ``r`` reduces the ``r``-th chunk of every array into a
+result segment owned by rank 0, and after a second barrier every rank copies the whole
+result out.
 """
 
 from __future__ import annotations
@@ -81,9 +83,10 @@ class ShmCommunicator(Communicator):
         if self.rank == root:
             self.mailboxes[root].post(arrays)
         self.barrier()
-        if self.rank == root:
-            return list(arrays)
-        return [a.copy() for a in self.mailboxes[root].read()]
+        got = list(arrays) if self.rank == root else [
+            a.copy() for a in self.mailboxes[root].read()]
+        self.barrier()  # the mailbox is read: a next collective may post again
+        return got
 
     def scatter(self, parts, root=0):
         if self.rank == root:
@@ -93,22 +96,28 @@ class ShmCommunicator(Communicator):
             self.mailboxes[root].post([a for p in parts for a in p])
         self.barrier()
         if self.rank == root:
-            return list(parts[root])
-        flat = self.mailboxes[root].read()
-        k = len(flat) // self.n_ranks
-        return [a.copy() for a in flat[self.rank * k:(self.rank + 1) * k]]
+            got = list(parts[root])
+        else:
+            flat = self.mailboxes[root].read()
+            k = len(flat) // self.n_ranks
+            got = [a.copy() for a in flat[self.rank * k:(self.rank + 1) * k]]
+        self.barrier()
+        return got
 
     def gather(self, arrays, root=0):
         self.mailboxes[self.rank].post(arrays)
         self.barrier()
-        if self.rank != root:
-            return None
-        return [[a.copy() for a in box] for box in self._all_boxes()]
+        got = None if self.rank != root else [
+            [a.copy() for a in box] for box in self._all_boxes()]
+        self.barrier()
+        return got
 
     def all_gather(self, arrays):
         self.mailboxes[self.rank].post(arrays)
         self.barrier()
-        return [[a.copy() for a in box] for box in self._all_boxes()]
+        got = [[a.copy() for a in box] for box in self._all_boxes()]
+        self.barrier()
+        return got
 
     def reduce(self, arrays, op, root=0):
         result = self._reduce_to_result(arrays, op)

@@ -1,0 +1,105 @@
+"""How the ranks' outputs of a call come together in rank 0.
+
+Two paths, chosen per output, the same way on every rank:
+
+- **Host** (CPU ranks, and on every backend "gather", None and integer "avg"): each
+  worker replies with its outputs as host arrays through the command channel, and rank 0
+  combines them with :func:`synkhronos.reduce.combine`. Nothing here waits on another
+  rank, so a failed worker never blocks the others.
+- **Communicator** (backends with ``device_outputs``: "gpu", and "jax-cpu", which runs this
+  path in CI): the other reductions go through ``comm.reduce``, which on GPU ranks is NCCL,
+  so values stay on the devices and only rank 0's result is copied to the host, once.
+  First the ranks exchange their row counts and output shapes through shared memory. That
+  exchange is the barrier where a rank's failure aborts the others (shared-memory barriers
+  abort; NCCL calls would wait forever), and where mismatched shapes raise the same error
+  on every rank. If any rank had no rows, and so no outputs, every rank takes the host path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .reduce import combine
+
+
+def _host(values) -> list:
+    return [np.asarray(v) for v in values]
+
+
+def share(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict]:
+    """(Every rank) Reduce what the communicator path takes; return the rest.
+
+    Parameters
+    ----------
+    state : RankState
+        This rank's state (communicator, backend).
+    fn : RankFunction
+        This rank's compiled function (output ops, and which outputs it kept on device).
+    subset : sequence of int
+        The outputs this call returns, in order.
+    weight : int
+        Rows this rank computed on (0: it computed nothing).
+    outs : list or None
+        This rank's outputs in ``subset`` order (None when ``weight`` is 0).
+
+    Returns
+    -------
+    host : list
+        The outputs of the host path, as host arrays, in order (empty when ``weight`` is 0).
+    reduced : dict
+        On rank 0, position in ``subset`` -> reduced value (backend array) of the outputs
+        that took the communicator path; empty elsewhere.
+    """
+    if not weight:
+        outs = []
+    device = [] if state.n_ranks == 1 else [j for j, i in enumerate(subset) if fn.on_device[i]]
+    if not device:
+        return _host(outs), {}
+    shapes = [np.shape(outs[j]) for j in device] if weight else []
+    mine = np.array([weight, *(d for s in shapes for d in (len(s), *s))], np.int64)
+    everyone = [a[0] for a in state.comm.all_gather([mine])]
+    weights = [int(a[0]) for a in everyone]
+    if min(weights) == 0:
+        return _host(outs), {}
+    for rank, theirs in enumerate(everyone):
+        if not np.array_equal(theirs[1:], mine[1:]):
+            raise ValueError(
+                f"outputs {[int(subset[j]) for j in device]} have shapes {shapes} on rank "
+                f"{state.rank} but not on rank {rank} ({theirs[1:].tolist()} as ndim, dims); "
+                f"outputs reduced with avg/sum/prod/max/min need the same shape on every rank")
+    total = sum(weights)
+    ops = {j: fn.spec.output_ops[subset[j]] for j in device}
+    # "avg" is a sum of values scaled by their share of the rows, so it goes with "sum".
+    comm_ops = {j: "sum" if op == "avg" else op for j, op in ops.items()}
+    reduced = {}
+    for comm_op in dict.fromkeys(comm_ops.values()):  # one collective per op, same order
+        positions = [j for j in device if comm_ops[j] == comm_op]
+        values = [state.backend.to_comm(outs[j] * (weight / total) if ops[j] == "avg"
+                                        else outs[j]) for j in positions]
+        got = state.comm.reduce(values, comm_op)
+        if got is not None:
+            reduced.update(zip(positions, got, strict=True))
+    return _host(o for j, o in enumerate(outs) if j not in ops), reduced
+
+
+def collect(session, spec, subset, weight: int, host: list, reduced: dict,
+            single: bool):
+    """(Rank 0) Put together the call's results from its own share and the replies."""
+    weights, per_rank = [weight], [host if weight else None]
+    for rank in range(1, session.n_ranks):
+        reply = session.channel.reply_arrays(rank)
+        weights.append(int(reply[0][0]))
+        per_rank.append(reply[1:] if weights[-1] else None)
+    results, k = [], 0
+    for j, i in enumerate(subset):
+        if j in reduced:
+            results.append(np.array(reduced[j]))  # the one copy to the host
+            continue
+        values = [None if o is None else o[k] for o in per_rank]
+        k += 1
+        op = spec.output_ops[i]
+        if op is None:
+            results.append([None if v is None else np.array(v) for v in values])
+        else:
+            results.append(combine(op, values, weights))
+    return results[0] if single else results
