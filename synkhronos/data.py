@@ -3,6 +3,8 @@
 Rank 0 owns each segment. A call describes every ``Data`` argument to the workers by
 (id, generation, dtype, shape); a worker maps a segment the first time it sees it and maps
 again only when the generation changes, so reallocations need nothing from the user.
+When a ``Data`` is freed or collected, rank 0 unlinks its segment and the next command
+tells the workers to unmap it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ import numpy as np
 from .shm import DTYPES, GrowingSegment, dtype_code, process_prefix
 
 _ids = itertools.count()
+# Ids of Data whose memory was released: the next command tells the workers to unmap them
+# (an unlinked segment's memory is only returned once every process has unmapped it).
+released_ids: list[int] = []
+
+
+def _release(segment: GrowingSegment, data_id: int) -> None:
+    segment.unlink()
+    released_ids.append(data_id)
 
 
 def _cast(value: np.ndarray, dtype: np.dtype, force_cast: bool, what: str) -> np.ndarray:
@@ -52,8 +62,7 @@ class Data:
         self.minibatch = bool(minibatch)
         self._id = next(_ids)
         self._segment = GrowingSegment(f"{process_prefix()}_data{self._id}")
-        # Unlink the segment when this object goes away (workers keep their mapping).
-        weakref.finalize(self, self._segment.unlink)
+        weakref.finalize(self, _release, self._segment, self._id)
         if value is not None:
             value = np.asarray(value)
             dtype = value.dtype if dtype is None else np.dtype(dtype)
@@ -157,6 +166,7 @@ class Data:
     def free_memory(self) -> None:
         """Release the shared memory; the array becomes empty (length 0)."""
         self._segment.release()
+        released_ids.append(self._id)
         self._shape = (0,) + self._shape[1:]
         self._view = None
 
@@ -173,6 +183,11 @@ class DataViews:
     def __init__(self, prefix: str):
         self.prefix = prefix
         self.segments: dict[int, GrowingSegment] = {}
+
+    def forget(self, data_ids) -> None:
+        """Unmap the segments of these released ``Data`` (once no view of them is left)."""
+        for data_id in data_ids:
+            self.segments.pop(int(data_id), None)
 
     def view(self, descriptor: np.ndarray) -> np.ndarray:
         data_id, generation, code = (int(x) for x in descriptor[:3])

@@ -16,13 +16,16 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from .backends import get_backend
 from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied
 from .comm import make_communicator
+from .data import released_ids
 from .rank import RankState
 from .shm import process_prefix, sweep
 
-STOP, DISTRIBUTE, CALL, COLLECTIVE = range(4)
+STOP, DISTRIBUTE, CALL, COLLECTIVE, FORGET_DATA = range(5)
 STOP_GRACE_S = 5.0
 
 _fork_count = itertools.count()
@@ -163,6 +166,8 @@ class Session:
         if self.broken:
             raise RuntimeError("this synkhronos session is broken (a worker died or a call "
                                "was interrupted); call synk.close() and fork again")
+        if released_ids and code != FORGET_DATA:
+            self._forget_data()
         if self.processes:
             self.channel.send(code, arrays)
         error = None
@@ -189,6 +194,13 @@ class Session:
                 self.broken = True
             raise error
         return result
+
+    def _forget_data(self) -> None:
+        """Have the workers unmap the segments of released ``Data``."""
+        ids = []
+        while released_ids:  # pop: a finalizer may append meanwhile
+            ids.append(released_ids.pop())
+        self.execute(FORGET_DATA, [np.array(ids, np.int64)], lambda: None)
 
     def close(self) -> None:
         """Stop the workers (politely, then by force) and remove every segment."""

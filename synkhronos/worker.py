@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
     from .data import DataViews
     from .distribute import unpack
     from .function import run_share
-    from .launch import CALL, COLLECTIVE, DISTRIBUTE, STOP
+    from .launch import CALL, COLLECTIVE, DISTRIBUTE, FORGET_DATA, STOP
     from .rank import RankState
 
     control = ControlBlock(session, n_ranks, create=False)
@@ -83,6 +83,8 @@ def main(argv: list[str]) -> None:
                 channel.reply(run_share(state, arrays, views.view))
             elif code == COLLECTIVE:
                 channel.reply(run_collective(state, arrays) or [])
+            elif code == FORGET_DATA:
+                views.forget(arrays[0])
             else:
                 raise ValueError(f"unknown synkhronos command {code}")
         except Aborted:

@@ -39,6 +39,33 @@ def test_data_inputs_and_bcast_data(fns, rng):
     check_ops(f(xd, yd, 0.5), ref(xv2[:5], yv2[:5], 0.5))
 
 
+def _worker_maps(name: str) -> bool:
+    """Whether worker rank 1 maps the shared-memory segment ``name``."""
+    from synkhronos import launch
+
+    pid = launch.current().processes[0].pid
+    with open(f"/proc/{pid}/maps") as maps:
+        return any(f"/dev/shm/{name}" in line for line in maps)
+
+
+def test_workers_unmap_released_data(fns, rng):
+    import gc
+
+    f, ref = fns
+    xv, yv = random_xy(rng, 6)
+    xd, yd = synk.data(xv), synk.data(yv)
+    check_ops(f(xd, yd, 1.0), ref(xv, yv, 1.0))
+    names = [d._segment.segment.name for d in (xd, yd)]
+    assert all(_worker_maps(n) for n in names)
+    xd.free_memory()  # released explicitly
+    del yd  # released by the garbage collector
+    gc.collect()
+    check_ops(f(xv, yv, 1.0), ref(xv, yv, 1.0))  # the next command tells the workers
+    assert not any(_worker_maps(n) for n in names)
+    xd.set_value(xv[:3])  # a freed Data can be used again
+    check_ops(f(xd, yv[:3], 1.0), ref(xv[:3], yv[:3], 1.0))
+
+
 @pytest.mark.parametrize("batch", [4, slice(2, 9), slice(1, None, 3), [8, 0, 3, 3, 5],
                                    np.array([True, False] * 5)])
 def test_batch(fns, rng, batch):
