@@ -47,3 +47,17 @@ def check_ops(got, want, rows_per_rank=None, rtol=1e-10):
                 assert counts == rows_per_rank
         else:
             np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * 1e-2, err_msg=op)
+
+
+def record_reduce_ops(comm) -> list[str]:
+    """Make rank 0's communicator ``comm`` record the op of each ``reduce`` it runs (the
+    workers' run unchanged); returns the list it appends to. ``del comm.reduce`` undoes it."""
+    ops = []
+    original = comm.reduce
+
+    def recording_reduce(arrays, op, root=0):
+        ops.append(op)
+        return original(arrays, op, root)
+
+    comm.reduce = recording_reduce
+    return ops

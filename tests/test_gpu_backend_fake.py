@@ -37,6 +37,7 @@ def _session() -> None:
     import synkhronos as synk
     from synkhronos import gpu, launch
     from synkhronos.comm.nccl import NcclCommunicator
+    from tests.graphs import record_reduce_ops
 
     gpu._gpu_table = lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(N_RANKS)]
     assert synk.fork(backend="gpu") == N_RANKS
@@ -44,14 +45,7 @@ def _session() -> None:
         comm = launch.current().state.comm
         assert isinstance(comm, NcclCommunicator)
         assert pytensor.config.floatX == "float32"
-        reduce_ops = []
-        comm_reduce = comm.reduce
-
-        def counting_reduce(arrays, op, root=0):
-            reduce_ops.append(op)
-            return comm_reduce(arrays, op, root)
-
-        comm.reduce = counting_reduce
+        reduce_ops = record_reduce_ops(comm)
 
         # Outputs: reductions through NCCL, gather and None through the host.
         x, y, s = pt.matrix("x"), pt.vector("y"), pt.scalar("s")
@@ -111,19 +105,22 @@ def _session() -> None:
 def test_gpu_backend_with_fake_cupy():
     from tests.conftest import shm_entries
 
-    before = set(shm_entries())
+    fake_nccl = f"synk_fakenccl{os.getpid()}"
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",
                                                              "PYTENSOR_FLAGS")}
-    env.update(JAX_PLATFORMS="cpu", FAKE_NCCL_PREFIX=f"synk_fakenccl{os.getpid()}",
-               FAKE_NCCL_TIMEOUT="60",
+    env.update(JAX_PLATFORMS="cpu", FAKE_NCCL_PREFIX=fake_nccl, FAKE_NCCL_TIMEOUT="60",
                PYTHONPATH=os.pathsep.join(filter(None, [str(FAKE_CUPY), str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
-    run = subprocess.run([sys.executable, __file__], env=env, cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)
-    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
-    assert "imported before synk.fork" not in run.stderr
-    assert "rank 2: GPU 2, Fake GPU" in run.stdout  # one line per GPU, as the paper's tool
-    assert set(shm_entries()) <= before, "left in /dev/shm"
+    rank0 = subprocess.Popen([sys.executable, __file__], env=env, cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = rank0.communicate(timeout=300)
+    finally:
+        rank0.kill()
+    assert rank0.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    assert "imported before synk.fork" not in err
+    assert "rank 2: GPU 2, Fake GPU" in out  # one line per GPU, as the paper's tool
+    assert shm_entries(f"synk_{rank0.pid}_") + shm_entries(fake_nccl) == [], "left in /dev/shm"
 
 
 if __name__ == "__main__":

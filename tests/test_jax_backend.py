@@ -5,7 +5,7 @@ import pytensor
 import pytest
 
 import synkhronos as synk
-from tests.graphs import check_ops, ops_function, random_xy, x
+from tests.graphs import check_ops, ops_function, random_xy, record_reduce_ops, x
 
 pytest.importorskip("jax")
 
@@ -58,14 +58,7 @@ def test_reductions_go_through_the_communicator(jax_ranks, rng):
 
     f, ref = ops_function()
     comm = launch.current().state.comm
-    ops_seen = []
-    original = comm.reduce
-
-    def counting_reduce(arrays, op, root=0):
-        ops_seen.append(op)
-        return original(arrays, op, root)
-
-    comm.reduce = counting_reduce
+    ops_seen = record_reduce_ops(comm)
     try:
         xv, yv = random_xy(rng, 11)
         check_ops(f(xv, yv, 0.3), ref(xv, yv, 0.3), rows_per_rank=[6, 5])
@@ -75,7 +68,7 @@ def test_reductions_go_through_the_communicator(jax_ranks, rng):
         check_ops(f(xv, yv, 0.3, batch=[4]), ref(xv[[4]], yv[[4]], 0.3), rows_per_rank=[1, 0])
         assert ops_seen == []
     finally:
-        comm.reduce = original
+        del comm.reduce
 
 
 def test_row_dependent_shapes_and_one_rank_failing(jax_ranks, rng):
