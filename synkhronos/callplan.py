@@ -45,17 +45,25 @@ class RankRows:
             return slice(int(self.ranges[rank, 0]), int(self.ranges[rank, 1]))
         return self.indices[self.bounds[rank]: self.bounds[rank + 1]]
 
-    def encode(self) -> list[np.ndarray]:
+    def encode(self, words: list[int], arrays: list[np.ndarray]) -> None:
+        """Append the description to ``words`` and any index array to ``arrays``."""
         if self.ranges is not None:
-            return [np.array([0], np.int64), self.ranges]
-        return [np.array([1], np.int64), self.indices, self.bounds]
+            words += [0, len(self.ranges), *self.ranges.ravel().tolist()]
+        else:
+            words += [1, len(self.bounds), *self.bounds.tolist()]
+            arrays.append(self.indices)
 
     @classmethod
-    def decode(cls, arrays: list[np.ndarray]) -> tuple[RankRows, int]:
-        """Decode from the front of ``arrays``; returns the rows and arrays consumed."""
-        if arrays[0][0] == 0:
-            return cls(ranges=arrays[1].copy()), 2
-        return cls(indices=arrays[1].copy(), bounds=arrays[2].copy()), 3
+    def decode(cls, words: list[int], pos: int, arrays: list[np.ndarray]) -> tuple[RankRows, int]:
+        """Decode from ``words`` at ``pos`` (index arrays are taken from the front of
+        ``arrays``); returns the rows and the position after them."""
+        kind, n = words[pos], words[pos + 1]
+        pos += 2
+        if kind == 0:
+            ranges = np.array(words[pos: pos + 2 * n], np.int64).reshape(n, 2)
+            return cls(ranges=ranges), pos + 2 * n
+        bounds = np.array(words[pos: pos + n], np.int64)
+        return cls(indices=arrays.pop(0).copy(), bounds=bounds), pos + n
 
 
 @dataclass
@@ -63,7 +71,7 @@ class CallPlan:
     """One call of a synkhronos function, checked and ready to run on every rank.
 
     ``scatter`` and ``bcast`` hold, on rank 0, ``Data`` objects or arrays; after decoding
-    on a worker they hold ``Data`` descriptors (int64 arrays) or arrays, with ``bcast_kinds``
+    on a worker they hold ``Data`` descriptors (lists of int) or arrays, with ``bcast_kinds``
     telling which (0: descriptor, 1: value).
     """
 
@@ -78,33 +86,61 @@ class CallPlan:
     s_rows: RankRows | None
 
     def encode(self) -> list[np.ndarray]:
-        header = np.array([self.fid, self.num_slices, len(self.scatter), len(self.bcast),
-                           self.rows is not None, self.s_rows is not None], np.int64)
-        arrays = [header, self.subset, self.offsets]
-        arrays += [d.descriptor() for d in self.scatter]
-        arrays.append(self.bcast_kinds)
-        arrays += [v.descriptor() if k == 0 else v
-                   for v, k in zip(self.bcast, self.bcast_kinds, strict=True)]
+        """The plan as arrays for the command channel: one int64 vector of everything small
+        (a message of few arrays is cheaper to post and read), then index arrays and the
+        broadcast values."""
+        words = [self.fid, self.num_slices, len(self.subset), len(self.scatter),
+                 len(self.bcast), *self.subset.tolist(), *self.offsets.tolist()]
+        for d in self.scatter:
+            desc = d.descriptor()
+            words += [len(desc), *desc.tolist()]
+        arrays, values = [], []
+        for v, k in zip(self.bcast, self.bcast_kinds.tolist(), strict=True):
+            if k == 0:
+                desc = v.descriptor()
+                words += [0, len(desc), *desc.tolist()]
+            else:
+                words.append(1)
+                values.append(v)
         for rows in (self.rows, self.s_rows):
-            if rows is not None:
-                arrays += rows.encode()
-        return arrays
+            if rows is None:
+                words.append(-1)
+            else:
+                rows.encode(words, arrays)
+        return [np.array(words, np.int64), *arrays, *values]
 
     @classmethod
     def decode(cls, arrays: list[np.ndarray]) -> CallPlan:
-        fid, num_slices, n_scatter, n_bcast, has_rows, has_s = (int(x) for x in arrays[0])
-        subset, offsets = arrays[1].copy(), arrays[2].copy()
-        pos = 3
-        scatter = [a.copy() for a in arrays[pos: pos + n_scatter]]
+        words, rest = arrays[0].tolist(), list(arrays[1:])
+        fid, num_slices, n_subset, n_scatter, n_bcast = words[:5]
+        pos = 5
+        subset = np.array(words[pos: pos + n_subset], np.int64)
+        pos += n_subset
+        offsets = np.array(words[pos: pos + n_scatter], np.int64)
         pos += n_scatter
-        kinds = arrays[pos].copy()
-        bcast = [a.copy() for a in arrays[pos + 1: pos + 1 + n_bcast]]
-        pos += 1 + n_bcast
-        rows = s_rows = None
-        if has_rows:
-            rows, used = RankRows.decode(arrays[pos:])
-            pos += used
-        if has_s:
-            s_rows, _ = RankRows.decode(arrays[pos:])
-        return cls(fid, num_slices, subset, scatter, offsets, rows, bcast, kinds,
-                   s_rows)
+        scatter = []
+        for _ in range(n_scatter):
+            n = words[pos]
+            scatter.append(words[pos + 1: pos + 1 + n])
+            pos += 1 + n
+        kinds, bcast = [], []
+        for _ in range(n_bcast):
+            kinds.append(words[pos])
+            if words[pos] == 0:
+                n = words[pos + 1]
+                bcast.append(words[pos + 2: pos + 2 + n])
+                pos += 2 + n
+            else:
+                bcast.append(None)  # a value: filled in below, after any index arrays
+                pos += 1
+        found = []
+        for _ in range(2):
+            if words[pos] == -1:
+                found.append(None)
+                pos += 1
+            else:
+                rows, pos = RankRows.decode(words, pos, rest)
+                found.append(rows)
+        bcast = [rest.pop(0).copy() if k == 1 else b for b, k in zip(bcast, kinds, strict=True)]
+        return cls(fid, num_slices, subset, scatter, offsets, found[0], bcast,
+                   np.array(kinds, np.int64), found[1])

@@ -189,7 +189,8 @@ class DataViews:
         for data_id in data_ids:
             self.segments.pop(int(data_id), None)
 
-    def view(self, descriptor: np.ndarray) -> np.ndarray:
+    def view(self, descriptor) -> np.ndarray:
+        """The array a :meth:`Data.descriptor` (as int64 words or a list) describes."""
         data_id, generation, code = (int(x) for x in descriptor[:3])
         segment = self.segments.get(data_id)
         if segment is None:

@@ -66,7 +66,10 @@ def combine(op, values: list, weights: list[int]):
         dtype = kept[0][0].dtype
         acc = sum(v.astype(np.float64) * (w / total) for v, w in kept)
         return np.asarray(acc, dtype=dtype if dtype.kind in "fc" else np.float64)
-    return np.asarray(_UFUNCS[op].reduce(np.stack([v for v, _ in kept]), axis=0))
+    ufunc, acc = _UFUNCS[op], kept[0][0]
+    for v, _ in kept[1:]:  # pairwise: no stacked copy, and cheap for the usual scalars
+        acc = ufunc(acc, v)
+    return np.asarray(acc)
 
 
 def reduces_in_place(op, dtype) -> bool:

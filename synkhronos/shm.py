@@ -191,40 +191,40 @@ class Mailbox:
         arrays = [np.asarray(a) for a in arrays]
         if len(arrays) > self.max_arrays:
             raise ValueError(f"cannot send more than {self.max_arrays} arrays in one message")
-        offsets, end = [], 0
+        # Descriptors are built as one Python list and written with one numpy assignment:
+        # word-by-word writes into the header cost more than the rest of a small message.
+        words, offsets, end = [], [], 0
         for a in arrays:
             if a.ndim > MAX_NDIM:
                 raise ValueError(f"cannot send arrays of more than {MAX_NDIM} dimensions")
+            words += [dtype_code(a.dtype), a.ndim, end, *a.shape]
+            words += [0] * (MAX_NDIM - a.ndim)
             offsets.append(end)
             end += -(-a.nbytes // ALIGN) * ALIGN
         self.data.reserve(end, oversize)
         self.header[1] = len(arrays)
+        self.header[2: 2 + len(words)] = words
+        segment = self.data.segment
         views = []
-        for desc, a, offset in zip(self._descriptors(), arrays, offsets, strict=True):
-            desc[0] = dtype_code(a.dtype)
-            desc[1] = a.ndim
-            desc[2] = offset
-            desc[3: 3 + a.ndim] = a.shape
-            views.append(self.data.segment.array(a.dtype, a.shape, offset))
+        for a, offset in zip(arrays, offsets, strict=True):
+            view = segment.array(a.dtype, a.shape, offset)
             if copy and a.nbytes:
-                views[-1][...] = a
+                view[...] = a
+            views.append(view)
         self.header[0] = self.data.generation
         return views
 
-    def _descriptors(self) -> list[np.ndarray]:
-        h = self.header
-        return [h[2 + i * DESC_WORDS: 2 + (i + 1) * DESC_WORDS] for i in range(int(h[1]))]
+    def _descriptors(self) -> list[list[int]]:
+        words = self.header[2: 2 + int(self.header[1]) * DESC_WORDS].tolist()
+        return [words[i: i + DESC_WORDS] for i in range(0, len(words), DESC_WORDS)]
 
     def offsets(self) -> list[int]:
         """Byte offsets of the arrays last posted."""
-        return [int(desc[2]) for desc in self._descriptors()]
+        return [desc[2] for desc in self._descriptors()]
 
     def read(self) -> list[np.ndarray]:
         """(Anyone) views of the arrays last posted; copy them to keep them."""
         self.data.follow(int(self.header[0]))
-        out = []
-        for desc in self._descriptors():
-            ndim = int(desc[1])
-            shape = tuple(int(s) for s in desc[3: 3 + ndim])
-            out.append(self.data.segment.array(DTYPES[desc[0]], shape, int(desc[2])))
-        return out
+        segment = self.data.segment
+        return [segment.array(DTYPES[code], tuple(shape[:ndim]), offset)
+                for code, ndim, offset, *shape in self._descriptors()]
