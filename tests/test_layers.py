@@ -392,3 +392,29 @@ def test_dropout_in_jax_mode():
         np.asarray(fn(np.ones((4, 50), floatX))),
     )
     assert set(np.unique(first)) == {0.0, 2.0} and not np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("mode", ["lower", "upper", "center"])
+def test_merge_layers_crop_to_a_common_shape(rng, mode):
+    a, b = InputLayer((None, 2, 7, 6)), InputLayer((None, 3, 4, None))
+    crop = [None, None, mode, mode]
+    cat = ConcatLayer([a, b], axis=1, cropping=crop)
+    assert cat.output_shape == (None, 5, 4, None)
+    summed = ElemwiseSumLayer([a, InputLayer((None, 2, 5, 9))], cropping=crop)
+    assert summed.output_shape == (None, 2, 5, 6)
+    xa = rng.standard_normal((3, 2, 7, 6))
+    xb = rng.standard_normal((3, 3, 4, 9))
+    xc = rng.standard_normal((3, 2, 5, 9))
+
+    def cut(x, rows, cols):
+        starts = {"lower": (0, 0), "upper": (x.shape[2] - rows, x.shape[3] - cols),
+                  "center": ((x.shape[2] - rows) // 2, (x.shape[3] - cols) // 2)}[mode]
+        return x[:, :, starts[0]:starts[0] + rows, starts[1]:starts[1] + cols]
+
+    inputs = [a.input_var, b.input_var, summed.input_layers[1].input_var]
+    got_cat, got_sum = pytensor.function(
+        inputs, [get_output(cat), get_output(summed)], mode=MODE)(xa, xb, xc)
+    np.testing.assert_allclose(got_cat, np.concatenate([cut(xa, 4, 6), cut(xb, 4, 6)], axis=1))
+    np.testing.assert_allclose(got_sum, cut(xa, 5, 6) + cut(xc, 5, 6))
+    with pytest.raises(ValueError, match="cropping mode"):
+        _ = ConcatLayer([a, b], cropping=["middle"]).output_shape

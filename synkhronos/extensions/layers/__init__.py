@@ -17,7 +17,12 @@ from synkhronos.extensions.layers.helper import (
     get_output,
     set_all_param_values,
 )
-from synkhronos.extensions.layers.merge import ConcatLayer, ElemwiseSumLayer
+from synkhronos.extensions.layers.merge import (
+    ConcatLayer,
+    ElemwiseSumLayer,
+    autocrop,
+    autocrop_array_shapes,
+)
 from synkhronos.extensions.layers.noise import DropoutLayer
 from synkhronos.extensions.layers.normalization import BatchNormLayer, batch_norm
 from synkhronos.extensions.layers.pool import GlobalPoolLayer, MaxPool2DLayer, Pool2DLayer
@@ -39,6 +44,8 @@ __all__ = [
     "NonlinearityLayer",
     "Pool2DLayer",
     "ReshapeLayer",
+    "autocrop",
+    "autocrop_array_shapes",
     "batch_norm",
     "count_params",
     "get_all_layers",

@@ -7,7 +7,79 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.layers.base import Layer, MergeLayer, Shape
 
-__all__ = ["ConcatLayer", "ElemwiseSumLayer"]
+__all__ = ["ConcatLayer", "ElemwiseSumLayer", "autocrop", "autocrop_array_shapes"]
+
+Cropping = Sequence[str | None] | None
+_CROP_MODES = (None, "lower", "upper", "center")
+
+
+def _check_cropping(cropping: Cropping, ndim: int) -> list[str | None]:
+    modes = list(cropping) + [None] * (ndim - len(cropping))
+    if len(modes) > ndim:
+        raise ValueError(f"cropping has {len(cropping)} entries for inputs of {ndim} dimensions")
+    for mode in modes:
+        if mode not in _CROP_MODES:
+            raise ValueError(f"unknown cropping mode {mode!r}; use one of {_CROP_MODES}")
+    return modes
+
+
+def autocrop(inputs: list[TensorVariable], cropping: Cropping) -> list[TensorVariable]:
+    """Crop ``inputs`` to the smallest size along each axis that ``cropping`` names.
+
+    Parameters
+    ----------
+    inputs
+        Tensors with the same number of dimensions.
+    cropping
+        None (no cropping), or one entry per leading axis: None (leave this axis), "lower"
+        (keep the first elements), "upper" (keep the last) or "center" (keep the middle,
+        the extra element of an odd difference cut from the end). Axes past the list are
+        left alone.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a, b = pt.matrix("a"), pt.matrix("b")
+    >>> ca, cb = autocrop([a, b], [None, "center"])
+    >>> cb.eval({b: np.arange(10.0).reshape(2, 5), a: np.zeros((2, 3))}).tolist()
+    [[1.0, 2.0, 3.0], [6.0, 7.0, 8.0]]
+    """
+    if cropping is None:
+        return list(inputs)
+    ndim = inputs[0].ndim
+    if any(x.ndim != ndim for x in inputs):
+        raise ValueError("autocrop needs inputs with the same number of dimensions")
+    slices = [[] for _ in inputs]
+    for axis, mode in enumerate(_check_cropping(cropping, ndim)):
+        if mode is None:
+            for s in slices:
+                s.append(slice(None))
+            continue
+        sizes = [x.shape[axis] for x in inputs]
+        smallest = pt.min(pt.stack(sizes))
+        for s, size in zip(slices, sizes, strict=True):
+            start = {"lower": 0, "upper": size - smallest,
+                     "center": (size - smallest) // 2}[mode]
+            s.append(slice(start, start + smallest))
+    return [x[tuple(s)] for x, s in zip(inputs, slices, strict=True)]
+
+
+def autocrop_array_shapes(input_shapes: list[Shape], cropping: Cropping) -> list[Shape]:
+    """The shapes :func:`autocrop` gives inputs of ``input_shapes`` (None: unknown)."""
+    if cropping is None:
+        return [tuple(s) for s in input_shapes]
+    ndim = len(input_shapes[0])
+    if any(len(s) != ndim for s in input_shapes):
+        raise ValueError("autocrop needs inputs with the same number of dimensions")
+    columns = []
+    for mode, sizes in zip(_check_cropping(cropping, ndim), zip(*input_shapes, strict=True),
+                           strict=True):
+        if mode is None:
+            columns.append(sizes)
+        else:
+            smallest = None if None in sizes else min(sizes)
+            columns.append((smallest,) * len(sizes))
+    return [tuple(shape) for shape in zip(*columns, strict=True)]
 
 
 def _merged_size(sizes: Sequence[int | None], what: str) -> int | None:
@@ -27,6 +99,8 @@ class ElemwiseSumLayer(MergeLayer):
         Input layers or shapes.
     coeffs
         One coefficient for all inputs, or one per input.
+    cropping
+        Crop the inputs to a common shape first (see :func:`autocrop`).
     **kwargs
         ``name``.
     """
@@ -35,9 +109,11 @@ class ElemwiseSumLayer(MergeLayer):
         self,
         incomings: Sequence[Layer | Shape],
         coeffs: float | Sequence[float] = 1,
+        cropping: Cropping = None,
         **kwargs,
     ):
         super().__init__(incomings, **kwargs)
+        self.cropping = cropping
         if isinstance(coeffs, Sequence):
             if len(coeffs) != len(incomings):
                 raise ValueError("ElemwiseSumLayer needs one coefficient per input")
@@ -46,15 +122,17 @@ class ElemwiseSumLayer(MergeLayer):
             self.coeffs = [coeffs] * len(incomings)
 
     def get_output_shape_for(self, input_shapes: list[Shape]) -> Shape:
-        """The common input shape."""
+        """The common input shape (after cropping)."""
         if len({len(s) for s in input_shapes}) != 1:
             raise ValueError("ElemwiseSumLayer inputs must have the same number of dimensions")
+        input_shapes = autocrop_array_shapes(input_shapes, self.cropping)
         return tuple(
             _merged_size(sizes, "ElemwiseSumLayer") for sizes in zip(*input_shapes, strict=True)
         )
 
     def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
         """The weighted sum."""
+        inputs = autocrop(inputs, self.cropping)
         terms = [x if c == 1 else c * x for c, x in zip(self.coeffs, inputs, strict=True)]
         total = terms[0]
         for term in terms[1:]:
@@ -71,13 +149,27 @@ class ConcatLayer(MergeLayer):
         Input layers or shapes, equal off ``axis``.
     axis
         Axis to join along.
+    cropping
+        Crop the inputs to a common shape off ``axis`` first (see :func:`autocrop`); the
+        entry for ``axis`` itself is ignored.
     **kwargs
         ``name``.
     """
 
-    def __init__(self, incomings: Sequence[Layer | Shape], axis: int = 1, **kwargs):
+    def __init__(self, incomings: Sequence[Layer | Shape], axis: int = 1,
+                 cropping: Cropping = None, **kwargs):
         super().__init__(incomings, **kwargs)
         self.axis = axis
+        self.cropping = cropping
+
+    def _cropping(self, ndim: int) -> list[str | None] | None:
+        """The cropping for inputs of ``ndim`` dimensions, never along ``axis`` (sizes
+        there may differ, as in Lasagne)."""
+        if self.cropping is None:
+            return None
+        modes = _check_cropping(self.cropping, ndim)
+        modes[self.axis % ndim] = None
+        return modes
 
     def get_output_shape_for(self, input_shapes: list[Shape]) -> Shape:
         """Input shape with the sizes along ``axis`` summed."""
@@ -85,6 +177,7 @@ class ConcatLayer(MergeLayer):
         axis = self.axis % ndim
         if any(len(s) != ndim for s in input_shapes):
             raise ValueError("ConcatLayer inputs must have the same number of dimensions")
+        input_shapes = autocrop_array_shapes(input_shapes, self._cropping(ndim))
         shape = []
         for i, sizes in enumerate(zip(*input_shapes, strict=True)):
             if i == axis:
@@ -95,4 +188,5 @@ class ConcatLayer(MergeLayer):
 
     def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
         """The concatenation."""
-        return pt.concatenate(inputs, axis=self.axis)
+        return pt.concatenate(autocrop(inputs, self._cropping(inputs[0].ndim)),
+                              axis=self.axis)
