@@ -9,6 +9,14 @@
 6. The conv and pool Ops in JAX mode vs hand-written ``jax.lax`` (``bench_conv.py``).
 
 ``--backend jax-cpu`` runs the same steps on CPU ranks (to check the script itself).
+
+On a lent GPU machine (device tool): first ``bash bench/gpu_wheels.sh`` here, then run,
+carrying ``.whl``::
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD &&
+    SYNK_DEVICE_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader)" \
+        python3 bench/gpu_check.py
 """
 
 from __future__ import annotations
