@@ -207,9 +207,6 @@ class Session:
         try:
             if not self.broken and all(p.poll() is None for p in self.processes):
                 self.channel.send(STOP)
-            # The workers hold what they still need open, so the names can go now: should
-            # rank 0 be killed while it waits below, nothing is left behind.
-            sweep(self.name)
             deadline = time.monotonic() + STOP_GRACE_S
             for process in self.processes:
                 try:
