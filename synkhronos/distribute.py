@@ -13,11 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
-
-try:  # pytensor >= 2.26
-    from pytensor.graph.traversal import ancestors
-except ImportError:  # pragma: no cover - older pytensor
-    from pytensor.graph.basic import ancestors
+from pytensor.graph.traversal import ancestors, io_toposort
 
 
 @dataclass
@@ -98,8 +94,12 @@ class _Unpickler(pickle.Unpickler):
 def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
     """(Rank 0) pickle ``specs`` and register the shared variables shipped for the first time."""
     new = [v for v in _shared_in(specs) if registry.index(v) is None]
+    # Pickle recurses along the graph, which deep graphs (ResNet-50's gradient) make deeper
+    # than Python allows. The graph's nodes go first, inputs before users: each node then
+    # finds its inputs pickled already, and the recursion stays shallow.
+    nodes = io_toposort([], [v for spec in specs for v in spec.variables()])
     buffer = io.BytesIO()
-    _Pickler(buffer, registry).dump((new, specs))
+    _Pickler(buffer, registry).dump((nodes, new, specs))
     for var in new:
         registry.add(var)
     return buffer.getvalue()
@@ -111,7 +111,7 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
     Random generators arrive with rank 0's state; each worker's is reseeded from it and
     its rank, so that ranks draw different numbers (dropout masks, say).
     """
-    new, specs = _Unpickler(io.BytesIO(payload), registry).load()
+    _, new, specs = _Unpickler(io.BytesIO(payload), registry).load()
     for var in new:
         registry.add(var)
         value = var.get_value(borrow=True)

@@ -210,3 +210,15 @@ def test_random_generators_differ_between_ranks(ranks):
     assert not np.allclose(first, second)
     again = f()
     assert not np.allclose(again[0], first)  # each rank's generator advances
+
+
+def test_deep_graph_ships(ranks, rng):
+    """A graph deeper than plain pickling can recurse (ResNet-50's gradient, say)."""
+    v = pt.vector("v")
+    out = v
+    for i in range(700):
+        out = pt.tanh(out) * 0.5 + v * 1e-3 if i % 2 else out + 1.0
+    f = synk.function([v], (out, "gather"), mode="FAST_COMPILE")
+    ref = pytensor.function([v], out, mode="FAST_COMPILE")
+    vv = rng.normal(size=7)
+    np.testing.assert_allclose(f(vv), ref(vv))
