@@ -60,13 +60,22 @@ class SharedRegistry:
         return len(self.variables) - 1
 
 
-def _shared_in(specs: list[GraphSpec]) -> list[SharedVariable]:
-    seen, found = set(), []
-    for var in ancestors([v for spec in specs for v in spec.variables()]):
-        if isinstance(var, SharedVariable) and id(var) not in seen:
-            seen.add(id(var))
-            found.append(var)
-    return found
+def _graph_roots(specs: list[GraphSpec]) -> list:
+    """The specs' variables, plus the ``default_update`` expressions of the shared
+    variables they reach (pickled with those variables), and so on."""
+    roots, frontier, seen = [], [v for spec in specs for v in spec.variables()], set()
+    while frontier:
+        roots += frontier
+        frontier = []
+        for var in ancestors(roots):
+            update = getattr(var, "default_update", None)
+            if update is not None and id(var) not in seen:
+                seen.add(id(var))
+                frontier.append(update)
+    return roots
+
+
+_DEFAULT_UPDATE = "_default_update"  # where PyTensor keeps SharedVariable.default_update
 
 
 class _Pickler(pickle.Pickler):
@@ -81,6 +90,15 @@ class _Pickler(pickle.Pickler):
                 return index
         return None
 
+    def reducer_override(self, obj):
+        # A shared variable's default update (a batch-norm average, say) is the graph of
+        # everything before it; pickled with the variable, at the variable's first use,
+        # it would recurse through all of that. It travels on its own, after the nodes.
+        if isinstance(obj, SharedVariable) and obj.__dict__.get(_DEFAULT_UPDATE) is not None:
+            func, args, state, *rest = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+            return (func, args, {**state, _DEFAULT_UPDATE: None}, *rest)
+        return NotImplemented
+
 
 class _Unpickler(pickle.Unpickler):
     def __init__(self, file, registry: SharedRegistry):
@@ -93,13 +111,17 @@ class _Unpickler(pickle.Unpickler):
 
 def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
     """(Rank 0) pickle ``specs`` and register the shared variables shipped for the first time."""
-    new = [v for v in _shared_in(specs) if registry.index(v) is None]
+    roots = _graph_roots(specs)
+    shared = {id(v): v for v in ancestors(roots) if isinstance(v, SharedVariable)}
+    new = [v for v in shared.values() if registry.index(v) is None]
     # Pickle recurses along the graph, which deep graphs (ResNet-50's gradient) make deeper
     # than Python allows. The graph's nodes go first, inputs before users: each node then
     # finds its inputs pickled already, and the recursion stays shallow.
-    nodes = io_toposort([], [v for spec in specs for v in spec.variables()])
+    nodes = io_toposort([], roots)
+    updates = [(v, v.__dict__.get(_DEFAULT_UPDATE)) for v in new
+               if v.__dict__.get(_DEFAULT_UPDATE) is not None]
     buffer = io.BytesIO()
-    _Pickler(buffer, registry).dump((nodes, new, specs))
+    _Pickler(buffer, registry).dump((nodes, new, specs, updates))
     for var in new:
         registry.add(var)
     return buffer.getvalue()
@@ -111,7 +133,9 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
     Random generators arrive with rank 0's state; each worker's is reseeded from it and
     its rank, so that ranks draw different numbers (dropout masks, say).
     """
-    _, new, specs = _Unpickler(io.BytesIO(payload), registry).load()
+    _, new, specs, updates = _Unpickler(io.BytesIO(payload), registry).load()
+    for var, update in updates:
+        var.__dict__[_DEFAULT_UPDATE] = update
     for var in new:
         registry.add(var)
         value = var.get_value(borrow=True)

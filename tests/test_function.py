@@ -213,12 +213,25 @@ def test_random_generators_differ_between_ranks(ranks):
 
 
 def test_deep_graph_ships(ranks, rng):
-    """A graph deeper than plain pickling can recurse (ResNet-50's gradient, say)."""
+    """Graphs deeper than plain pickling can recurse through (ResNet-50's gradient, whose
+    batch-norm averages have default updates that reach back through the whole net)."""
+    from pytensor.graph.replace import clone_replace
+
+    from synkhronos.extensions.layers.base import add_default_update
+
     v = pt.vector("v")
-    out = v
+    scale = pytensor.shared(np.ones(7), name="deep_scale")
+    out = v * scale  # used first; its default update below depends on everything after
     for i in range(700):
         out = pt.tanh(out) * 0.5 + v * 1e-3 if i % 2 else out + 1.0
-    f = synk.function([v], (out, "gather"), mode="FAST_COMPILE")
-    ref = pytensor.function([v], out, mode="FAST_COMPILE")
+    add_default_update(scale, 1.0 + 0.01 * out)
+    f = synk.function([], (out, None), bcast_inputs=[v], mode="FAST_COMPILE")
+    scale_value = pt.vector("scale_value")
+    ref = pytensor.function([v, scale_value], clone_replace(out, {scale: scale_value}),
+                            mode="FAST_COMPILE")
     vv = rng.normal(size=7)
-    np.testing.assert_allclose(f(vv), ref(vv))
+    for _ in range(2):  # the second call sees the first's default update
+        want = ref(vv, scale.get_value())
+        for got in f(vv):
+            np.testing.assert_allclose(got, want)
+        np.testing.assert_allclose(synk.gather(scale, nd_up=1), [1.0 + 0.01 * want] * 2)
