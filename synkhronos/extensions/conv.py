@@ -19,6 +19,7 @@ Implementations:
   GPUs); gradient Ops use ``jax.linear_transpose`` / ``jax.vjp`` / ``jax.jvp`` of those.
 """
 
+import functools
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -448,6 +449,18 @@ def _max_pool2d_gather(x, g, params):
 # ------------------------------------------------------------------------------- Ops
 
 
+def _shape_rule(rule):
+    """``rule(self, node, input_shapes)`` as an ``infer_shape`` for PyTensor 3.0, which
+    passes ``fgraph`` first, and for 3.3 and later, which deprecate that parameter."""
+
+    @functools.wraps(rule)
+    def infer_shape(self, *args):
+        node, input_shapes = args[-2:]
+        return rule(self, node, input_shapes)
+
+    return infer_shape
+
+
 class _KernelOp(Op):
     """An Op computed by the Numba kernel ``_kernel(*inputs, self._params)``.
 
@@ -520,7 +533,8 @@ class Conv2d(_ConvOp):
         out = TensorType(dtype, shape=(n, o, *self._out_hw(h, wd, kh, kw)))()
         return Apply(self, _cast_inputs(dtype, x, w), [out])
 
-    def infer_shape(self, fgraph, node, input_shapes):
+    @_shape_rule
+    def infer_shape(self, node, input_shapes):
         (n, _, h, w), (o, _, kh, kw) = input_shapes
         return [(n, o, *self._out_hw(h, w, kh, kw))]
 
@@ -548,7 +562,8 @@ class _Conv2dGrad(_ConvOp):
         out = TensorType(dtype, shape=like.type.shape)()
         return Apply(self, [*_cast_inputs(dtype, operand, gy), like], [out])
 
-    def infer_shape(self, fgraph, node, input_shapes):
+    @_shape_rule
+    def infer_shape(self, node, input_shapes):
         return [input_shapes[2]]
 
     def connection_pattern(self, node):
@@ -703,7 +718,8 @@ class Pool2d(_PoolOp):
         x = _as_4d(x)
         return Apply(self, [x], [self._pooled_type(x, _float_dtype(x))()])
 
-    def infer_shape(self, fgraph, node, input_shapes):
+    @_shape_rule
+    def infer_shape(self, node, input_shapes):
         n, c, h, w = input_shapes[0]
         return [(n, c, *self._out_hw(h, w))]
 
@@ -727,7 +743,8 @@ class Pool2dGrad(_PoolOp):
         out = TensorType(dtype, shape=x.type.shape)()
         return Apply(self, [x, *_cast_inputs(dtype, gout)], [out])
 
-    def infer_shape(self, fgraph, node, input_shapes):
+    @_shape_rule
+    def infer_shape(self, node, input_shapes):
         return [input_shapes[0]]
 
     def connection_pattern(self, node):
@@ -758,7 +775,8 @@ class MaxPool2dGather(_PoolOp):
         dtype = _float_dtype(x, g)
         return Apply(self, [x, *_cast_inputs(dtype, g)], [self._pooled_type(x, dtype)()])
 
-    def infer_shape(self, fgraph, node, input_shapes):
+    @_shape_rule
+    def infer_shape(self, node, input_shapes):
         n, c, h, w = input_shapes[0]
         return [(n, c, *self._out_hw(h, w))]
 
