@@ -8,6 +8,10 @@ Imported on every rank before a function is compiled in JAX mode.
   given as Python numbers here.
 * With floatX float32, JAX runs without 64-bit types on purpose; its warnings that int64
   indices are truncated to int32 say nothing the user can act on, so they are silenced.
+* PyTensor warns, at every compile, that it drops its broadcasting checks when tracing
+  for JAX. JAX still rejects incompatible shapes; what is lost is only PyTensor's refusal
+  to broadcast a length-1 axis not declared broadcastable (docs/limitations.rst says so),
+  so the warnings, one per compile, are silenced.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pytensor.tensor.basic import ARange
 from pytensor.tensor.shape import Shape_i
 
 warnings.filterwarnings("ignore", message="Explicitly requested dtype .* is not available",
+                        category=UserWarning)
+warnings.filterwarnings("ignore", message="Skipping Assert.*Could not broadcast dimensions",
                         category=UserWarning)
 
 
