@@ -39,11 +39,16 @@ def test_basics(name: str, tmp_path: Path) -> None:
     assert out.strip().splitlines()[-1] == "passed"
 
 
-@pytest.mark.parametrize(("model", "data_mode"), [("mlp", "data"), ("cnn", "shared")])
-def test_mnist(model: str, data_mode: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("model", "data_mode", "backend"),
+    # jax-cpu with data in shared variables: the paper's GPU path, on CPU ranks.
+    [("mlp", "data", "cpu"), ("cnn", "shared", "cpu"), ("mlp", "shared", "jax-cpu")],
+)
+def test_mnist(model: str, data_mode: str, backend: str, tmp_path: Path) -> None:
     out = run_demo(
         "mnist.py",
         *("--model", model, "--data-mode", data_mode, "--ranks", "2", "--epochs", "1"),
+        *("--backend", backend),
         *("--train-size", "256", "--batch-size", "32", "--no-download"),
         *("--data-dir", str(tmp_path / "no_mnist"), "--out", str(tmp_path / "out")),
         cwd=tmp_path,
