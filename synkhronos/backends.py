@@ -22,19 +22,14 @@ class Backend:
         "cpu" or "jax-cpu".
     mode : str or None
         PyTensor compile mode (None: PyTensor's default).
-
-    Attributes
-    ----------
     device_outputs : bool
         Whether function outputs stay in the backend's arrays and are reduced through the
-        communicator (JAX modes), rather than sent to rank 0 as host arrays.
+        communicator, rather than sent to rank 0 as host arrays (see
+        :mod:`synkhronos.outputs`).
     """
 
-    def __init__(self, name: str, mode: str | None):
-        self.name, self.mode = name, mode
-        # JAX ranks keep outputs in JAX arrays and reduce them through the communicator,
-        # as GPU ranks must (see synkhronos.outputs); "jax-cpu" runs that path in CI.
-        self.device_outputs = mode is not None
+    def __init__(self, name: str, mode: str | None, device_outputs: bool = False):
+        self.name, self.mode, self.device_outputs = name, mode, device_outputs
 
     def to_comm(self, array):
         """``array`` as the communicator takes it (here: numpy, without a copy if possible)."""
@@ -63,4 +58,7 @@ def get_backend(name: str) -> Backend:
         from .gpu import GpuBackend
 
         return GpuBackend()
-    return Backend(name, None if name == "cpu" else "JAX")
+    if name == "jax-cpu":
+        # Outputs go through the communicator as on GPU ranks, so that CI runs that path.
+        return Backend(name, "JAX", device_outputs=True)
+    return Backend(name, None)

@@ -60,16 +60,16 @@ class SharedRegistry:
         return len(self.variables) - 1
 
 
-def _graph_roots(specs: list[GraphSpec]) -> list:
+def _graph_roots(specs: list[GraphSpec], registry: SharedRegistry) -> list:
     """The specs' variables, plus the ``default_update`` expressions of the shared
-    variables they reach (pickled with those variables), and so on."""
+    variables they reach that travel now (the workers have the others), and so on."""
     roots, frontier, seen = [], [v for spec in specs for v in spec.variables()], set()
     while frontier:
         roots += frontier
         frontier = []
         for var in ancestors(roots):
             update = getattr(var, "default_update", None)
-            if update is not None and id(var) not in seen:
+            if update is not None and id(var) not in seen and registry.index(var) is None:
                 seen.add(id(var))
                 frontier.append(update)
     return roots
@@ -111,7 +111,7 @@ class _Unpickler(pickle.Unpickler):
 
 def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
     """(Rank 0) pickle ``specs`` and register the shared variables shipped for the first time."""
-    roots = _graph_roots(specs)
+    roots = _graph_roots(specs, registry)
     shared = {id(v): v for v in ancestors(roots) if isinstance(v, SharedVariable)}
     new = [v for v in shared.values() if registry.index(v) is None]
     # Pickle recurses along the graph, which deep graphs (ResNet-50's gradient) make deeper

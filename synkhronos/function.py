@@ -15,12 +15,13 @@ import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 
-from . import launch, outputs
+from . import launch
 from .callplan import CallPlan, RankRows
 from .collectives import sliceable_lengths
 from .compiled import is_jax
 from .data import Data
 from .distribute import GraphSpec, pack
+from .outputs import collect_outputs, share_outputs
 from .partition import Selection
 from .reduce import check_output_op
 
@@ -253,7 +254,7 @@ class Function:
             launch.CALL, arrays, lambda: _run_plan(session.state, plan, lambda d: d.data))
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.lengths_cache.clear()  # the rows batch_s may select have changed
-        return outputs.collect(session, self._spec, plan.subset, weight, host, reduced,
+        return collect_outputs(session, self._spec, plan.subset, weight, host, reduced,
                                output_subset is None and self._single)
 
     def _plan(self, session, args, batch, batch_s, num_slices, output_subset) -> CallPlan:
@@ -366,7 +367,7 @@ class Function:
 def _run_plan(state, plan: CallPlan, resolve) -> tuple[int, list, dict]:
     """Run this rank's share of a planned call (rank 0 and workers alike).
 
-    Returns the rows it computed on and :func:`synkhronos.outputs.share`'s result.
+    Returns the rows it computed on and :func:`synkhronos.outputs.share_outputs`'s result.
     """
     fn = state.functions[plan.fid]
     rank = state.rank
@@ -382,7 +383,7 @@ def _run_plan(state, plan: CallPlan, resolve) -> tuple[int, list, dict]:
     subset = [int(i) for i in plan.subset]
     weight, outs = fn.run([resolve(d) for d in plan.scatter], rows,
                           [int(o) for o in plan.offsets], bcast, s_rows, plan.num_slices, subset)
-    return (weight, *outputs.share(state, fn, subset, weight, outs))
+    return (weight, *share_outputs(state, fn, subset, weight, outs))
 
 
 def run_share(state, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:

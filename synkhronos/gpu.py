@@ -84,7 +84,7 @@ class GpuBackend(Backend):
     """GPU ranks: shared variables hold JAX device arrays and stay on the device."""
 
     def __init__(self):
-        super().__init__("gpu", "JAX")
+        super().__init__("gpu", "JAX", device_outputs=True)
 
     def to_comm(self, array):
         import jax

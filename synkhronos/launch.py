@@ -25,7 +25,8 @@ from .data import released_ids
 from .rank import RankState
 from .shm import process_prefix, sweep
 
-STOP, DISTRIBUTE, CALL, COLLECTIVE, FORGET_DATA = range(5)
+STOP, DISTRIBUTE, CALL, COLLECTIVE = range(4)
+FORGET_DATA = 1 << 8  # added to a command whose last array lists released Data ids
 STOP_GRACE_S = 5.0
 
 _fork_count = itertools.count()
@@ -166,8 +167,9 @@ class Session:
         if self.broken:
             raise RuntimeError("this synkhronos session is broken (a worker died or a call "
                                "was interrupted); call synk.close() and fork again")
-        if released_ids and code != FORGET_DATA:
-            self._forget_data()
+        if released_ids:
+            # Tell the workers to unmap released Data along with this command.
+            code, arrays = code | FORGET_DATA, [*arrays, self._released()]
         if self.processes:
             self.channel.send(code, arrays)
         error = None
@@ -195,12 +197,12 @@ class Session:
             raise error
         return result
 
-    def _forget_data(self) -> None:
-        """Have the workers unmap the segments of released ``Data``."""
+    @staticmethod
+    def _released() -> np.ndarray:
         ids = []
         while released_ids:  # pop: a finalizer may append meanwhile
             ids.append(released_ids.pop())
-        self.execute(FORGET_DATA, [np.array(ids, np.int64)], lambda: None)
+        return np.array(ids, np.int64)
 
     def close(self) -> None:
         """Stop the workers (politely, then by force) and remove every segment."""

@@ -13,6 +13,13 @@ Two paths, chosen per output, the same way on every rank:
   exchange is the barrier where a rank's failure aborts the others (shared-memory barriers
   abort; NCCL calls would wait forever), and where mismatched shapes raise the same error
   on every rank. If any rank had no rows, and so no outputs, every rank takes the host path.
+  Between that barrier and NCCL only the scaling of "avg" values and NCCL's own buffers
+  remain; a rank failing there (out of GPU memory, say) would leave the others waiting, as
+  in any NCCL program.
+
+The communicator path sums in the outputs' own dtype, where the host path averages in
+float64: float32 results may differ from a single device's in the last digits, float16
+ones more.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ def _host(values) -> list:
     return [np.asarray(v) for v in values]
 
 
-def share(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict]:
+def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict]:
     """(Every rank) Reduce what the communicator path takes; return the rest.
 
     Parameters
@@ -82,8 +89,8 @@ def share(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict
     return _host(o for j, o in enumerate(outs) if j not in ops), reduced
 
 
-def collect(session, spec, subset, weight: int, host: list, reduced: dict,
-            single: bool):
+def collect_outputs(session, spec, subset, weight: int, host: list, reduced: dict,
+                    single: bool):
     """(Rank 0) Put together the call's results from its own share and the replies."""
     weights, per_rank = [weight], [host if weight else None]
     for rank in range(1, session.n_ranks):
@@ -93,7 +100,7 @@ def collect(session, spec, subset, weight: int, host: list, reduced: dict,
     results, k = [], 0
     for j, i in enumerate(subset):
         if j in reduced:
-            results.append(np.array(reduced[j]))  # the one copy to the host
+            results.append(np.array(reduced[j]))  # to the host (from a GPU), and writable
             continue
         values = [None if o is None else o[k] for o in per_rank]
         k += 1

@@ -72,11 +72,19 @@ def combine(op, values: list, weights: list[int]):
     return np.asarray(acc)
 
 
+# The dtypes NCCL reduces (comm/nccl.py maps each to NCCL's code); the same rule holds for
+# "jax-cpu", so that CI takes the paths GPU ranks take.
+IN_PLACE_DTYPES = ("float16", "float32", "float64", "int8", "uint8", "int32", "uint32",
+                   "int64", "uint64")
+
+
 def reduces_in_place(op, dtype) -> bool:
     """Whether outputs of ``op`` and ``dtype`` can be reduced where they were computed
-    (on the device): element-wise ops, and "avg" of floating-point values ("avg" of
-    integers gives float64, as :func:`combine` does on the host)."""
-    return op in COLLECTIVE_OPS and (op != "avg" or np.dtype(dtype).kind == "f")
+    (on the device): element-wise ops on :data:`IN_PLACE_DTYPES`, "avg" only of floating
+    point values ("avg" of integers gives float64, as :func:`combine` does on the host)."""
+    dtype = np.dtype(dtype)
+    return (op in COLLECTIVE_OPS and dtype.name in IN_PLACE_DTYPES
+            and (op != "avg" or dtype.kind == "f"))
 
 
 def accumulate(op: str, values: list, weights: list[int]):

@@ -72,6 +72,9 @@ def main(argv: list[str]) -> None:
 
     while True:
         code, arrays = channel.receive()
+        if code & FORGET_DATA:
+            views.forget(arrays[-1])
+            code, arrays = code & ~FORGET_DATA, arrays[:-1]
         if code == STOP:
             comm.close()
             channel.report()
@@ -83,8 +86,6 @@ def main(argv: list[str]) -> None:
                 channel.reply(run_share(state, arrays, views.view))
             elif code == COLLECTIVE:
                 channel.reply(run_collective(state, arrays) or [])
-            elif code == FORGET_DATA:
-                views.forget(arrays[0])
             else:
                 raise ValueError(f"unknown synkhronos command {code}")
         except Aborted:

@@ -78,6 +78,15 @@ def _session() -> None:
         check(f(xv, yv, 2.0, batch=[7]), [7], 2.0, [1, 0, 0], "ranks without rows")
         assert reduce_ops == [], "ranks without rows: every output by the host"
 
+        # Dtypes NCCL cannot reduce come by the host.
+        odd = synk.function([x], [((x > 0).any(), "max"), (pt.cast(x.shape[0], "int16"), "sum"),
+                                  (x.astype("complex64").sum(), "sum")])
+        any_positive, n_rows, total = odd(xv)
+        assert reduce_ops == [], reduce_ops
+        assert any_positive.dtype == bool and bool(any_positive)
+        assert n_rows.dtype == np.int16 and int(n_rows) == 10
+        _close(total, xv.sum(), "complex64 sum")
+
         # Shared variables stay JAX arrays; every collective through the NCCL communicator.
         import jax  # after fork(), which must see to the GPUs before JAX loads
 

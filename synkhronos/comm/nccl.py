@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reduce import IN_PLACE_DTYPES
 from ..shm import DTYPES, dtype_code
 from .shm import ShmCommunicator
 
-_NCCL_DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32",
-                "float64": "NCCL_FLOAT64", "int8": "NCCL_INT8", "uint8": "NCCL_UINT8",
-                "int32": "NCCL_INT32", "uint32": "NCCL_UINT32", "int64": "NCCL_INT64",
-                "uint64": "NCCL_UINT64"}
+# NCCL's names for the dtypes it reduces: NCCL_FLOAT32 for float32, and so on.
+_NCCL_DTYPES = {name: f"NCCL_{name.upper()}" for name in IN_PLACE_DTYPES}
 _NCCL_OPS = {"sum": "NCCL_SUM", "avg": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX",
              "min": "NCCL_MIN"}
 
