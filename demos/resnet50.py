@@ -48,8 +48,7 @@ def compile_mode(requested: str | None) -> str | None:
     """
     if requested is not None:
         return requested
-    # The backend "auto" chose; synkhronos has no public accessor for it yet.
-    return "CVM" if synk.launch.current().backend.name == "cpu" else None
+    return "CVM" if synk.backend() == "cpu" else None
 
 
 def main(argv: list[str] | None = None) -> None:

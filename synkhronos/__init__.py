@@ -29,7 +29,7 @@ from .collectives import (
 )
 from .data import Data
 from .function import Function, distribute, function
-from .launch import close, fork
+from .launch import backend, close, fork
 
 __version__ = "0.1.0"
 
@@ -67,7 +67,7 @@ def data(value=None, dtype=None, shape=None, minibatch: bool = False, force_cast
 
 
 __all__ = [
-    "Data", "Function", "RemoteError", "WorkerDied", "all_gather", "all_reduce", "broadcast",
-    "close", "data", "distribute", "fork", "function", "gather", "get_lengths", "get_shapes",
-    "get_value", "reduce", "scatter", "set_value",
+    "Data", "Function", "RemoteError", "WorkerDied", "all_gather", "all_reduce", "backend",
+    "broadcast", "close", "data", "distribute", "fork", "function", "gather", "get_lengths",
+    "get_shapes", "get_value", "reduce", "scatter", "set_value",
 ]

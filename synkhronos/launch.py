@@ -234,6 +234,17 @@ def current() -> Session:
     return _session
 
 
+def backend() -> str:
+    """The backend of the running fork: "cpu", "jax-cpu" or "gpu" (what "auto" chose).
+
+    Examples
+    --------
+    >>> synk.fork(backend="auto")                 # doctest: +SKIP
+    >>> mode = "CVM" if synk.backend() == "cpu" else None   # doctest: +SKIP
+    """
+    return current().backend.name
+
+
 def fork(n_parallel: int | None = None, backend: str = "auto",
          gpus: list[int] | None = None) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).

@@ -77,9 +77,10 @@ def test_worker_exception_is_raised_with_rank_and_traceback(ranks):
     np.testing.assert_array_equal(g(np.zeros((5, 3))), np.zeros(5))  # still usable
 
 
-def test_fork_twice_and_unknown_backend(ranks):
+def test_fork_twice_and_backend(ranks):
     with pytest.raises(RuntimeError, match="already forked"):
         synk.fork(2)
+    assert synk.backend() == "cpu"
 
 
 def test_unknown_shared_variable(ranks):

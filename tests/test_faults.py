@@ -19,6 +19,8 @@ from tests.graphs import x
 def test_function_before_fork_and_bad_backend():
     with pytest.raises(RuntimeError, match="fork"):
         synk.function([x], x.sum())
+    with pytest.raises(RuntimeError, match="fork"):
+        synk.backend()
     with pytest.raises(ValueError, match="backend"):
         synk.fork(2, backend="tpu")
     with pytest.raises(ValueError, match="n_parallel"):

@@ -43,6 +43,7 @@ def test_updates_stay_per_rank_and_all_reduce(jax_ranks, rng):
 
 
 def test_mode_is_jax(jax_ranks):
+    assert synk.backend() == "jax-cpu"
     f = synk.function([x], x.sum())
     f(np.ones((2, 3)))
     from synkhronos import launch
