@@ -209,6 +209,9 @@ class Session:
         try:
             if not self.broken and all(p.poll() is None for p in self.processes):
                 self.channel.send(STOP)
+            # STOP carries no arrays and the workers hold open what they still use, so the
+            # names can go now: should rank 0 be killed while it waits, nothing is left.
+            sweep(self.name)
             deadline = time.monotonic() + STOP_GRACE_S
             for process in self.processes:
                 try:

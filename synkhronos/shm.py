@@ -224,6 +224,8 @@ class Mailbox:
 
     def read(self) -> list[np.ndarray]:
         """(Anyone) views of the arrays last posted; copy them to keep them."""
+        if not self.header[1]:
+            return []  # nothing to attach to (STOP reads this way after its names are gone)
         self.data.follow(int(self.header[0]))
         segment = self.data.segment
         return [segment.array(DTYPES[code], tuple(shape[:ndim]), offset)

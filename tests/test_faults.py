@@ -90,3 +90,14 @@ def test_no_leftovers_after_script_ends(tmp_path, how):
     assert _leftovers(proc.pid) == ([], "")
     if how == "sigint":
         assert "KeyboardInterrupt" in proc.stderr.read()
+
+
+def test_close_right_after_fork_stops_workers_cleanly():
+    """STOP as the first command: the names are gone before the workers read it."""
+    from synkhronos import launch
+
+    synk.fork(2, backend="cpu")
+    session = launch.current()
+    synk.close()
+    assert [p.returncode for p in session.processes] == [0]
+    assert shm_entries(session.name) == []
