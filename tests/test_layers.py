@@ -292,6 +292,11 @@ def test_initializers():
     np.testing.assert_array_equal(init.GlorotUniform()((40, 60)), w)
     with pytest.raises(ValueError, match="2 dimensions"):
         init.GlorotUniform()((5,))
+    # c01b: fans are shape[0] and shape[3], the receptive field shape[1] * shape[2].
+    c01b = init.GlorotNormal(c01b=True)((16, 5, 5, 48))
+    np.testing.assert_allclose(c01b.std(), np.sqrt(2 / ((16 + 48) * 25)), rtol=0.05)
+    with pytest.raises(ValueError, match="4-d"):
+        init.GlorotUniform(c01b=True)((16, 48))
 
 
 def test_nonlinearities():

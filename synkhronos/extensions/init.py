@@ -163,7 +163,9 @@ class Glorot(_FanScaled):
     """Glorot (Xavier) scaling: std = gain * sqrt(2 / ((fan_in + fan_out) * receptive)).
 
     ``fan_in, fan_out = shape[:2]`` (symmetric, so dense ``(in, out)`` and conv
-    ``(out, in, h, w)`` shapes both work) and ``receptive = prod(shape[2:])``.
+    ``(out, in, h, w)`` shapes both work) and ``receptive = prod(shape[2:])``; with
+    ``c01b``, the fans are ``shape[0]`` and ``shape[3]`` and ``receptive`` is
+    ``shape[1] * shape[2]``.
 
     Parameters
     ----------
@@ -171,12 +173,24 @@ class Glorot(_FanScaled):
         Class called with ``std=...``, e.g. :class:`Normal` or :class:`Uniform`.
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
+    c01b
+        Shapes are 4-d filters in the channels-rows-columns-batch layout of cuda-convnet.
     """
+
+    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0,
+                 c01b: bool = False):
+        super().__init__(initializer, gain)
+        self.c01b = c01b
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw with the Glorot standard deviation for ``shape`` (at least 2-d)."""
         _check_2d(shape, "Glorot")
-        fan_sum = (shape[0] + shape[1]) * int(np.prod(shape[2:]))
+        if self.c01b:
+            if len(shape) != 4:
+                raise ValueError(f"Glorot with c01b=True needs a 4-d shape, got {shape}")
+            fan_sum = (shape[0] + shape[3]) * shape[1] * shape[2]
+        else:
+            fan_sum = (shape[0] + shape[1]) * int(np.prod(shape[2:]))
         return self._draw(shape, 2.0 / fan_sum)
 
 
@@ -187,10 +201,12 @@ class GlorotNormal(Glorot):
     ----------
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
+    c01b
+        As for :class:`Glorot`.
     """
 
-    def __init__(self, gain: float | str = 1.0):
-        super().__init__(Normal, gain)
+    def __init__(self, gain: float | str = 1.0, c01b: bool = False):
+        super().__init__(Normal, gain, c01b)
 
 
 class GlorotUniform(Glorot):
@@ -200,10 +216,12 @@ class GlorotUniform(Glorot):
     ----------
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
+    c01b
+        As for :class:`Glorot`.
     """
 
-    def __init__(self, gain: float | str = 1.0):
-        super().__init__(Uniform, gain)
+    def __init__(self, gain: float | str = 1.0, c01b: bool = False):
+        super().__init__(Uniform, gain, c01b)
 
 
 class He(_FanScaled):
@@ -234,10 +252,12 @@ class HeNormal(He):
     ----------
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
+    c01b
+        As for :class:`Glorot`.
     """
 
-    def __init__(self, gain: float | str = 1.0):
-        super().__init__(Normal, gain)
+    def __init__(self, gain: float | str = 1.0, c01b: bool = False):
+        super().__init__(Normal, gain, c01b)
 
 
 class HeUniform(He):
@@ -247,10 +267,12 @@ class HeUniform(He):
     ----------
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
+    c01b
+        As for :class:`Glorot`.
     """
 
-    def __init__(self, gain: float | str = 1.0):
-        super().__init__(Uniform, gain)
+    def __init__(self, gain: float | str = 1.0, c01b: bool = False):
+        super().__init__(Uniform, gain, c01b)
 
 
 class Constant(Initializer):
