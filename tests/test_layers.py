@@ -297,6 +297,8 @@ def test_initializers():
     np.testing.assert_allclose(c01b.std(), np.sqrt(2 / ((16 + 48) * 25)), rtol=0.05)
     with pytest.raises(ValueError, match="4-d"):
         init.GlorotUniform(c01b=True)((16, 48))
+    he = init.HeNormal(c01b=True)((16, 5, 5, 48))
+    np.testing.assert_allclose(he.std(), np.sqrt(1 / (16 * 25)), rtol=0.05)
 
 
 def test_nonlinearities():

@@ -151,8 +151,14 @@ class _FanScaled(Initializer):
     :meth:`_draw`; keeping ``sample`` there keeps it in their rendered documentation.
     """
 
-    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0):
-        self.initializer, self.gain = initializer, _gain_value(gain)
+    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0,
+                 c01b: bool = False):
+        self.initializer, self.gain, self.c01b = initializer, _gain_value(gain), c01b
+
+    def _check_c01b(self, shape: Shape) -> None:
+        if len(shape) != 4:
+            raise ValueError(f"{type(self).__name__} with c01b=True needs a 4-d shape, got "
+                             f"{tuple(shape)}")
 
     def _draw(self, shape: Shape, variance: float) -> np.ndarray:
         """Draw ``shape`` values with std ``gain * sqrt(variance)``."""
@@ -177,17 +183,11 @@ class Glorot(_FanScaled):
         Shapes are 4-d filters in the channels-rows-columns-batch layout of cuda-convnet.
     """
 
-    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0,
-                 c01b: bool = False):
-        super().__init__(initializer, gain)
-        self.c01b = c01b
-
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw with the Glorot standard deviation for ``shape`` (at least 2-d)."""
         _check_2d(shape, "Glorot")
         if self.c01b:
-            if len(shape) != 4:
-                raise ValueError(f"Glorot with c01b=True needs a 4-d shape, got {shape}")
+            self._check_c01b(shape)
             fan_sum = (shape[0] + shape[3]) * shape[1] * shape[2]
         else:
             fan_sum = (shape[0] + shape[1]) * int(np.prod(shape[2:]))
@@ -228,7 +228,8 @@ class He(_FanScaled):
     """He (Kaiming) scaling: std = gain * sqrt(1 / fan_in).
 
     ``fan_in`` is ``shape[0]`` for 2-d (dense ``(in, out)``) shapes and
-    ``prod(shape[1:])`` for conv ``(out, in, h, w)`` shapes.
+    ``prod(shape[1:])`` for conv ``(out, in, h, w)`` shapes; with ``c01b``, it is
+    ``prod(shape[:3])``.
 
     Parameters
     ----------
@@ -236,12 +237,18 @@ class He(_FanScaled):
         Class called with ``std=...``, e.g. :class:`Normal` or :class:`Uniform`.
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
+    c01b
+        Shapes are 4-d filters in the channels-rows-columns-batch layout of cuda-convnet.
     """
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw with the He standard deviation for ``shape`` (at least 2-d)."""
         _check_2d(shape, "He")
-        fan_in = shape[0] if len(shape) == 2 else int(np.prod(shape[1:]))
+        if self.c01b:
+            self._check_c01b(shape)
+            fan_in = int(np.prod(shape[:3]))
+        else:
+            fan_in = shape[0] if len(shape) == 2 else int(np.prod(shape[1:]))
         return self._draw(shape, 1.0 / fan_in)
 
 
@@ -253,7 +260,7 @@ class HeNormal(He):
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
     c01b
-        As for :class:`Glorot`.
+        As for :class:`He`.
     """
 
     def __init__(self, gain: float | str = 1.0, c01b: bool = False):
@@ -268,7 +275,7 @@ class HeUniform(He):
     gain
         Scale factor, or ``"relu"`` for sqrt(2).
     c01b
-        As for :class:`Glorot`.
+        As for :class:`He`.
     """
 
     def __init__(self, gain: float | str = 1.0, c01b: bool = False):
