@@ -35,9 +35,10 @@ from mnist_data import load_mnist
 from tqdm import tqdm
 
 import synkhronos as synk
-from synkhronos.extensions import init, objectives, updates
-from synkhronos.extensions import layers as L
-from synkhronos.extensions.nonlinearities import rectify, softmax
+from synkhronos.extensions import updates
+from synkhronos.extensions.lasagne import init, objectives
+from synkhronos.extensions.lasagne import layers as L
+from synkhronos.extensions.lasagne.nonlinearities import rectify, softmax
 from synkhronos.extensions.train import make_train_function
 
 EVAL_ROWS_PER_SLICE = 500  # bounds each rank's activation memory during evaluation

@@ -17,8 +17,9 @@ import pytensor
 import pytensor.tensor as pt
 
 import synkhronos as synk
-from synkhronos.extensions import layers as L
-from synkhronos.extensions import objectives, updates
+from synkhronos.extensions import updates
+from synkhronos.extensions.lasagne import layers as L
+from synkhronos.extensions.lasagne import objectives
 from synkhronos.extensions.models import resnet50
 from synkhronos.extensions.train import make_train_function
 

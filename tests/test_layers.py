@@ -1,4 +1,4 @@
-"""Tests of synkhronos.extensions.layers, init, nonlinearities and objectives.
+"""Tests of synkhronos.extensions.lasagne.layers, init, nonlinearities and objectives.
 
 Layer outputs are checked against hand computations in NumPy/SciPy.  Graphs compile
 with the Python linker (``FAST_COMPILE``): these tests are about layer semantics, and
@@ -11,8 +11,8 @@ import pytensor.tensor as pt
 import pytest
 from scipy.signal import convolve2d, correlate2d
 
-from synkhronos.extensions import init, nonlinearities, objectives
-from synkhronos.extensions.layers import (
+from synkhronos.extensions.lasagne import init, nonlinearities, objectives
+from synkhronos.extensions.lasagne.layers import (
     BatchNormLayer,
     ConcatLayer,
     Conv2DLayer,

@@ -9,8 +9,9 @@ import pytensor
 import pytest
 
 import synkhronos as synk
-from synkhronos.extensions import init, objectives, updates
-from synkhronos.extensions.layers import (
+from synkhronos.extensions import updates
+from synkhronos.extensions.lasagne import init, objectives
+from synkhronos.extensions.lasagne.layers import (
     BatchNormLayer,
     Conv2DLayer,
     DenseLayer,
@@ -21,8 +22,8 @@ from synkhronos.extensions.layers import (
     get_all_params,
     get_output,
 )
+from synkhronos.extensions.lasagne.nonlinearities import softmax
 from synkhronos.extensions.models import resnet50
-from synkhronos.extensions.nonlinearities import softmax
 from synkhronos.extensions.train import make_pytensor_train_function, make_train_function
 
 RESNET50_PARAMS = 25_557_032  # torchvision / Keras ResNet-50 v1 trainable parameters

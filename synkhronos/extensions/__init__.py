@@ -1,2 +1,2 @@
-"""Extensions built on the core: optimizers (``updates``), a one-call training step
-(``train``), Lasagne-style layers (``layers``) and the convolution op (``conv``)."""
+"""Extensions built on the core: Synkhronos' two-phase optimizers (``updates``), training
+steps (``train``), the Lasagne port (``lasagne``) and the convolution op (``conv``)."""

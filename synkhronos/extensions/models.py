@@ -1,7 +1,7 @@
 """Model builders for the demos: ResNet-50."""
 
-from synkhronos.extensions import init
-from synkhronos.extensions.layers import (
+from synkhronos.extensions.lasagne import init
+from synkhronos.extensions.lasagne.layers import (
     BatchNormLayer,
     Conv2DLayer,
     DenseLayer,
@@ -12,7 +12,7 @@ from synkhronos.extensions.layers import (
     MaxPool2DLayer,
     NonlinearityLayer,
 )
-from synkhronos.extensions.nonlinearities import rectify, softmax
+from synkhronos.extensions.lasagne.nonlinearities import rectify, softmax
 
 __all__ = ["resnet50"]
 

@@ -5,9 +5,9 @@ from collections.abc import Sequence
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import init, nonlinearities
-from synkhronos.extensions.layers.base import Layer, ParamSpec, Shape, add_default_update
-from synkhronos.extensions.layers.dense import NonlinearityLayer
+from synkhronos.extensions.lasagne import init, nonlinearities
+from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, add_default_update
+from synkhronos.extensions.lasagne.layers.dense import NonlinearityLayer
 
 __all__ = ["BatchNormLayer", "batch_norm"]
 

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.layers.base import Layer, MergeLayer, Shape
+from synkhronos.extensions.lasagne.layers.base import Layer, MergeLayer, Shape
 
 __all__ = ["ConcatLayer", "ElemwiseSumLayer", "autocrop", "autocrop_array_shapes"]
 

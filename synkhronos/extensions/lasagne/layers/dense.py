@@ -6,8 +6,8 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import init, nonlinearities
-from synkhronos.extensions.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
+from synkhronos.extensions.lasagne import init, nonlinearities
+from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
 
 __all__ = ["DenseLayer", "NonlinearityLayer"]
 

@@ -6,7 +6,7 @@ import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.conv import pool2d, pool_output_length
-from synkhronos.extensions.layers.base import Layer, Shape, as_pair
+from synkhronos.extensions.lasagne.layers.base import Layer, Shape, as_pair
 
 __all__ = ["GlobalPoolLayer", "MaxPool2DLayer", "Pool2DLayer"]
 

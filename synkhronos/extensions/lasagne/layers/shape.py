@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.layers.base import Layer, Shape
+from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 
 __all__ = ["FlattenLayer", "ReshapeLayer"]
 

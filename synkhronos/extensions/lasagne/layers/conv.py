@@ -4,9 +4,15 @@ from collections.abc import Callable, Sequence
 
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import init, nonlinearities
 from synkhronos.extensions.conv import conv2d, conv_output_length
-from synkhronos.extensions.layers.base import Layer, ParamSpec, Shape, as_nonlinearity, as_pair
+from synkhronos.extensions.lasagne import init, nonlinearities
+from synkhronos.extensions.lasagne.layers.base import (
+    Layer,
+    ParamSpec,
+    Shape,
+    as_nonlinearity,
+    as_pair,
+)
 
 __all__ = ["Conv2DLayer"]
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import init
-from synkhronos.extensions.layers.base import Layer, Shape, add_default_update
+from synkhronos.extensions.lasagne import init
+from synkhronos.extensions.lasagne.layers.base import Layer, Shape, add_default_update
 
 __all__ = ["DropoutLayer"]
 
@@ -17,7 +17,7 @@ class DropoutLayer(Layer):
 
     Each output expression draws from its own shared random generator with a default
     update, so each call of a compiled training function draws a new mask.  Seeds come
-    from a per-layer generator seeded by :func:`synkhronos.extensions.init.get_rng`.
+    from a per-layer generator seeded by :func:`synkhronos.extensions.lasagne.init.get_rng`.
 
     Parameters
     ----------

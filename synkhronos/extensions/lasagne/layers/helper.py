@@ -7,7 +7,7 @@ import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.layers.base import InputLayer, Layer, MergeLayer
+from synkhronos.extensions.lasagne.layers.base import InputLayer, Layer, MergeLayer
 
 __all__ = [
     "count_params",

@@ -11,7 +11,7 @@ from pytensor.graph.basic import Variable
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import nonlinearities
+from synkhronos.extensions.lasagne import nonlinearities
 
 __all__ = ["InputLayer", "Layer", "MergeLayer", "add_default_update", "create_param"]
 
@@ -26,7 +26,7 @@ def create_param(spec: ParamSpec, shape: Sequence[int], name: str | None = None)
     ----------
     spec
         A shared variable (used as is), a NumPy array (copied), or a callable such as an
-        :class:`~synkhronos.extensions.init.Initializer` called with ``shape``.
+        :class:`~synkhronos.extensions.lasagne.init.Initializer` called with ``shape``.
     shape
         Required shape of the parameter.
     name
@@ -95,7 +95,7 @@ class Layer:
     ----------
     incoming
         The layer feeding this one, or the shape of its input (then the layer can only
-        be used with an explicit input in :func:`~synkhronos.extensions.layers.get_output`).
+        be used with an explicit input in :func:`~synkhronos.extensions.lasagne.layers.get_output`).
     name
         Optional name, also used as a prefix for parameter names.
     """

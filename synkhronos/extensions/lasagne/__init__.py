@@ -1,0 +1,11 @@
+"""Lasagne on PyTensor: a Lasagne script ports by changing ``import lasagne`` to
+``from synkhronos.extensions import lasagne``.
+
+The subpackage mirrors Lasagne's module tree (``layers``, ``init``, ``nonlinearities``,
+``objectives``, ...); the data-parallel pieces live beside it in
+:mod:`synkhronos.extensions.updates` and :mod:`synkhronos.extensions.train`.
+"""
+
+from . import init, layers, nonlinearities, objectives
+
+__all__ = ["init", "layers", "nonlinearities", "objectives"]
