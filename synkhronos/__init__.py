@@ -28,8 +28,8 @@ from .collectives import (
     set_value,
 )
 from .data import Data
-from .function import Function, distribute, function
-from .launch import backend, close, fork
+from .function import Function, function
+from .launch import backend, close, distribute, fork
 
 __version__ = "0.1.0"
 

@@ -2,6 +2,34 @@
 
 Rank 0 builds a :class:`CallPlan` from validated arguments, encodes it into arrays for the
 command channel, and every worker decodes the same plan and picks its own rows.
+
+The first array is one int64 vector of *words*::
+
+    fid, num_slices, n_subset, n_scatter, n_bcast,
+    subset[n_subset], offsets[n_scatter],
+    per scattered input:  n, descriptor[n]              (a Data descriptor)
+    per broadcast input:  Arg.DATA, n, descriptor[n]    or  Arg.VALUE
+    rows:                 a rows description (below)
+    s_rows:               a rows description
+
+A rows description is ``Rows.NONE``, or ``Rows.RANGES, n_ranks, (start, stop) * n_ranks``,
+or ``Rows.INDICES, n_ranks + 1, bounds[n_ranks + 1]`` with the index array sent as an
+array of its own. The arrays after the words are the index arrays (rows, then s_rows,
+where present), then the values of the ``Arg.VALUE`` broadcast inputs in order.
+
+Examples
+--------
+>>> import numpy as np
+>>> rows = RankRows.split(slice(0, 7), 2)
+>>> plan = CallPlan(fid=3, num_slices=1, subset=np.array([0]), scatter=[], offsets=np.array(
+...     [], np.int64), rows=rows, bcast=[np.float64(2.0)], bcast_kinds=np.array([Arg.VALUE]),
+...     s_rows=None)
+>>> arrays = plan.encode()
+>>> arrays[0].tolist()
+[3, 1, 1, 0, 1, 0, 1, 0, 2, 0, 4, 4, 7, -1]
+>>> back = CallPlan.decode(arrays)
+>>> back.rows.for_rank(1), float(back.bcast[0])
+(slice(4, 7, None), 2.0)
 """
 
 from __future__ import annotations
@@ -11,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .partition import Selection, split_bounds
+from .protocol import Arg, Rows
 
 
 @dataclass
@@ -48,9 +77,9 @@ class RankRows:
     def encode(self, words: list[int], arrays: list[np.ndarray]) -> None:
         """Append the description to ``words`` and any index array to ``arrays``."""
         if self.ranges is not None:
-            words += [0, len(self.ranges), *self.ranges.ravel().tolist()]
+            words += [Rows.RANGES, len(self.ranges), *self.ranges.ravel().tolist()]
         else:
-            words += [1, len(self.bounds), *self.bounds.tolist()]
+            words += [Rows.INDICES, len(self.bounds), *self.bounds.tolist()]
             arrays.append(self.indices)
 
     @classmethod
@@ -59,7 +88,7 @@ class RankRows:
         ``arrays``); returns the rows and the position after them."""
         kind, n = words[pos], words[pos + 1]
         pos += 2
-        if kind == 0:
+        if kind == Rows.RANGES:
             ranges = np.array(words[pos: pos + 2 * n], np.int64).reshape(n, 2)
             return cls(ranges=ranges), pos + 2 * n
         bounds = np.array(words[pos: pos + n], np.int64)
@@ -72,7 +101,8 @@ class CallPlan:
 
     ``scatter`` and ``bcast`` hold, on rank 0, ``Data`` objects or arrays; after decoding
     on a worker they hold ``Data`` descriptors (lists of int) or arrays, with ``bcast_kinds``
-    telling which (0: descriptor, 1: value).
+    telling which (:class:`~synkhronos.protocol.Arg`). The word layout is in the module
+    docstring.
     """
 
     fid: int
@@ -96,21 +126,27 @@ class CallPlan:
             words += [len(desc), *desc.tolist()]
         arrays, values = [], []
         for v, k in zip(self.bcast, self.bcast_kinds.tolist(), strict=True):
-            if k == 0:
+            if k == Arg.DATA:
                 desc = v.descriptor()
-                words += [0, len(desc), *desc.tolist()]
+                words += [Arg.DATA, len(desc), *desc.tolist()]
             else:
-                words.append(1)
+                words.append(Arg.VALUE)
                 values.append(v)
         for rows in (self.rows, self.s_rows):
             if rows is None:
-                words.append(-1)
+                words.append(Rows.NONE)
             else:
                 rows.encode(words, arrays)
         return [np.array(words, np.int64), *arrays, *values]
 
     @classmethod
     def decode(cls, arrays: list[np.ndarray]) -> CallPlan:
+        """The plan :meth:`encode` wrote into ``arrays`` (as a worker reads them).
+
+        ``Data`` entries come back as descriptors (lists of int), which the worker resolves
+        into views of shared memory; index arrays and broadcast values are copied out of
+        the message, whose mailbox the next command overwrites.
+        """
         words, rest = arrays[0].tolist(), list(arrays[1:])
         fid, num_slices, n_subset, n_scatter, n_bcast = words[:5]
         pos = 5
@@ -126,7 +162,7 @@ class CallPlan:
         kinds, bcast = [], []
         for _ in range(n_bcast):
             kinds.append(words[pos])
-            if words[pos] == 0:
+            if words[pos] == Arg.DATA:
                 n = words[pos + 1]
                 bcast.append(words[pos + 2: pos + 2 + n])
                 pos += 2 + n
@@ -135,12 +171,13 @@ class CallPlan:
                 pos += 1
         found = []
         for _ in range(2):
-            if words[pos] == -1:
+            if words[pos] == Rows.NONE:
                 found.append(None)
                 pos += 1
             else:
                 rows, pos = RankRows.decode(words, pos, rest)
                 found.append(rows)
-        bcast = [rest.pop(0).copy() if k == 1 else b for b, k in zip(bcast, kinds, strict=True)]
+        bcast = [rest.pop(0).copy() if k == Arg.VALUE else b
+                 for b, k in zip(bcast, kinds, strict=True)]
         return cls(fid, num_slices, subset, scatter, offsets, found[0], bcast,
                    np.array(kinds, np.int64), found[1])

@@ -15,13 +15,12 @@ from collections.abc import Callable
 import numpy as np
 import posix_ipc
 
+from .protocol import Status
 from .shm import Mailbox, Segment, message_words
 
 MAX_ARRAYS = 512  # arrays in one message (function outputs, shared variables in a collective)
 POLL_S = 0.05  # how often a blocked wait checks that its peers are alive
 SPIN_S = 100e-6  # how long a wait polls before it blocks
-
-OK, FAILED, ABORTED = 0, 1, 2
 
 
 class RemoteError(RuntimeError):
@@ -53,8 +52,15 @@ class ControlBlock:
         self.msg = msg
         self.n_ranks = n_ranks
 
-    def flags(self) -> np.ndarray:
-        return self.words[0:2]
+    @property
+    def command(self) -> int:
+        """The command word: a :class:`~synkhronos.protocol.Command`, maybe or-ed with
+        :data:`~synkhronos.protocol.FORGET_DATA`."""
+        return int(self.words[1])
+
+    @command.setter
+    def command(self, code: int) -> None:
+        self.words[1] = int(code)
 
     def command_header(self) -> np.ndarray:
         return self.words[2: 2 + self.msg]
@@ -150,7 +156,7 @@ class Channel:
     def send(self, code: int, arrays=()) -> None:
         """Post a command to every worker."""
         self.payload.post(arrays)
-        self.control.flags()[1] = code
+        self.control.command = code
         for go in self.go:
             go.release()
 
@@ -160,7 +166,7 @@ class Channel:
             wait(self.done, self.check_alive)
         failures = []
         for r in range(1, self.n_ranks):
-            if self.control.status(r)[0] == FAILED:
+            if self.control.status(r)[0] == Status.FAILED:
                 text = bytes(self.replies[r].read()[0]).decode("utf-8", "replace")
                 failures.append((r, text))
         return failures
@@ -173,7 +179,7 @@ class Channel:
     def receive(self) -> tuple[int, list[np.ndarray]]:
         """(Worker) block until rank 0 sends a command; return its code and arrays."""
         wait(self.go[self.rank - 1], self.check_alive)
-        return int(self.control.flags()[1]), self.payload.read()
+        return self.control.command, self.payload.read()
 
     def reply(self, arrays) -> None:
         """(Worker) answer the current command with ``arrays``."""
@@ -181,9 +187,9 @@ class Channel:
 
     def report(self, error: BaseException | None = None, aborted: bool = False) -> None:
         """(Worker) tell rank 0 this command is finished: done, failed, or abandoned."""
-        status = ABORTED if aborted else OK
+        status = Status.ABORTED if aborted else Status.OK
         if error is not None:
-            status = FAILED
+            status = Status.FAILED
             self.control.set_abort(True)
             text = "".join(traceback.format_exception(error))
             self.replies[self.rank].post([np.frombuffer(text.encode(), np.uint8)])

@@ -1,9 +1,9 @@
-"""Collectives on shared variables: rank 0's API, and the part every rank runs.
+"""Collectives on shared variables: rank 0's API.
 
-Each public function checks its arguments in rank 0, then every rank runs :func:`_run`
-with the same kind and variables, which calls the communicator (shared memory on CPU
-ranks, NCCL on GPU ranks). Shared variables are named by their registry index, the same
-on every rank (see :mod:`synkhronos.distribute`).
+Each function checks its arguments in rank 0, then every rank runs its part
+(:mod:`synkhronos.rank_collectives`) with the same kind and variables. Shared variables
+are named by their registry index, the same on every rank (see
+:mod:`synkhronos.distribute`).
 """
 
 from __future__ import annotations
@@ -11,93 +11,21 @@ from __future__ import annotations
 import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 
-from . import launch
-from .partition import split_bounds
-from .reduce import COLLECTIVE_OPS, check_collective_op
+from . import launch, rank_collectives
+from .protocol import Collective, Command
+from .reduce import COLLECTIVE_OPS, check_collective_op, join_rows
 
-(BROADCAST, SCATTER, GATHER, ALL_GATHER, REDUCE, ALL_REDUCE, SET_VALUE, GET_VALUE,
- SHAPES) = range(9)
-_WRITES = {BROADCAST, SCATTER, ALL_GATHER, REDUCE, ALL_REDUCE, SET_VALUE}
-
-
-def _stack(values: list, nd_up: int) -> np.ndarray:
-    if nd_up == 1 or np.ndim(values[0]) == 0:
-        return np.stack(values)
-    return np.concatenate(values, axis=0)
+_WRITES = {Collective.BROADCAST, Collective.SCATTER, Collective.ALL_GATHER, Collective.REDUCE,
+           Collective.ALL_REDUCE, Collective.SET_VALUE}
 
 
-def _run(state, kind: int, variables: list, op: str | None = None, rank: int = 0,
-         values: list | None = None):
-    """This rank's part of a collective; returns rank 0's result (None elsewhere)."""
-    comm, backend, root = state.comm, state.backend, state.rank == 0
-    if kind == BROADCAST:
-        if root and values is not None:
-            for var, value in zip(variables, values, strict=True):
-                backend.set_value(var, value)
-        got = comm.broadcast([backend.value(v) for v in variables] if root else None)
-        if not root:
-            for var, value in zip(variables, got, strict=True):
-                backend.set_value(var, value)
-    elif kind == SCATTER:
-        parts = None
-        if root:
-            bounds = [split_bounds(len(v), state.n_ranks) for v in values]
-            parts = [[v[b[r]:b[r + 1]] for v, b in zip(values, bounds, strict=True)]
-                     for r in range(state.n_ranks)]
-        for var, value in zip(variables, comm.scatter(parts), strict=True):
-            backend.set_value(var, value)
-    elif kind in (GATHER, GET_VALUE, SHAPES):
-        if kind == SHAPES:
-            mine = [np.array(np.shape(v.get_value(borrow=True)), np.int64) for v in variables]
-        elif kind == GET_VALUE and state.rank != rank:
-            mine = []
-        else:
-            mine = [backend.value(v) for v in variables]
-        return comm.gather(mine)
-    elif kind == ALL_GATHER:
-        got = comm.all_gather([backend.value(v) for v in variables])
-        for i, var in enumerate(variables):
-            backend.set_value(var, _stack([g[i] for g in got], 0))
-        return got
-    elif kind == REDUCE:
-        got = comm.reduce([backend.value(v) for v in variables], op)
-        if root:
-            for var, value in zip(variables, got, strict=True):
-                backend.set_value(var, value)
-        return got
-    elif kind == ALL_REDUCE:
-        host = [backend.value(v) for v in variables]
-        in_place = all(isinstance(h, np.ndarray) and h.flags.writeable and h.flags.c_contiguous
-                       and h is v.get_value(borrow=True)
-                       for h, v in zip(host, variables, strict=True))
-        got = comm.all_reduce(host, op, out=host if in_place else None)
-        if not in_place:
-            for var, value in zip(variables, got, strict=True):
-                backend.set_value(var, value)
-    elif kind == SET_VALUE:
-        got = comm.broadcast(values if root else None)
-        if state.rank == rank:
-            for var, value in zip(variables, got, strict=True):
-                backend.set_value(var, value)
-    return None
-
-
-def run_collective(state, arrays: list[np.ndarray]) -> None:
-    """(Worker) decode a collective command and run this rank's part."""
-    kind, op_code, rank = (int(x) for x in arrays[0])
-    _run(state, kind, state.shared(arrays[1]), COLLECTIVE_OPS[op_code], rank)
-
-
-# ---- rank 0 -----------------------------------------------------------------------------
 def _registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
     """The variables, their registry indices, and whether one variable was given."""
-    from .function import distribute
-
     single = isinstance(shared_vars, SharedVariable)
     variables = [shared_vars] if single else list(shared_vars)
     registry = session.state.registry
     if any(registry.index(v) is None for v in variables):
-        distribute()  # the variable may belong to a function not shipped yet
+        session.distribute()  # the variable may belong to a function not shipped yet
     indices = []
     for v in variables:
         if not isinstance(v, SharedVariable):
@@ -110,13 +38,13 @@ def _registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
     return variables, np.array(indices, np.int64), single
 
 
-def _collective(kind: int, shared_vars, op: str = "avg", rank: int = 0, values=None,
+def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, values=None,
                 nd_up: int = 0):
     session = launch.current()
     variables, indices, single = _registered(session, shared_vars)
-    if kind in (REDUCE, ALL_REDUCE):
+    if kind in (Collective.REDUCE, Collective.ALL_REDUCE):
         check_collective_op(op)
-    if kind in (SET_VALUE, GET_VALUE) and not 0 <= rank < session.n_ranks:
+    if kind in (Collective.SET_VALUE, Collective.GET_VALUE) and not 0 <= rank < session.n_ranks:
         raise ValueError(f"rank must be in 0..{session.n_ranks - 1}, got {rank}")
     if nd_up not in (0, 1):
         raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
@@ -131,21 +59,23 @@ def _collective(kind: int, shared_vars, op: str = "avg", rank: int = 0, values=N
             except (TypeError, ValueError) as e:
                 raise type(e)(f"value for shared variable {var}: {e}") from None
         values = checked
-    if kind in (SCATTER, ALL_GATHER) and any(v.ndim == 0 for v in variables):
+    if kind in (Collective.SCATTER, Collective.ALL_GATHER) and any(v.ndim == 0 for v in variables):
         raise ValueError("scatter and all_gather need shared variables with a first axis")
     params = np.array([kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank],
                       np.int64)
-    result = session.execute(launch.COLLECTIVE, [params, indices],
-                             lambda: _run(session.state, kind, variables, op, rank, values))
+    result = session.execute(
+        Command.COLLECTIVE, [params, indices],
+        lambda: rank_collectives.run(session.state, kind, variables, op, rank, values))
     if kind in _WRITES:
-        session.lengths_cache.clear()
-    if kind == GET_VALUE:
+        session.forget_lengths()
+    if kind == Collective.GET_VALUE:
         out = [np.asarray(v) for v in result[rank]]
-    elif kind in (GATHER, ALL_GATHER):
-        out = [_stack([np.asarray(r[i]) for r in result], nd_up) for i in range(len(variables))]
-    elif kind == SHAPES:
+    elif kind in (Collective.GATHER, Collective.ALL_GATHER):
+        out = [join_rows([r[i] for r in result], new_axis=nd_up == 1)
+               for i in range(len(variables))]
+    elif kind == Collective.SHAPES:
         out = [[tuple(int(s) for s in r[i]) for r in result] for i in range(len(variables))]
-    elif kind == REDUCE:
+    elif kind == Collective.REDUCE:
         out = [np.asarray(v) for v in result]
     else:
         return None
@@ -157,7 +87,7 @@ def sliceable_lengths(session, variables: list) -> list[int]:
     key = tuple(id(v) for v in variables)
     lengths = session.lengths_cache.get(key)
     if lengths is None:
-        shapes = _collective(SHAPES, list(variables))
+        shapes = _collective(Collective.SHAPES, list(variables))
         lengths = [min(s[r][0] for s in shapes) for r in range(session.n_ranks)]
         session.lengths_cache[key] = lengths
     return lengths
@@ -171,25 +101,25 @@ def broadcast(shared_vars, values=None) -> None:
     >>> synk.broadcast([w, b])                     # doctest: +SKIP
     >>> synk.broadcast(w, np.zeros((3, 2)))        # doctest: +SKIP
     """
-    _collective(BROADCAST, shared_vars, values=values)
+    _collective(Collective.BROADCAST, shared_vars, values=values)
 
 
 def scatter(shared_vars, values) -> None:
     """Split each of ``values`` along axis 0 across ranks (as evenly as possible) and set
     each rank's variable to its part."""
-    _collective(SCATTER, shared_vars, values=values)
+    _collective(Collective.SCATTER, shared_vars, values=values)
 
 
 def gather(shared_vars, nd_up: int = 0):
     """Every rank's value, concatenated along axis 0 in rank order (``nd_up=1``: stacked
     along a new first axis). Returns one array per variable."""
-    return _collective(GATHER, shared_vars, nd_up=nd_up)
+    return _collective(Collective.GATHER, shared_vars, nd_up=nd_up)
 
 
 def all_gather(shared_vars):
     """Set every rank's variable to the concatenation (axis 0) of all ranks' values;
     return it."""
-    return _collective(ALL_GATHER, shared_vars)
+    return _collective(Collective.ALL_GATHER, shared_vars)
 
 
 def reduce(shared_vars, op: str = "avg"):
@@ -197,7 +127,7 @@ def reduce(shared_vars, op: str = "avg"):
 
     ``op``: "avg", "sum", "prod", "max" or "min". Values must have equal shapes.
     """
-    return _collective(REDUCE, shared_vars, op=op)
+    return _collective(Collective.REDUCE, shared_vars, op=op)
 
 
 def all_reduce(shared_vars, op: str = "avg") -> None:
@@ -210,22 +140,22 @@ def all_reduce(shared_vars, op: str = "avg") -> None:
     --------
     >>> synk.all_reduce(flat_grad, op="avg")      # doctest: +SKIP
     """
-    _collective(ALL_REDUCE, shared_vars, op=op)
+    _collective(Collective.ALL_REDUCE, shared_vars, op=op)
 
 
 def set_value(rank: int, shared_vars, values) -> None:
     """Set the value of ``shared_vars`` on one rank only."""
-    _collective(SET_VALUE, shared_vars, rank=rank, values=values)
+    _collective(Collective.SET_VALUE, shared_vars, rank=rank, values=values)
 
 
 def get_value(rank: int, shared_vars):
     """The value of ``shared_vars`` on one rank."""
-    return _collective(GET_VALUE, shared_vars, rank=rank)
+    return _collective(Collective.GET_VALUE, shared_vars, rank=rank)
 
 
 def get_shapes(shared_vars):
     """For each variable, the list of its shapes on every rank."""
-    return _collective(SHAPES, shared_vars)
+    return _collective(Collective.SHAPES, shared_vars)
 
 
 def get_lengths(shared_vars):

@@ -3,7 +3,7 @@
 Where a call goes: :meth:`Function.__call__` checks every argument in rank 0 (nothing runs
 on any rank before that), builds a :class:`~synkhronos.callplan.CallPlan`, and
 :meth:`Session.execute <synkhronos.launch.Session.execute>` sends it through the command
-channel. Every rank, rank 0 included, runs its rows (:func:`run_share` in the workers),
+channel. Every rank, rank 0 included, runs its rows (:func:`synkhronos.rank.run_plan`),
 and :mod:`synkhronos.outputs` brings the ranks' outputs together in rank 0.
 """
 
@@ -20,9 +20,11 @@ from .callplan import CallPlan, RankRows
 from .collectives import sliceable_lengths
 from .compiled import is_jax
 from .data import Data
-from .distribute import GraphSpec, pack
-from .outputs import collect_outputs, share_outputs
-from .partition import Selection
+from .distribute import GraphSpec
+from .outputs import collect_outputs
+from .partition import Selection, selection_length
+from .protocol import Arg, Command
+from .rank import run_plan
 from .reduce import check_output_op
 
 
@@ -247,13 +249,13 @@ class Function:
             raise RuntimeError(f"{self._what} was built before the last synk.fork(); build it "
                                f"again")
         if not self._shipped:
-            distribute()
+            session.distribute()
         plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
         arrays = plan.encode() if session.n_ranks > 1 else ()
         weight, host, reduced = session.execute(
-            launch.CALL, arrays, lambda: _run_plan(session.state, plan, lambda d: d.data))
+            Command.CALL, arrays, lambda: run_plan(session.state, plan, lambda d: d.data))
         if not self._update_targets.isdisjoint(session.sliceable_ids):
-            session.lengths_cache.clear()  # the rows batch_s may select have changed
+            session.forget_lengths()  # the rows batch_s may select have changed
         return collect_outputs(session, self._spec, plan.subset, weight, host, reduced,
                                output_subset is None and self._single)
 
@@ -288,14 +290,14 @@ class Function:
                     raise TypeError(f"{what}: Data has dtype {arg.dtype}, expected {var.dtype}")
                 _check_static_shape(var, arg.shape, what, skip_first=False)
                 bcast.append(arg)
-                kinds.append(0)
+                kinds.append(Arg.DATA)
             else:
                 try:
                     value = np.asarray(var.type.filter(arg))
                 except (TypeError, ValueError) as e:
                     raise type(e)(f"{what}: {e}") from None
                 bcast.append(value)
-                kinds.append(1)
+                kinds.append(Arg.VALUE)
         offsets, rows = np.zeros(n_in, np.int64), None
         if n_in:
             sel = self._batch_rows(scatter, batch)
@@ -349,7 +351,7 @@ class Function:
             sel = slice(0, lengths.pop())
         else:
             sel = resolve_rows(batch, min(full) if full else None, "batch")
-        if (sel.stop - sel.start if isinstance(sel, slice) else len(sel)) == 0:
+        if selection_length(sel) == 0:
             raise ValueError(f"{self._what}: batch selects no rows")
         return sel
 
@@ -362,34 +364,6 @@ class Function:
             isinstance(b, (slice, list, tuple, np.ndarray)) for b in batch_s))
         specs = list(batch_s) if per_rank else [batch_s] * n
         return [resolve_rows(s, lengths[r], f"batch_s (rank {r})") for r, s in enumerate(specs)]
-
-
-def _run_plan(state, plan: CallPlan, resolve) -> tuple[int, list, dict]:
-    """Run this rank's share of a planned call (rank 0 and workers alike).
-
-    Returns the rows it computed on and :func:`synkhronos.outputs.share_outputs`'s result.
-    """
-    fn = state.functions[plan.fid]
-    rank = state.rank
-    bcast = [resolve(v) if k == 0 else v for v, k in zip(plan.bcast, plan.bcast_kinds,
-                                                          strict=True)]
-    rows = plan.rows.for_rank(rank) if plan.rows is not None else None
-    if plan.s_rows is not None:
-        s_rows = plan.s_rows.for_rank(rank)
-    elif fn.spec.sliceable:
-        s_rows = slice(0, min(fn.sliceable_lengths()))
-    else:
-        s_rows = None
-    subset = [int(i) for i in plan.subset]
-    weight, outs = fn.run([resolve(d) for d in plan.scatter], rows,
-                          [int(o) for o in plan.offsets], bcast, s_rows, plan.num_slices, subset)
-    return (weight, *share_outputs(state, fn, subset, weight, outs))
-
-
-def run_share(state, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
-    """(Worker) decode a call, run this rank's share, and return the reply arrays."""
-    weight, host, _ = _run_plan(state, CallPlan.decode(arrays), resolve)
-    return [np.array([weight], np.int64), *host]
 
 
 def function(inputs=(), outputs=None, bcast_inputs=(), updates=None, givens=None,
@@ -432,25 +406,3 @@ def function(inputs=(), outputs=None, bcast_inputs=(), updates=None, givens=None
     return Function(launch.current(), inputs, outputs, bcast_inputs, updates, givens,
                     sliceable_shareds, name, mode)
 
-
-def distribute() -> None:
-    """Ship every function built but not yet shipped to the workers, and compile them.
-
-    One pickle carries them all, so a shared variable several functions use stays one
-    variable on each rank; shared variables shipped earlier are referred to, not copied.
-    Calling a function that was not shipped yet distributes automatically.
-    """
-    session = launch.current()
-    pending = [f for f in session.functions if not f._shipped]
-    if not pending:
-        return
-    specs = [f._spec for f in pending]
-    payload = np.frombuffer(pack(specs, session.state.registry), np.uint8)
-    try:
-        session.execute(launch.DISTRIBUTE, [payload],
-                        lambda: session.state.add_functions(specs))
-    except BaseException:
-        session.broken = True  # the ranks' registries may now disagree
-        raise
-    for f in pending:
-        f._shipped = True

@@ -18,43 +18,29 @@ import time
 
 import numpy as np
 
-from .backends import get_backend
+from .backends import get_backend, gpu
 from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied
 from .comm import make_communicator
 from .data import released_ids
+from .distribute import pack
+from .protocol import FORGET_DATA, Command
 from .rank import RankState
 from .shm import process_prefix, sweep
 
-STOP, DISTRIBUTE, CALL, COLLECTIVE = range(4)
-FORGET_DATA = 1 << 8  # added to a command whose last array lists released Data ids
 STOP_GRACE_S = 5.0
 
 _fork_count = itertools.count()
 _session: Session | None = None
 
 
-def _visible_gpus() -> int:
-    """GPUs visible to this process, counted without initialising CUDA here."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
-
-
 def _auto_backend() -> str:
     """"gpu" when GPUs are visible and the GPU extra is installed, else "cpu"."""
-    if _visible_gpus() == 0:
+    if not gpu.visible_gpus():
         return "cpu"
-    from .gpu import EXTRA_HINT, gpu_packages_missing
-
-    missing = gpu_packages_missing()
+    missing = gpu.gpu_packages_missing()
     if missing:
         print(f"synkhronos: GPUs are visible but {' and '.join(missing)} is missing, so "
-              f"running on CPU ranks; {EXTRA_HINT}")
+              f"running on CPU ranks; {gpu.EXTRA_HINT}")
         return "cpu"
     return "gpu"
 
@@ -128,7 +114,9 @@ class Session:
         self.thread_limits = _limit_threads(self.threads)
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
-        self.lengths_cache: dict[tuple, list[int]] = {}  # rows of sliceable vars per rank
+        # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
+        # by forget_lengths() whenever a call or collective may have changed them.
+        self.lengths_cache: dict[tuple, list[int]] = {}
         try:
             self._start_workers(backend_name, gpus)
         except BaseException:
@@ -148,6 +136,29 @@ class Session:
         if failures:
             raise RemoteError(_describe(failures))
 
+    def forget_lengths(self) -> None:
+        """Drop the cached rows of sliceable variables (their values may have changed)."""
+        self.lengths_cache.clear()
+
+    def distribute(self) -> None:
+        """Ship every function built but not yet shipped to the workers, and compile them.
+
+        One pickle carries them all, so a shared variable several functions use stays one
+        variable on each rank; shared variables shipped earlier are referred to, not copied.
+        """
+        pending = [f for f in self.functions if not f._shipped]
+        if not pending:
+            return
+        specs = [f._spec for f in pending]
+        payload = np.frombuffer(pack(specs, self.state.registry), np.uint8)
+        try:
+            self.execute(Command.DISTRIBUTE, [payload], lambda: self.state.add_functions(specs))
+        except BaseException:
+            self.broken = True  # the ranks' registries may now disagree
+            raise
+        for f in pending:
+            f._shipped = True
+
     def check_alive(self) -> None:
         """Raise :class:`WorkerDied` if any worker has exited."""
         for rank, process in enumerate(self.processes, start=1):
@@ -158,7 +169,7 @@ class Session:
                 raise WorkerDied(f"synkhronos worker rank {rank} died ({how}); call "
                                  f"synk.close() and fork again")
 
-    def execute(self, code: int, arrays, local):
+    def execute(self, code: Command, arrays, local):
         """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
 
         Raises rank 0's own exception, or a :class:`RemoteError` naming the failed workers'
@@ -208,7 +219,7 @@ class Session:
         """Stop the workers (politely, then by force) and remove every segment."""
         try:
             if not self.broken and all(p.poll() is None for p in self.processes):
-                self.channel.send(STOP)
+                self.channel.send(Command.STOP)
             # STOP carries no arrays and the workers hold open what they still use, so the
             # names can go now: should rank 0 be killed while it waits, nothing is left.
             sweep(self.name)
@@ -278,9 +289,7 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
     get_backend(backend)
     gpu_ids = None
     if backend == "gpu":
-        from .gpu import prepare_gpus
-
-        gpu_ids = prepare_gpus(n_parallel, gpus)
+        gpu_ids = gpu.prepare_gpus(n_parallel, gpus)
         n_parallel = len(gpu_ids)
     if backend != "cpu":
         _match_jax_precision()
@@ -292,6 +301,21 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
     _session = session
     atexit.register(close)
     return n_parallel
+
+
+def distribute() -> None:
+    """Ship every function built but not yet shipped to the workers, and compile them.
+
+    One pickle carries them all, so a shared variable several functions use stays one
+    variable on each rank; shared variables shipped earlier are referred to, not copied.
+    Calling a function that was not shipped yet distributes automatically.
+
+    Examples
+    --------
+    >>> f = synk.function([x], x.sum())           # doctest: +SKIP
+    >>> synk.distribute()                         # doctest: +SKIP
+    """
+    current().distribute()
 
 
 def close() -> None:

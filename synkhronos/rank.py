@@ -1,11 +1,16 @@
-"""The state every rank keeps: shared variables, compiled functions, communicator."""
+"""What every rank (rank 0 included) keeps and runs: its state, and its share of a call."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .backends import Backend
+from .callplan import CallPlan
 from .comm import Communicator
 from .compiled import RankFunction
 from .distribute import GraphSpec, SharedRegistry
+from .outputs import share_outputs
+from .protocol import Arg
 
 
 class RankState:
@@ -37,3 +42,34 @@ class RankState:
     def shared(self, indices) -> list:
         """The shared variables with these registry indices."""
         return [self.registry[int(i)] for i in indices]
+
+
+def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict]:
+    """Run this rank's share of a planned call (rank 0 and workers alike).
+
+    ``resolve`` turns a ``Data`` entry of the plan into its array (rank 0: the ``Data``
+    object; workers: a descriptor). Returns the rows it computed on and
+    :func:`synkhronos.outputs.share_outputs`'s result.
+    """
+    fn = state.functions[plan.fid]
+    rank = state.rank
+    bcast = [resolve(v) if k == Arg.DATA else v
+             for v, k in zip(plan.bcast, plan.bcast_kinds, strict=True)]
+    rows = plan.rows.for_rank(rank) if plan.rows is not None else None
+    if plan.s_rows is not None:
+        s_rows = plan.s_rows.for_rank(rank)
+    elif fn.spec.sliceable:
+        s_rows = slice(0, min(fn.sliceable_lengths()))
+    else:
+        s_rows = None
+    subset = [int(i) for i in plan.subset]
+    weight, outs = fn.run([resolve(d) for d in plan.scatter], rows,
+                          [int(o) for o in plan.offsets], bcast, s_rows, plan.num_slices, subset)
+    return (weight, *share_outputs(state, fn, subset, weight, outs))
+
+
+def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
+    """(Worker) decode a CALL command, run this rank's share, and return the reply arrays:
+    ``[weight]`` (int64), then the host outputs."""
+    weight, host, _ = run_plan(state, CallPlan.decode(arrays), resolve)
+    return [np.array([weight], np.int64), *host]

@@ -24,9 +24,21 @@ def check_collective_op(op) -> None:
         raise ValueError(f"unknown reduce op {op!r}; use one of {COLLECTIVE_OPS}")
 
 
-def _concatenate(values):
+def join_rows(values: list, new_axis: bool = False) -> np.ndarray:
+    """``values`` in order along axis 0: concatenated, or stacked along a new first axis
+    (``new_axis``, and always for scalars).
+
+    Examples
+    --------
+    >>> join_rows([np.zeros((1, 2)), np.ones((2, 2))]).shape
+    (3, 2)
+    >>> join_rows([np.zeros(2), np.ones(2)], new_axis=True).shape
+    (2, 2)
+    >>> join_rows([1.0, 2.0]).tolist()
+    [1.0, 2.0]
+    """
     values = [np.asarray(v) for v in values]
-    if values[0].ndim == 0:
+    if new_axis or values[0].ndim == 0:
         return np.stack(values)
     return np.concatenate(values, axis=0)
 
@@ -60,7 +72,7 @@ def combine(op, values: list, weights: list[int]):
             return value.astype(np.float64)
         return value[None].copy() if op == "gather" and value.ndim == 0 else value.copy()
     if op == "gather":
-        return _concatenate([v for v, _ in kept])
+        return join_rows([v for v, _ in kept])
     if op == "avg":
         total = sum(w for _, w in kept)
         dtype = kept[0][0].dtype

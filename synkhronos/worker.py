@@ -53,14 +53,14 @@ def main(argv: list[str]) -> None:
             sweep(prefix)
             os._exit(1)
 
+    # Imported only now: the death signal is armed first, and these load PyTensor (slow).
     from .backends import get_backend
-    from .collectives import run_collective
     from .comm import make_communicator
     from .data import DataViews
     from .distribute import unpack
-    from .function import run_share
-    from .launch import CALL, COLLECTIVE, DISTRIBUTE, FORGET_DATA, STOP
-    from .rank import RankState
+    from .protocol import FORGET_DATA, Command
+    from .rank import RankState, run_share
+    from .rank_collectives import run_collective
 
     control = ControlBlock(session, n_ranks, create=False)
     channel = Channel(session, rank, n_ranks, control, check_parent)
@@ -75,17 +75,17 @@ def main(argv: list[str]) -> None:
         if code & FORGET_DATA:
             views.forget(arrays[-1])
             code, arrays = code & ~FORGET_DATA, arrays[:-1]
-        if code == STOP:
+        if code == Command.STOP:
             comm.close()
             channel.report()
             return
         try:
-            if code == DISTRIBUTE:
+            if code == Command.DISTRIBUTE:
                 state.add_functions(unpack(bytes(arrays[0]), state.registry, rank))
-            elif code == CALL:
+            elif code == Command.CALL:
                 channel.reply(run_share(state, arrays, views.view))
-            elif code == COLLECTIVE:
-                channel.reply(run_collective(state, arrays) or [])
+            elif code == Command.COLLECTIVE:
+                channel.reply(run_collective(state, arrays))
             else:
                 raise ValueError(f"unknown synkhronos command {code}")
         except Aborted:

@@ -22,9 +22,9 @@ def test_missing_extra_says_what_to_install():
 def _gpu_available() -> bool:
     if not HAVE_CUDA_STACK:
         return False
-    from synkhronos.launch import _visible_gpus
+    from synkhronos.backends.gpu import visible_gpus
 
-    return _visible_gpus() > 0
+    return len(visible_gpus()) > 0
 
 
 gpu = pytest.mark.skipif(not _gpu_available(), reason="needs a CUDA GPU and synkhronos[cuda]")
@@ -74,13 +74,14 @@ def test_collectives_and_device_residency(gpu_ranks, rng):
 
 
 def test_auto_falls_back_to_cpu_without_the_extra(monkeypatch, capsys):
-    from synkhronos import gpu, launch
+    from synkhronos import launch
+    from synkhronos.backends import gpu
 
-    monkeypatch.setattr(launch, "_visible_gpus", lambda: 2)
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: ["0", "1"])
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["cupy"])
     assert launch._auto_backend() == "cpu"
     assert "synkhronos[cuda]" in capsys.readouterr().out
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: [])
     assert launch._auto_backend() == "gpu"
-    monkeypatch.setattr(launch, "_visible_gpus", lambda: 0)
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
     assert launch._auto_backend() == "cpu"

@@ -35,11 +35,12 @@ def _session() -> None:
     import pytensor.tensor as pt
 
     import synkhronos as synk
-    from synkhronos import gpu, launch
+    from synkhronos import launch
+    from synkhronos.backends import gpu
     from synkhronos.comm.nccl import NcclCommunicator
     from tests.graphs import record_reduce_ops
 
-    gpu._gpu_table = lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(N_RANKS)]
+    gpu.gpu_table = lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(N_RANKS)]
     assert synk.fork(backend="gpu") == N_RANKS
     try:
         comm = launch.current().state.comm

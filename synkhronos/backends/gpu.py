@@ -7,6 +7,7 @@ described with ``nvidia-smi``, and each rank is shown only its own GPU through
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,15 +15,13 @@ import warnings
 
 import numpy as np
 
-from .backends import Backend
+from .base import Backend
 
 EXTRA_HINT = "install the GPU extra: pip install 'synkhronos[cuda]'"
 
 
 def gpu_packages_missing() -> list[str]:
     """The packages of the GPU extra that cannot be imported (found without importing)."""
-    import importlib.util
-
     return [m for m in ("jax", "cupy") if importlib.util.find_spec(m) is None]
 
 
@@ -32,8 +31,8 @@ def _require_gpu_packages() -> None:
         raise ImportError(f"the gpu backend needs {' and '.join(missing)}; {EXTRA_HINT}")
 
 
-def _gpu_table() -> list[tuple[str, str, str]]:
-    """(index, name, memory) of every GPU nvidia-smi lists."""
+def gpu_table() -> list[tuple[str, str, str]]:
+    """(index, name, memory) of every GPU nvidia-smi lists; ``RuntimeError`` if it fails."""
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
@@ -44,16 +43,45 @@ def _gpu_table() -> list[tuple[str, str, str]]:
             if line.strip()]
 
 
+def parse_visible_devices(text: str) -> list[str]:
+    """The GPU ids a ``CUDA_VISIBLE_DEVICES`` value lists (empty entries and "-1" dropped).
+
+    Examples
+    --------
+    >>> parse_visible_devices("2, 0,-1")
+    ['2', '0']
+    >>> parse_visible_devices("")
+    []
+    """
+    return [d.strip() for d in text.split(",") if d.strip() not in ("", "-1")]
+
+
+def visible_gpus(table: list[tuple[str, str, str]] | None = None) -> list[str]:
+    """Ids of the GPUs this process may use, found without initialising CUDA.
+
+    Those ``CUDA_VISIBLE_DEVICES`` lists when it is set, else every GPU of ``table``
+    (default: nvidia-smi's list; none when nvidia-smi fails).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return parse_visible_devices(visible)
+    if table is None:
+        try:
+            table = gpu_table()
+        except RuntimeError:
+            return []
+    return sorted((row[0] for row in table), key=int)
+
+
 def prepare_gpus(n_parallel: int | None, gpus: list[int] | None) -> list[str]:
     """Choose one GPU per rank, print them, and set rank 0's process up for its GPU.
 
     Returns the GPU ids (as strings for ``CUDA_VISIBLE_DEVICES``), rank 0's first.
     """
     _require_gpu_packages()
-    table = {index: (name, memory) for index, name, memory in _gpu_table()}
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    available = ([d.strip() for d in visible.split(",") if d.strip()] if visible is not None
-                 else sorted(table, key=int))
+    rows = gpu_table()
+    table = {index: (name, memory) for index, name, memory in rows}
+    available = visible_gpus(rows)
     chosen = [str(g) for g in gpus] if gpus is not None else available[:n_parallel]
     if not chosen or (n_parallel is not None and len(chosen) != n_parallel):
         raise ValueError(f"asked for {n_parallel} GPU ranks with gpus={gpus}, but GPUs "

@@ -1,16 +1,8 @@
-"""Backends: how a rank compiles functions and hands shared-variable values to collectives.
-
-``cpu``: PyTensor's default mode, shared-memory collectives. ``jax-cpu``: PyTensor's JAX
-mode on CPU ranks with the same collectives, so CI runs the JAX code path. ``gpu``: JAX
-mode, one GPU per rank, values stay on the device, NCCL collectives
-(:mod:`synkhronos.gpu`).
-"""
+"""The backend interface, and CPU ranks' implementation of it (host numpy values)."""
 
 from __future__ import annotations
 
 import numpy as np
-
-NAMES = ("cpu", "jax-cpu", "gpu")
 
 
 class Backend:
@@ -49,16 +41,3 @@ class Backend:
         else:
             var.set_value(np.array(value, dtype=var.dtype))
 
-
-def get_backend(name: str) -> Backend:
-    """The backend called ``name`` ("cpu", "jax-cpu" or "gpu")."""
-    if name not in NAMES:
-        raise ValueError(f"unknown backend {name!r}; use one of {NAMES} or 'auto'")
-    if name == "gpu":
-        from .gpu import GpuBackend
-
-        return GpuBackend()
-    if name == "jax-cpu":
-        # Outputs go through the communicator as on GPU ranks, so that CI runs that path.
-        return Backend(name, "JAX", device_outputs=True)
-    return Backend(name, None)

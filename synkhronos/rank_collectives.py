@@ -1,0 +1,117 @@
+"""Every rank's part of a collective on shared variables: one function per kind.
+
+Rank 0 (:mod:`synkhronos.collectives`) checks the arguments and runs :func:`run` with the
+kind, the variables, and the values only it has; each worker decodes the same command
+(:func:`run_collective`) and runs :func:`run` with its own copies of the variables. Every
+part calls the communicator (shared memory on CPU ranks, NCCL on GPU ranks) and returns
+rank 0's result (None elsewhere, or a result rank 0 ignores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .partition import split_bounds
+from .protocol import Collective
+from .reduce import COLLECTIVE_OPS, join_rows
+
+
+def _set_all(state, variables: list, values: list) -> None:
+    for var, value in zip(variables, values, strict=True):
+        state.backend.set_value(var, value)
+
+
+def _values(state, variables: list) -> list:
+    return [state.backend.value(v) for v in variables]
+
+
+def _broadcast(state, variables, op, rank, values):
+    root = state.rank == 0
+    if root and values is not None:
+        _set_all(state, variables, values)
+    got = state.comm.broadcast(_values(state, variables) if root else None)
+    if not root:
+        _set_all(state, variables, got)
+
+
+def _scatter(state, variables, op, rank, values):
+    parts = None
+    if state.rank == 0:
+        bounds = [split_bounds(len(v), state.n_ranks) for v in values]
+        parts = [[v[b[r]:b[r + 1]] for v, b in zip(values, bounds, strict=True)]
+                 for r in range(state.n_ranks)]
+    _set_all(state, variables, state.comm.scatter(parts))
+
+
+def _gather(state, variables, op, rank, values):
+    return state.comm.gather(_values(state, variables))
+
+
+def _get_value(state, variables, op, rank, values):
+    return state.comm.gather(_values(state, variables) if state.rank == rank else [])
+
+
+def _shapes(state, variables, op, rank, values):
+    return state.comm.gather([np.array(np.shape(v.get_value(borrow=True)), np.int64)
+                              for v in variables])
+
+
+def _all_gather(state, variables, op, rank, values):
+    got = state.comm.all_gather(_values(state, variables))
+    _set_all(state, variables, [join_rows([g[i] for g in got]) for i in range(len(variables))])
+    return got
+
+
+def _reduce(state, variables, op, rank, values):
+    got = state.comm.reduce(_values(state, variables), op)
+    if state.rank == 0:
+        _set_all(state, variables, got)
+    return got
+
+
+def _all_reduce(state, variables, op, rank, values):
+    host = _values(state, variables)
+    # Reduce straight into the variables' storage when the backend handed out that storage.
+    in_place = all(isinstance(h, np.ndarray) and h.flags.writeable and h.flags.c_contiguous
+                   and h is v.get_value(borrow=True)
+                   for h, v in zip(host, variables, strict=True))
+    got = state.comm.all_reduce(host, op, out=host if in_place else None)
+    if not in_place:
+        _set_all(state, variables, got)
+
+
+def _set_value(state, variables, op, rank, values):
+    got = state.comm.broadcast(values if state.rank == 0 else None)
+    if state.rank == rank:
+        _set_all(state, variables, got)
+
+
+PARTS: dict[Collective, Callable] = {
+    Collective.BROADCAST: _broadcast,
+    Collective.SCATTER: _scatter,
+    Collective.GATHER: _gather,
+    Collective.ALL_GATHER: _all_gather,
+    Collective.REDUCE: _reduce,
+    Collective.ALL_REDUCE: _all_reduce,
+    Collective.SET_VALUE: _set_value,
+    Collective.GET_VALUE: _get_value,
+    Collective.SHAPES: _shapes,
+}
+"""This rank's part of each collective, called as ``part(state, variables, op, rank,
+values)``."""
+
+
+def run(state, kind: Collective, variables: list, op: str | None = None, rank: int = 0,
+        values: list | None = None):
+    """This rank's part of a collective; returns rank 0's result (None elsewhere)."""
+    return PARTS[kind](state, variables, op, rank, values)
+
+
+def run_collective(state, arrays: list[np.ndarray]) -> list:
+    """(Worker) decode a COLLECTIVE command (``[kind, op index, rank]``, then registry
+    indices) and run this rank's part; return the reply arrays (none)."""
+    kind, op_code, rank = (int(x) for x in arrays[0])
+    run(state, Collective(kind), state.shared(arrays[1]), COLLECTIVE_OPS[op_code], rank)
+    return []
