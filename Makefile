@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m ruff check synkhronos tests demos bench
 	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --doctest-modules synkhronos
 
 demo: $(STAMP)
 	$(PY) demos/mnist.py

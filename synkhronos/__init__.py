@@ -7,11 +7,8 @@ computes on its share of the rows and the results come back reduced.
 >>> import synkhronos as synk
 >>> n_ranks = synk.fork()          # doctest: +SKIP
 
-Where things live: :mod:`~synkhronos.launch` (fork, close, running a command),
-:mod:`~synkhronos.worker` (the worker loop), :mod:`~synkhronos.channel` (commands),
-:mod:`~synkhronos.data` (shared-memory arrays), :mod:`~synkhronos.function` (calls),
-:mod:`~synkhronos.distribute` (shipping graphs), :mod:`~synkhronos.comm` (communicators),
-:mod:`~synkhronos.reduce` (reduce ops), :mod:`~synkhronos.collectives`.
+The package's map (modules by audience, one call's path, where state lives, the wire
+formats) is ``docs/internals.rst``.
 """
 
 from .channel import RemoteError, WorkerDied
