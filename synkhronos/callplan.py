@@ -41,6 +41,10 @@ import numpy as np
 from .partition import Selection, split_bounds
 from .protocol import Arg, Rows
 
+# The markers as plain ints: enum attribute lookups would cost each call microseconds.
+_DATA, _VALUE = int(Arg.DATA), int(Arg.VALUE)
+_NONE, _RANGES, _INDICES = int(Rows.NONE), int(Rows.RANGES), int(Rows.INDICES)
+
 
 @dataclass
 class RankRows:
@@ -77,9 +81,9 @@ class RankRows:
     def encode(self, words: list[int], arrays: list[np.ndarray]) -> None:
         """Append the description to ``words`` and any index array to ``arrays``."""
         if self.ranges is not None:
-            words += [Rows.RANGES, len(self.ranges), *self.ranges.ravel().tolist()]
+            words += [_RANGES, len(self.ranges), *self.ranges.ravel().tolist()]
         else:
-            words += [Rows.INDICES, len(self.bounds), *self.bounds.tolist()]
+            words += [_INDICES, len(self.bounds), *self.bounds.tolist()]
             arrays.append(self.indices)
 
     @classmethod
@@ -88,7 +92,7 @@ class RankRows:
         ``arrays``); returns the rows and the position after them."""
         kind, n = words[pos], words[pos + 1]
         pos += 2
-        if kind == Rows.RANGES:
+        if kind == _RANGES:
             ranges = np.array(words[pos: pos + 2 * n], np.int64).reshape(n, 2)
             return cls(ranges=ranges), pos + 2 * n
         bounds = np.array(words[pos: pos + n], np.int64)
@@ -126,15 +130,15 @@ class CallPlan:
             words += [len(desc), *desc.tolist()]
         arrays, values = [], []
         for v, k in zip(self.bcast, self.bcast_kinds.tolist(), strict=True):
-            if k == Arg.DATA:
+            if k == _DATA:
                 desc = v.descriptor()
-                words += [Arg.DATA, len(desc), *desc.tolist()]
+                words += [_DATA, len(desc), *desc.tolist()]
             else:
-                words.append(Arg.VALUE)
+                words.append(_VALUE)
                 values.append(v)
         for rows in (self.rows, self.s_rows):
             if rows is None:
-                words.append(Rows.NONE)
+                words.append(_NONE)
             else:
                 rows.encode(words, arrays)
         return [np.array(words, np.int64), *arrays, *values]
@@ -162,7 +166,7 @@ class CallPlan:
         kinds, bcast = [], []
         for _ in range(n_bcast):
             kinds.append(words[pos])
-            if words[pos] == Arg.DATA:
+            if words[pos] == _DATA:
                 n = words[pos + 1]
                 bcast.append(words[pos + 2: pos + 2 + n])
                 pos += 2 + n
@@ -171,13 +175,13 @@ class CallPlan:
                 pos += 1
         found = []
         for _ in range(2):
-            if words[pos] == Rows.NONE:
+            if words[pos] == _NONE:
                 found.append(None)
                 pos += 1
             else:
                 rows, pos = RankRows.decode(words, pos, rest)
                 found.append(rows)
-        bcast = [rest.pop(0).copy() if k == Arg.VALUE else b
+        bcast = [rest.pop(0).copy() if k == _VALUE else b
                  for b, k in zip(bcast, kinds, strict=True)]
         return cls(fid, num_slices, subset, scatter, offsets, found[0], bcast,
                    np.array(kinds, np.int64), found[1])

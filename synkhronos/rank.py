@@ -53,8 +53,9 @@ def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict
     """
     fn = state.functions[plan.fid]
     rank = state.rank
-    bcast = [resolve(v) if k == Arg.DATA else v
-             for v, k in zip(plan.bcast, plan.bcast_kinds, strict=True)]
+    data = int(Arg.DATA)
+    bcast = [resolve(v) if k == data else v
+             for v, k in zip(plan.bcast, plan.bcast_kinds.tolist(), strict=True)]
     rows = plan.rows.for_rank(rank) if plan.rows is not None else None
     if plan.s_rows is not None:
         s_rows = plan.s_rows.for_rank(rank)
