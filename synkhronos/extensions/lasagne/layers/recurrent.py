@@ -153,7 +153,9 @@ class _RecurrentBase(MergeLayer):
         """The layer giving the initial state, or a parameter holding it (batch size 1)."""
         if isinstance(spec, Layer):
             return spec
-        return self.add_param(spec, shape, name=name, trainable=self.learn_init, regularizable=False)
+        return self.add_param(
+            spec, shape, name=name, trainable=self.learn_init, regularizable=False
+        )
 
     def _initial_value(self, inputs: list[TensorVariable], state: str, num_batch) -> TensorVariable:
         """The initial ``state`` for a batch: its input layer's value, or the parameter
@@ -638,7 +640,11 @@ only_return_final
             self.nonlinearity_outgate,
         ) = self._add_gate(outgate, "outgate")
         if peepholes:
-            for gate, name in ((ingate, "ingate"), (forgetgate, "forgetgate"), (outgate, "outgate")):
+            for gate, name in (
+                (ingate, "ingate"),
+                (forgetgate, "forgetgate"),
+                (outgate, "outgate"),
+            ):
                 if not hasattr(gate, "W_cell"):
                     raise ValueError(f"peepholes=True needs a W_cell in {name}")
                 weight = self.add_param(gate.W_cell, (num_units,), name=f"W_cell_to_{name}")
