@@ -15,6 +15,7 @@ from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import InputLayer
 from synkhronos.extensions.lasagne.layers.dense import DenseLayer
 from synkhronos.extensions.lasagne.layers.helper import get_all_layers, get_output
+from synkhronos.extensions.lasagne.layers.merge import ElemwiseSumLayer
 from synkhronos.extensions.lasagne.layers.recurrent import (
     CustomRecurrentLayer,
     Gate,
@@ -353,3 +354,63 @@ def test_gradients_match_finite_differences(kind, rng):
             param.set_value(value)
             numeric = (shifted[0] - shifted[1]) / (2 * eps)
             assert grad[index] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (param.name, index)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_grad_clipping_changes_only_the_gradient(kind, rng):
+    """A small bound changes the gradient, a huge one does not; the output never changes."""
+    l_in = InputLayer((None, STEPS, FEATURES))
+    layers = [make_layer(kind, l_in, grad_clipping=c)[0] for c in (0, 1e-3, 1e6)]
+    outs = [get_output(lay) for lay in layers]
+    weights = rng.normal(size=(BATCH, STEPS, UNITS))
+    grads = [
+        pytensor.grad((o * weights).sum(), lay.get_params(trainable=True))
+        for o, lay in zip(outs, layers, strict=True)
+    ]
+    n = len(grads[0])
+    got = evaluate(outs + [g for gs in grads for g in gs], {l_in: rng.normal(size=(3, 5, 4))})
+    (plain, clipped, loose), (g_plain, g_clipped, g_loose) = (
+        got[:3],
+        [got[3 + k * n : 3 + (k + 1) * n] for k in range(3)],
+    )
+    np.testing.assert_allclose(clipped, plain, rtol=1e-12)
+    np.testing.assert_allclose(loose, plain, rtol=1e-12)
+    for a, b in zip(g_plain, g_loose, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    differ = [not np.allclose(a, b) for a, b in zip(g_plain, g_clipped, strict=True)]
+    assert all(differ)
+
+
+def test_gradient_steps_truncates_backpropagation(rng):
+    """With ``gradient_steps=1`` the final state's gradient sees only the last step:
+    ``d sum(w * h_T) / dU = h_{T-1}^T (w * (1 - h_T**2))``, for
+    ``h_T = tanh(x_T W + h_{T-1} U + b)``."""
+    l_in = InputLayer((None, STEPS, FEATURES))
+    full, _ = make_layer("rnn", l_in)
+    truncated, _ = make_layer("rnn", l_in, gradient_steps=1)
+    outs = [get_output(full), get_output(truncated)]
+    w = rng.normal(size=(BATCH, UNITS))
+    grads = [
+        pytensor.grad((o[:, -1] * w).sum(), lay.W_hid_to_hid)
+        for o, lay in zip(outs, (full, truncated), strict=True)
+    ]
+    hid, _, g_full, g_truncated = evaluate(outs + grads, {l_in: rng.normal(size=(3, 5, 4))})
+    expected = hid[:, -2].T @ (w * (1 - hid[:, -1] ** 2))
+    np.testing.assert_allclose(g_truncated, expected, rtol=1e-10)
+    assert not np.allclose(g_full, expected)
+
+
+def test_invalid_configurations():
+    l_in = InputLayer((None, STEPS, FEATURES))
+    with pytest.raises(ValueError, match="gradient_steps"):
+        GRULayer(l_in, UNITS, unroll_scan=True, gradient_steps=2)
+    with pytest.raises(ValueError, match="sequence length"):
+        LSTMLayer(InputLayer((None, None, FEATURES)), UNITS, unroll_scan=True)
+    with pytest.raises(ValueError, match="W_cell"):
+        LSTMLayer(l_in, UNITS, ingate=Gate(W_cell=None))
+    in_to_hid = DenseLayer(InputLayer((None, FEATURES)), UNITS)
+    with pytest.raises(ValueError, match="differ"):
+        CustomRecurrentLayer(l_in, in_to_hid, DenseLayer(InputLayer((None, UNITS)), UNITS + 1))
+    with pytest.raises(ValueError, match="exactly one InputLayer"):
+        two_inputs = ElemwiseSumLayer([in_to_hid, InputLayer((None, UNITS))])
+        CustomRecurrentLayer(l_in, two_inputs, DenseLayer(InputLayer((None, UNITS)), UNITS))
