@@ -172,16 +172,17 @@ class _RecurrentBase(MergeLayer):
             return x
         return grad_clip(x, -self.grad_clipping, self.grad_clipping)
 
-    def _recur(
+    def _run(
         self,
         step: Callable,
         inputs: list[TensorVariable],
         sequence: TensorVariable,
-        initial: list[TensorVariable],
+        states: Sequence[str],
         non_sequences: list[TensorVariable],
-    ) -> list[TensorVariable]:
-        """Run ``step`` over the time-major ``sequence``; each state over time, in the
-        order the steps ran."""
+    ) -> TensorVariable:
+        """Run ``step`` over the time-major ``sequence`` from the initial values of
+        ``states`` (attribute names; the hidden state last); the layer's output."""
+        initial = [self._initial_value(inputs, s, sequence.shape[1]) for s in states]
         sequences = [sequence]
         fn = step
         if self.mask_incoming_index > 0:
@@ -197,7 +198,7 @@ class _RecurrentBase(MergeLayer):
                 ]
 
         if self.unroll_scan:
-            return _unroll_scan(
+            over_time = _unroll_scan(
                 fn,
                 sequences,
                 initial,
@@ -205,17 +206,19 @@ class _RecurrentBase(MergeLayer):
                 n_steps=self.input_shapes[0][1],
                 go_backwards=self.backwards,
             )
-        return pytensor.scan(
-            fn,
-            sequences=sequences,
-            outputs_info=initial,
-            non_sequences=non_sequences,
-            go_backwards=self.backwards,
-            truncate_gradient=self.gradient_steps,
-            strict=True,
-            return_list=True,
-            return_updates=False,
-        )
+        else:
+            over_time = pytensor.scan(
+                fn,
+                sequences=sequences,
+                outputs_info=initial,
+                non_sequences=non_sequences,
+                go_backwards=self.backwards,
+                truncate_gradient=self.gradient_steps,
+                strict=True,
+                return_list=True,
+                return_updates=False,
+            )
+        return self._layout(over_time[-1])
 
     def _layout(self, hid_out: TensorVariable) -> TensorVariable:
         """Time-major states as the layer's output: batch-major in time order, or the
@@ -396,9 +399,7 @@ class CustomRecurrentLayer(_RecurrentBase):
             hid_pre = helper.get_output(self.hidden_to_hidden, hid_previous, **kwargs) + input_n
             return [self.nonlinearity(self._clip(hid_pre))]
 
-        initial = [self._initial_value(inputs, "hid_init", num_batch)]
-        (hid_out,) = self._recur(step, inputs, sequence, initial, non_sequences)
-        return self._layout(hid_out)
+        return self._run(step, inputs, sequence, ["hid_init"], non_sequences)
 
 
 def _only_input_layer(network: Layer, what: str) -> InputLayer:
@@ -528,13 +529,18 @@ class _GatedBase(_RecurrentBase):
         """Gate ``k``'s block of the stacked pre-activations ``x``."""
         return x[:, k * self.num_units : (k + 1) * self.num_units]
 
-    def _time_major(self, input: TensorVariable, W_in: TensorVariable, b: TensorVariable):
-        """The input as ``(time, batch, features)``, already projected onto the stacked
-        gates when ``precompute_input``."""
+    def _stack_gates(self, input: TensorVariable, gates: Sequence[str]):
+        """The gates' weights and biases stacked side by side (one product per step
+        computes every gate), and the input as ``(time, batch, features)``, already
+        projected onto them when ``precompute_input``."""
+        W_in = pt.concatenate([getattr(self, f"W_in_to_{g}") for g in gates], axis=1)
+        W_hid = pt.concatenate([getattr(self, f"W_hid_to_{g}") for g in gates], axis=1)
+        b = pt.concatenate([getattr(self, f"b_{g}") for g in gates])
         if input.ndim > 3:
             input = pt.flatten(input, 3)
         input = input.dimshuffle(1, 0, 2)
-        return pt.dot(input, W_in) + b if self.precompute_input else input
+        sequence = pt.dot(input, W_in) + b if self.precompute_input else input
+        return sequence, W_in, W_hid, b
 
 
 class LSTMLayer(_GatedBase):
@@ -668,12 +674,9 @@ only_return_final
         TensorVariable
             ``(batch, time, num_units)`` or ``(batch, num_units)``.
         """
-        order = ("ingate", "forgetgate", "cell", "outgate")
-        W_in = pt.concatenate([getattr(self, f"W_in_to_{g}") for g in order], axis=1)
-        W_hid = pt.concatenate([getattr(self, f"W_hid_to_{g}") for g in order], axis=1)
-        b = pt.concatenate([getattr(self, f"b_{g}") for g in order])
-        sequence = self._time_major(inputs[0], W_in, b)
-        num_batch = sequence.shape[1]
+        sequence, W_in, W_hid, b = self._stack_gates(
+            inputs[0], ("ingate", "forgetgate", "cell", "outgate")
+        )
         peep = (
             [self.W_cell_to_ingate, self.W_cell_to_forgetgate, self.W_cell_to_outgate]
             if self.peepholes
@@ -699,9 +702,7 @@ only_return_final
             hid = self.nonlinearity_outgate(outgate) * self.nonlinearity(cell)
             return [cell, hid]
 
-        initial = [self._initial_value(inputs, s, num_batch) for s in ("cell_init", "hid_init")]
-        _, hid_out = self._recur(step, inputs, sequence, initial, non_sequences)
-        return self._layout(hid_out)
+        return self._run(step, inputs, sequence, ["cell_init", "hid_init"], non_sequences)
 
 
 class GRULayer(_GatedBase):
@@ -807,12 +808,9 @@ mask_input, only_return_final
         TensorVariable
             ``(batch, time, num_units)`` or ``(batch, num_units)``.
         """
-        order = ("resetgate", "updategate", "hidden_update")
-        W_in = pt.concatenate([getattr(self, f"W_in_to_{g}") for g in order], axis=1)
-        W_hid = pt.concatenate([getattr(self, f"W_hid_to_{g}") for g in order], axis=1)
-        b = pt.concatenate([getattr(self, f"b_{g}") for g in order])
-        sequence = self._time_major(inputs[0], W_in, b)
-        num_batch = sequence.shape[1]
+        sequence, W_in, W_hid, b = self._stack_gates(
+            inputs[0], ("resetgate", "updategate", "hidden_update")
+        )
         non_sequences = [W_hid] if self.precompute_input else [W_hid, W_in, b]
 
         def step(input_n, hid_previous, *_):
@@ -830,6 +828,4 @@ mask_input, only_return_final
             hidden_update = self.nonlinearity_hid(self._clip(hidden_update))
             return [(1 - updategate) * hid_previous + updategate * hidden_update]
 
-        initial = [self._initial_value(inputs, "hid_init", num_batch)]
-        (hid_out,) = self._recur(step, inputs, sequence, initial, non_sequences)
-        return self._layout(hid_out)
+        return self._run(step, inputs, sequence, ["hid_init"], non_sequences)
