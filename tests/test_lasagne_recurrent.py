@@ -414,3 +414,15 @@ def test_invalid_configurations():
     with pytest.raises(ValueError, match="exactly one InputLayer"):
         two_inputs = ElemwiseSumLayer([in_to_hid, InputLayer((None, UNITS))])
         CustomRecurrentLayer(l_in, two_inputs, DenseLayer(InputLayer((None, UNITS)), UNITS))
+
+
+def test_one_unit_and_a_static_batch(rng):
+    """A single unit (gate slices of width 1) with every input size known in advance."""
+    l_in = InputLayer((BATCH, STEPS, FEATURES))
+    made = [make_layer(kind, l_in, units=1) for kind in KINDS]
+    x = rng.normal(size=(BATCH, STEPS, FEATURES))
+    got = evaluate([get_output(layer) for layer, _ in made], {l_in: x})
+    for (layer, cell), value in zip(made, got, strict=True):
+        expected, _ = reference(cell, x, np.ones((BATCH, STEPS)), initial_states(layer, BATCH))
+        assert layer.output_shape == (BATCH, STEPS, 1)
+        np.testing.assert_allclose(value, expected, rtol=1e-10, atol=1e-12)
