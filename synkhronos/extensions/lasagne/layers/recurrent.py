@@ -104,8 +104,8 @@ class _RecurrentBase(MergeLayer):
     the loop (``scan``, or unrolled), masking, gradient clipping and the output layout.
 
     Subclasses set ``_unit_shape`` (the state's shape after the batch axis) and build
-    a step function ``step(input_n, *previous_states) -> list of new states``.
-    """
+    a step function ``step(input_n, *previous_states, *non_sequences) -> new states``
+    (a list, the hidden state last)."""
 
     _unit_shape: Shape
 
