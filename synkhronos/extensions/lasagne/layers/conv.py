@@ -276,8 +276,9 @@ class Conv2DLayer(_ForwardConvLayer):
 class Conv3DLayer(_ForwardConvLayer):
     """3-D convolution of a ``(batch, channels, depth, rows, cols)`` input.
 
-    Parameters are those of :class:`Conv2DLayer` with triples; ``convolution``
-    defaults to :func:`~synkhronos.extensions.conv.conv3d` (a sum of 2-D convolutions).
+    Parameters are those of :class:`Conv2DLayer` with triples; ``convolution=None``
+    (Lasagne's default) means :func:`~synkhronos.extensions.conv.conv3d` (a sum of 2-D
+    convolutions).
 
     Examples
     --------
@@ -298,13 +299,14 @@ class Conv3DLayer(_ForwardConvLayer):
         b: ParamSpec | None = init.Constant(0.0),  # noqa: B008
         nonlinearity: Callable | None = nonlinearities.rectify,
         flip_filters: bool = True,
-        convolution: Callable = conv3d,
+        convolution: Callable | None = None,
         num_groups: int = 1,
         **kwargs,
     ):
         super().__init__(
             incoming, num_filters, filter_size, stride, pad, untie_biases, W, b, nonlinearity,
-            flip_filters, n=3, num_groups=num_groups, convolution=convolution, **kwargs,
+            flip_filters, n=3, num_groups=num_groups, convolution=convolution or conv3d,
+            **kwargs,
         )  # fmt: skip
 
 

@@ -50,14 +50,14 @@ def _shared_axes(shared_axes: SharedAxes, ndim: int) -> tuple[int, ...]:
 class _PerAxisParamLayer(Layer):
     """A layer with one parameter broadcast over ``shared_axes``."""
 
-    def __init__(self, incoming, spec, shared_axes, param_name, **kwargs):
+    def __init__(self, incoming, spec, shared_axes, param_name, regularizable=True, **kwargs):
         super().__init__(incoming, **kwargs)
         self.shared_axes = _shared_axes(shared_axes, len(self.input_shape))
         shape = [s for a, s in enumerate(self.input_shape) if a not in self.shared_axes]
         if None in shape:
             raise ValueError(f"{type(self).__name__} needs known sizes off shared_axes")
-        self._param_name = param_name
-        setattr(self, param_name, self.add_param(spec, shape, name=param_name))
+        param = self.add_param(spec, shape, name=param_name, regularizable=regularizable)
+        setattr(self, param_name, param)
 
     def _broadcast(self, param: TensorVariable, ndim: int) -> TensorVariable:
         """``param`` dimshuffled to broadcast against the input."""
