@@ -908,9 +908,9 @@ def conv1d(x, w, stride: int = 1, padding=0, dilation: int = 1, groups: int = 1)
     w
         Filters ``(O, C / groups, k)``, not flipped.
     stride, dilation
-        Ints.
+        Ints (or 1-tuples).
     padding
-        ``p`` or ``(before, after)``.
+        ``p``, ``(p,)`` or ``(before, after)``.
     groups
         Number of channel groups.
 
@@ -926,12 +926,14 @@ def conv1d(x, w, stride: int = 1, padding=0, dilation: int = 1, groups: int = 1)
     >>> conv1d(x, np.ones((1, 1, 2))).eval({x: np.arange(4.0).reshape(1, 1, 4)})
     array([[[1., 3., 5.]]])
     """
-    pad_lo, pad_hi = (padding, padding) if isinstance(padding, int | np.integer) else padding
+    (stride,), (dilation,) = int_tuple(stride, 1, "stride"), int_tuple(dilation, 1, "dilation")
+    if isinstance(padding, int | np.integer) or len(padding) == 1:
+        padding = int_tuple(padding, 1, "padding") * 2
     y = conv2d(
         pt.shape_padaxis(x, 2),
         pt.shape_padaxis(pt.as_tensor_variable(w), 2),
         (1, stride),
-        ((0, 0), (pad_lo, pad_hi)),
+        ((0, 0), int_tuple(padding, 2, "padding")),
         (1, dilation),
         groups,
     )

@@ -345,8 +345,8 @@ class _TransposedConvLayer(BaseConvLayer):
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """The transposed convolution of ``input`` with ``W``."""
-        # Transposing a correlation with the flipped W scatters W itself.
-        filters = self.W if self.flip_filters else _flipped(self.W, self.n)
+        # Transposing a correlation with W scatters W itself (unflipped).
+        filters = _flipped(self.W, self.n) if self.flip_filters else self.W
         shape = self.output_shape
         out_shape = [input.shape[0], self.num_filters] + [
             size if size is not None else conv_input_length(input.shape[2 + i], *geom)
