@@ -98,7 +98,7 @@ def as_theano_expression(input) -> Variable:
         return input
     try:
         return pt.as_tensor_variable(input)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, NotImplementedError) as err:
         raise TypeError(
             f"input of type {type(input).__name__} is not a PyTensor expression"
         ) from err
