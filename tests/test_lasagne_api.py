@@ -1435,7 +1435,6 @@ LASAGNE_RECURRENT_API = [
 NOT_PROVIDED = {
     "TransformerLayer": "spatial transformers need bilinear sampling Ops not written yet",
     "TPSTransformerLayer": "spatial transformers need bilinear sampling Ops not written yet",
-    "LocallyConnected2DLayer": "unshared-weight convolution not written yet",
     "NINLayer_c01b": "c01b (cuda-convnet) layouts are not supported; use NINLayer",
 }
 

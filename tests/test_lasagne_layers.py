@@ -200,6 +200,29 @@ def test_dilated_conv2d_layer(rng):
     check_param_grad(layer, x, layer.W, reference, rng)
 
 
+@pytest.mark.parametrize(("channelwise", "flip"), [(False, True), (True, False)])
+def test_locally_connected_layer(rng, channelwise, flip):
+    net = L.InputLayer((None, 2, 3, 4))
+    layer = L.LocallyConnected2DLayer(
+        net, 2, (3, 1), channelwise=channelwise, flip_filters=flip, nonlinearity=None
+    )
+    x = rng.standard_normal((2, 2, 3, 4))
+
+    def reference(x, w):
+        if channelwise:
+            w = np.einsum("kabyx,kc->kcabyx", w, np.eye(2))
+        if flip:
+            w = w[:, :, ::-1, ::-1]
+        xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (0, 0)])
+        out = np.zeros((2, 2, 3, 4)) + layer.b.get_value()[:, None, None]
+        for y, z, a in itertools.product(range(3), range(4), range(3)):
+            out[:, :, y, z] += xp[:, :, y + a, z] @ w[:, :, a, 0, y, z].T
+        return out
+
+    np.testing.assert_allclose(run(layer, x), reference(x, layer.W.get_value()), rtol=1e-6)
+    check_param_grad(layer, x, layer.W, reference, rng)
+
+
 def test_conv_layer_takes_convolution_argument(rng):
     calls = []
 

@@ -30,6 +30,7 @@ from synkhronos.extensions.lasagne.layers.helper import (
     get_output_shape,
     set_all_param_values,
 )
+from synkhronos.extensions.lasagne.layers.local import LocallyConnected2DLayer
 from synkhronos.extensions.lasagne.layers.merge import (
     ConcatLayer,
     ElemwiseMergeLayer,
@@ -119,6 +120,7 @@ __all__ = [
     "InverseLayer",
     "Layer",
     "LocalResponseNormalization2DLayer",
+    "LocallyConnected2DLayer",
     "MaxPool1DLayer",
     "MaxPool2DLayer",
     "MaxPool3DLayer",
