@@ -8,7 +8,6 @@ update, so each call of a compiled training function draws new noise.  Seeds com
 from collections.abc import Sequence
 
 import pytensor.tensor as pt
-from pytensor.tensor.random.type import RandomGeneratorType
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape, add_default_update
@@ -20,20 +19,41 @@ __all__ = [
     "dropout",
     "dropout_channels",
     "dropout_locations",
-    "seeded_rng",
+    "random_draw",
     "spatial_dropout",
 ]
 
 
-def seeded_rng() -> RandomGeneratorType:
-    """A new shared generator seeded from Lasagne's module-wide RandomState.
+def random_draw(distribution: str, *params, size) -> TensorVariable:
+    """A fresh random draw that every call of a compiled function redraws.
+
+    The draw comes from a new shared generator, seeded from Lasagne's module-wide
+    RandomState, whose default update advances it.
+
+    Parameters
+    ----------
+    distribution
+        Name of a ``pytensor.tensor.random`` generator method (``"bernoulli"``,
+        ``"normal"``, ``"uniform"``).
+    *params
+        The distribution's parameters.
+    size
+        Shape of the draw.
 
     Returns
     -------
-    SharedVariable
-        A shared :class:`numpy.random.Generator` for ``pytensor.tensor.random`` draws.
+    TensorVariable
+        The sample.
+
+    Examples
+    --------
+    >>> random_draw("uniform", 2.0, 3.0, size=(2,)).eval().shape
+    (2,)
     """
-    return pt.random.shared_rng(seed=int(get_rng().randint(2**31)))
+    rng = pt.random.shared_rng(seed=int(get_rng().randint(2**31)))
+    next_rng, sample = getattr(rng, distribution)(*params, size=size)
+    add_default_update(rng, next_rng)
+    return sample
 
 
 class DropoutLayer(Layer):
@@ -99,10 +119,8 @@ class DropoutLayer(Layer):
             return input
         keep = 1 - self.p
         shape = [1 if a in self.shared_axes else input.shape[a] for a in range(input.ndim)]
-        rng = seeded_rng()
         # Bernoulli rather than binomial: PyTensor's JAX backend samples only the former.
-        next_rng, mask = rng.bernoulli(keep, size=shape)
-        add_default_update(rng, next_rng)
+        mask = random_draw("bernoulli", keep, size=shape)
         if self.shared_axes:
             mask = pt.specify_broadcastable(mask, *self.shared_axes)
         if self.rescale:
@@ -209,7 +227,5 @@ class GaussianNoiseLayer(Layer):
         """
         if deterministic or self.sigma == 0:
             return input
-        rng = seeded_rng()
-        next_rng, noise = rng.normal(0.0, self.sigma, size=input.shape)
-        add_default_update(rng, next_rng)
+        noise = random_draw("normal", 0.0, self.sigma, size=input.shape)
         return input + pt.cast(noise, input.dtype)

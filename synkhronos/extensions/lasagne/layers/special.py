@@ -17,9 +17,8 @@ from synkhronos.extensions.lasagne.layers.base import (
     MergeLayer,
     ParamSpec,
     Shape,
-    add_default_update,
 )
-from synkhronos.extensions.lasagne.layers.noise import seeded_rng
+from synkhronos.extensions.lasagne.layers.noise import random_draw
 
 __all__ = [
     "BiasLayer",
@@ -380,9 +379,7 @@ class RandomizedRectifierLayer(Layer):
             slope = pt.constant((self.lower + self.upper) / 2, dtype=input.dtype)
         else:
             shape = [1 if a in self.shared_axes else input.shape[a] for a in range(input.ndim)]
-            rng = seeded_rng()
-            next_rng, slope = rng.uniform(self.lower, self.upper, size=shape)
-            add_default_update(rng, next_rng)
+            slope = random_draw("uniform", self.lower, self.upper, size=shape)
             slope = pt.specify_broadcastable(pt.cast(slope, input.dtype), *self.shared_axes)
         return pt.maximum(input, 0) + slope * pt.minimum(input, 0)
 
