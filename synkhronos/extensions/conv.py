@@ -92,16 +92,12 @@ def int_tuple(value: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
     return values
 
 
-def _int_pair(value: IntPair, name: str) -> tuple[int, int]:
-    return int_tuple(value, 2, name)
-
-
 def _padding_pairs(padding) -> tuple[tuple[int, int], tuple[int, int]]:
     """Normalise ``p``, ``(ph, pw)`` or ``((top, bottom), (left, right))``."""
     if isinstance(padding, int | np.integer):
         return (int(padding),) * 2, (int(padding),) * 2
     rows, cols = padding
-    return _int_pair(rows, "padding"), _int_pair(cols, "padding")
+    return int_tuple(rows, 2, "padding"), int_tuple(cols, 2, "padding")
 
 
 def conv_output_length(length, kernel, stride, pad_lo, pad_hi, dilation=1):
@@ -513,9 +509,9 @@ class _ConvOp(_KernelOp):
     __props__ = ("stride", "padding", "dilation", "groups")
 
     def __init__(self, stride: IntPair = 1, padding=0, dilation: IntPair = 1, groups: int = 1):
-        self.stride = _int_pair(stride, "stride")
+        self.stride = int_tuple(stride, 2, "stride")
         self.padding = _padding_pairs(padding)
-        self.dilation = _int_pair(dilation, "dilation")
+        self.dilation = int_tuple(dilation, 2, "dilation")
         self.groups = int(groups)
         if min(self.stride + self.dilation) < 1 or self.groups < 1:
             raise ValueError("stride, dilation and groups must be positive")
@@ -694,9 +690,9 @@ class _PoolOp(_KernelOp):
         ignore_border: bool = True,
         mode: str = "max",
     ):
-        self.ws = _int_pair(ws, "ws")
-        self.stride = self.ws if stride is None else _int_pair(stride, "stride")
-        self.padding = _int_pair(padding, "padding")
+        self.ws = int_tuple(ws, 2, "ws")
+        self.stride = self.ws if stride is None else int_tuple(stride, 2, "stride")
+        self.padding = int_tuple(padding, 2, "padding")
         self.ignore_border = bool(ignore_border)
         self.mode = mode
         if mode not in POOL_MODES:
