@@ -508,3 +508,13 @@ def test_gpu_module_names():
     assert back.output_shape == inp.output_shape
     with pytest.raises(ValueError, match="bc01"):
         L.cuda_convnet.Conv2DCCLayer(inp, 2, 3, dimshuffle=False)
+
+
+def test_numpy_ints_are_sizes():
+    """Layers and Ops share one int helper: NumPy ints work wherever ints do."""
+    inp = L.InputLayer((None, 2, 9, 9))
+    conv = L.Conv2DLayer(inp, 3, np.int64(3), stride=np.int64(2), pad=np.int32(1))
+    assert conv.output_shape == (None, 3, 5, 5)
+    assert L.Pool3DLayer((None, 1, 4, 4, 4), np.int64(2)).output_shape == (None, 1, 2, 2, 2)
+    with pytest.raises(ValueError, match="3 ints"):
+        L.Conv3DLayer(L.InputLayer((None, 1, 4, 4, 4)), 1, (2, 2))
