@@ -41,9 +41,15 @@ __all__ = [
     "MaxPool2dGather",
     "Pool2d",
     "Pool2dGrad",
+    "conv1d",
     "conv2d",
+    "conv2d_transpose",
+    "conv3d",
     "conv_output_length",
+    "int_tuple",
+    "pool1d",
     "pool2d",
+    "pool3d",
     "pool_output_length",
 ]
 
@@ -54,13 +60,36 @@ POOL_MODES = ("max", "average_inc_pad", "average_exc_pad")
 # --------------------------------------------------------------------------- geometry
 
 
-def _int_pair(value: IntPair, name: str) -> tuple[int, int]:
+def int_tuple(value: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
+    """``n`` copies of an int (Python or NumPy), or the ``n`` ints of a sequence.
+
+    Parameters
+    ----------
+    value
+        An int, or a sequence of ``n`` ints.
+    n
+        Length of the result.
+    name
+        Argument name, for the error message.
+
+    Returns
+    -------
+    tuple of int
+        The ``n`` ints.
+
+    Examples
+    --------
+    >>> int_tuple(np.int64(3), 2, "stride")
+    (3, 3)
+    >>> int_tuple((1, 2, 3), 3, "pad")
+    (1, 2, 3)
+    """
     if isinstance(value, int | np.integer):
-        return int(value), int(value)
-    pair = tuple(int(v) for v in value)
-    if len(pair) != 2:
-        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    return pair
+        return (int(value),) * n
+    values = tuple(int(v) for v in value)
+    if len(values) != n:
+        raise ValueError(f"{name} must be an int or {n} ints, got {value!r}")
+    return values
 
 
 def _padding_pairs(padding) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -68,7 +97,7 @@ def _padding_pairs(padding) -> tuple[tuple[int, int], tuple[int, int]]:
     if isinstance(padding, int | np.integer):
         return (int(padding),) * 2, (int(padding),) * 2
     rows, cols = padding
-    return _int_pair(rows, "padding"), _int_pair(cols, "padding")
+    return int_tuple(rows, 2, "padding"), int_tuple(cols, 2, "padding")
 
 
 def conv_output_length(length, kernel, stride, pad_lo, pad_hi, dilation=1):
@@ -471,14 +500,18 @@ class _KernelOp(Op):
     def perform(self, node, inputs, output_storage):
         output_storage[0][0] = self._kernel(*inputs, self._params)
 
+    def _similar(self, op_class):
+        """An ``op_class`` Op with this Op's parameters (a gradient's partner Op)."""
+        return op_class(**self._props_dict())
+
 
 class _ConvOp(_KernelOp):
     __props__ = ("stride", "padding", "dilation", "groups")
 
     def __init__(self, stride: IntPair = 1, padding=0, dilation: IntPair = 1, groups: int = 1):
-        self.stride = _int_pair(stride, "stride")
+        self.stride = int_tuple(stride, 2, "stride")
         self.padding = _padding_pairs(padding)
-        self.dilation = _int_pair(dilation, "dilation")
+        self.dilation = int_tuple(dilation, 2, "dilation")
         self.groups = int(groups)
         if min(self.stride + self.dilation) < 1 or self.groups < 1:
             raise ValueError("stride, dilation and groups must be positive")
@@ -499,9 +532,6 @@ class _ConvOp(_KernelOp):
 
     def _out_hw(self, in_h, in_w, k_h, k_w):
         return self._out_len(0, in_h, k_h), self._out_len(1, in_w, k_w)
-
-    def _similar(self, op_class):
-        return op_class(**self._props_dict())
 
 
 class Conv2d(_ConvOp):
@@ -660,9 +690,9 @@ class _PoolOp(_KernelOp):
         ignore_border: bool = True,
         mode: str = "max",
     ):
-        self.ws = _int_pair(ws, "ws")
-        self.stride = self.ws if stride is None else _int_pair(stride, "stride")
-        self.padding = _int_pair(padding, "padding")
+        self.ws = int_tuple(ws, 2, "ws")
+        self.stride = self.ws if stride is None else int_tuple(stride, 2, "stride")
+        self.padding = int_tuple(padding, 2, "padding")
         self.ignore_border = bool(ignore_border)
         self.mode = mode
         if mode not in POOL_MODES:
@@ -689,9 +719,6 @@ class _PoolOp(_KernelOp):
     def _pooled_type(self, x: TensorVariable, dtype: str) -> TensorType:
         n, c, h, w = x.type.shape
         return TensorType(dtype, shape=(n, c, *self._out_hw(h, w)))
-
-    def _similar(self, op_class):
-        return op_class(**self._props_dict())
 
 
 class Pool2d(_PoolOp):
@@ -817,6 +844,225 @@ def pool2d(
         Pooled tensor of shape ``(N, C, out_h, out_w)``.
     """
     return Pool2d(ws, stride, padding, ignore_border, mode)(x)
+
+
+# ------------------------------------------------- 1-D, 3-D and transposed, from the 2-D Ops
+
+
+def conv2d_transpose(
+    x,
+    w,
+    output_shape: Sequence,
+    stride: IntPair = 1,
+    padding=0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> TensorVariable:
+    """Transposed convolution: the gradient of :func:`conv2d` with respect to its input.
+
+    Parameters
+    ----------
+    x
+        Input batch ``(N, O, h, w)``, shaped like a :func:`conv2d` output.
+    w
+        Filters ``(O, C / groups, kH, kW)``, as for the :func:`conv2d` it transposes.
+    output_shape
+        ``(N, C, H, W)``: the shape of that convolution's input (ints or symbolic sizes);
+        needed because several input sizes give the same output size when stride > 1.
+    stride, padding, dilation, groups
+        Parameters of the transposed :func:`conv2d`.
+
+    Returns
+    -------
+    TensorVariable
+        Output of shape ``output_shape``.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> x = pt.tensor4("x")
+    >>> y = conv2d_transpose(x, np.ones((1, 1, 2, 2)), (1, 1, 3, 3))
+    >>> y.eval({x: np.ones((1, 1, 2, 2))})[0, 0]
+    array([[1., 2., 1.],
+           [2., 4., 2.],
+           [1., 2., 1.]])
+    """
+    like = pt.alloc(np.zeros((), dtype=_as_4d(x).dtype), *output_shape)
+    return Conv2dGradInputs(stride, padding, dilation, groups)(w, x, like)
+
+
+def conv1d(x, w, stride: int = 1, padding=0, dilation: int = 1, groups: int = 1) -> TensorVariable:
+    """1-D cross-correlation of ``x`` (N, C, L) with filters ``w`` (O, C/groups, k).
+
+    Computed by :func:`conv2d` on a height-1 view, so it has the same kernels and
+    gradients.
+
+    Parameters
+    ----------
+    x
+        Input batch ``(N, C, L)``.
+    w
+        Filters ``(O, C / groups, k)``, not flipped.
+    stride, dilation
+        Ints (or 1-tuples).
+    padding
+        ``p``, ``(p,)`` or ``(before, after)``.
+    groups
+        Number of channel groups.
+
+    Returns
+    -------
+    TensorVariable
+        Output ``(N, O, out_L)``, see :func:`conv_output_length`.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> x = pt.tensor3("x")
+    >>> conv1d(x, np.ones((1, 1, 2))).eval({x: np.arange(4.0).reshape(1, 1, 4)})
+    array([[[1., 3., 5.]]])
+    """
+    (stride,), (dilation,) = int_tuple(stride, 1, "stride"), int_tuple(dilation, 1, "dilation")
+    if isinstance(padding, int | np.integer) or len(padding) == 1:
+        padding = int_tuple(padding, 1, "padding") * 2
+    y = conv2d(
+        pt.shape_padaxis(x, 2),
+        pt.shape_padaxis(pt.as_tensor_variable(w), 2),
+        (1, stride),
+        ((0, 0), int_tuple(padding, 2, "padding")),
+        (1, dilation),
+        groups,
+    )
+    return y[:, :, 0, :]
+
+
+def conv3d(x, w, stride=1, padding=0, dilation=1, groups: int = 1) -> TensorVariable:
+    """3-D cross-correlation of ``x`` (N, C, D, H, W) with filters ``w`` (O, C/groups, kD, kH, kW).
+
+    Computed as a sum over the ``kD`` filter planes of :func:`conv2d` over all output
+    depths at once (depth folded into the batch), so it has the 2-D kernels' gradients.
+
+    Parameters
+    ----------
+    x
+        Input batch ``(N, C, D, H, W)``.
+    w
+        Filters ``(O, C / groups, kD, kH, kW)``, not flipped.
+    stride, padding, dilation
+        Int or 3 ints each (padding is symmetric per axis).
+    groups
+        Number of channel groups.
+
+    Returns
+    -------
+    TensorVariable
+        Output ``(N, O, out_D, out_H, out_W)``.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> x = pt.tensor5("x")
+    >>> conv3d(x, np.ones((1, 1, 2, 1, 1))).eval({x: np.ones((1, 1, 3, 1, 1))}).ravel()
+    array([2., 2.])
+    """
+    (sd, sh, sw), (pd, ph, pw) = int_tuple(stride, 3, "stride"), int_tuple(padding, 3, "padding")
+    dd, dh, dw = int_tuple(dilation, 3, "dilation")
+    x, w = pt.as_tensor_variable(x), pt.as_tensor_variable(w)
+    n, c, depth, h, wd = (x.shape[i] for i in range(5))
+    if pd:
+        x = pt.zeros((n, c, depth + 2 * pd, h, wd), dtype=x.dtype)[:, :, pd:-pd].set(x)
+    k_depth = w.type.shape[2]
+    if k_depth is None:
+        raise ValueError("conv3d needs filters of known depth")
+    out_depth = conv_output_length(depth, k_depth, sd, pd, pd, dd)
+    total = 0
+    for k in range(k_depth):
+        start = k * dd
+        plane = x[:, :, start : start + (out_depth - 1) * sd + 1 : sd]
+        batch = plane.dimshuffle(0, 2, 1, 3, 4).reshape((n * out_depth, c, h, wd))
+        total = total + conv2d(batch, w[:, :, k], (sh, sw), (ph, pw), (dh, dw), groups)
+    _, o, oh, ow = (total.shape[i] for i in range(4))
+    return total.reshape((n, out_depth, o, oh, ow)).dimshuffle(0, 2, 1, 3, 4)
+
+
+def pool1d(
+    x,
+    ws: int,
+    stride: int | None = None,
+    padding: int = 0,
+    ignore_border: bool = True,
+    mode: str = "max",
+) -> TensorVariable:
+    """:func:`pool2d` over the last axis of an ``(N, C, L)`` tensor.
+
+    Parameters
+    ----------
+    x
+        Input batch ``(N, C, L)``.
+    ws, stride, padding
+        Ints (``stride`` defaults to ``ws``).
+    ignore_border, mode
+        As for :func:`pool2d`.
+
+    Returns
+    -------
+    TensorVariable
+        Pooled ``(N, C, out_L)``.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> x = pt.tensor3("x")
+    >>> pool1d(x, 2).eval({x: np.array([[[1.0, 3.0, 2.0, 0.0]]])})
+    array([[[3., 2.]]])
+    """
+    stride = ws if stride is None else stride
+    y = pool2d(pt.shape_padaxis(x, 2), (1, ws), (1, stride), (0, padding), ignore_border, mode)
+    return y[:, :, 0, :]
+
+
+def pool3d(
+    x, ws, stride=None, padding=0, ignore_border: bool = True, mode: str = "max"
+) -> TensorVariable:
+    """Pooling over the last three axes of an ``(N, C, D, H, W)`` tensor.
+
+    Computed as :func:`pool2d` over (H, W), then over D: max, windowed sums and the
+    counts that ``average_exc_pad`` divides by all factor over the axes, so this equals
+    pooling the 3-D boxes directly.
+
+    Parameters
+    ----------
+    x
+        Input batch ``(N, C, D, H, W)``.
+    ws, stride, padding
+        Int or 3 ints each (``stride`` defaults to ``ws``).
+    ignore_border, mode
+        As for :func:`pool2d`.
+
+    Returns
+    -------
+    TensorVariable
+        Pooled ``(N, C, out_D, out_H, out_W)``.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> x = pt.tensor5("x")
+    >>> pool3d(x, 2).eval({x: np.arange(8.0).reshape(1, 1, 2, 2, 2)}).ravel()
+    array([7.])
+    """
+    kd, kh, kw = int_tuple(ws, 3, "ws")
+    sd, sh, sw = (kd, kh, kw) if stride is None else int_tuple(stride, 3, "stride")
+    pd, ph, pw = int_tuple(padding, 3, "padding")
+    x = pt.as_tensor_variable(x)
+    n, c, depth, h, w = (x.shape[i] for i in range(5))
+    planes = pool2d(
+        x.reshape((n, c * depth, h, w)), (kh, kw), (sh, sw), (ph, pw), ignore_border, mode
+    )
+    oh, ow = planes.shape[2], planes.shape[3]
+    columns = planes.reshape((n, c, depth, oh * ow))
+    pooled = pool2d(columns, (kd, 1), (sd, 1), (pd, 0), ignore_border, mode)
+    return pooled.reshape((n, c, pooled.shape[2], oh, ow))
 
 
 # ------------------------------------------------------------------ Numba linker

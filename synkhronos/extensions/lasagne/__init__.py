@@ -2,10 +2,19 @@
 ``from synkhronos.extensions import lasagne``.
 
 The subpackage mirrors Lasagne's module tree (``layers``, ``init``, ``nonlinearities``,
-``objectives``, ...); the data-parallel pieces live beside it in
-:mod:`synkhronos.extensions.updates` and :mod:`synkhronos.extensions.train`.
+``objectives``, ``regularization``, ``utils``, ``random``); the data-parallel pieces
+live beside it in :mod:`synkhronos.extensions.updates` and
+:mod:`synkhronos.extensions.train`.
 """
 
-from . import init, layers, nonlinearities, objectives
+from . import init, layers, nonlinearities, objectives, random, regularization, utils
 
-__all__ = ["init", "layers", "nonlinearities", "objectives"]
+__all__ = [
+    "init",
+    "layers",
+    "nonlinearities",
+    "objectives",
+    "random",
+    "regularization",
+    "utils",
+]

@@ -2,7 +2,9 @@
 
 An initializer is called with a shape and returns a NumPy array of
 ``pytensor.config.floatX``.  Random initializers draw from the generator returned by
-:func:`get_rng`, which :func:`set_rng` replaces (e.g. to seed all of a model at once).
+:func:`~synkhronos.extensions.lasagne.random.get_rng` (re-exported here), which
+:func:`~synkhronos.extensions.lasagne.random.set_rng` replaces (e.g. to seed a whole
+model at once).
 """
 
 from abc import ABC, abstractmethod
@@ -10,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytensor
+
+from synkhronos.extensions.lasagne.random import get_rng, set_rng
 
 __all__ = [
     "Constant",
@@ -22,36 +26,13 @@ __all__ = [
     "Initializer",
     "Normal",
     "Orthogonal",
+    "Sparse",
     "Uniform",
     "get_rng",
     "set_rng",
 ]
 
 Shape = Sequence[int]
-_rng = np.random.default_rng()
-
-
-def get_rng() -> np.random.Generator:
-    """The generator that random initializers (and dropout seeds) draw from.
-
-    Returns
-    -------
-    numpy.random.Generator
-        The current module-wide generator.
-    """
-    return _rng
-
-
-def set_rng(rng: np.random.Generator | int) -> None:
-    """Replace the module-wide generator.
-
-    Parameters
-    ----------
-    rng
-        A generator, or a seed for a new one.
-    """
-    global _rng
-    _rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
 
 def _floatx(values) -> np.ndarray:
@@ -151,14 +132,14 @@ class _FanScaled(Initializer):
     :meth:`_draw`; keeping ``sample`` there keeps it in their rendered documentation.
     """
 
-    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0,
-                 c01b: bool = False):
+    def __init__(self, initializer: type[Initializer], gain: float | str = 1.0, c01b: bool = False):
         self.initializer, self.gain, self.c01b = initializer, _gain_value(gain), c01b
 
     def _check_c01b(self, shape: Shape) -> None:
         if len(shape) != 4:
-            raise ValueError(f"{type(self).__name__} with c01b=True needs a 4-d shape, got "
-                             f"{tuple(shape)}")
+            raise ValueError(
+                f"{type(self).__name__} with c01b=True needs a 4-d shape, got {tuple(shape)}"
+            )
 
     def _draw(self, shape: Shape, variance: float) -> np.ndarray:
         """Draw ``shape`` values with std ``gain * sqrt(variance)``."""
@@ -318,3 +299,36 @@ class Orthogonal(Initializer):
         u, _, vt = np.linalg.svd(get_rng().normal(size=flat), full_matrices=False)
         q = u if u.shape == flat else vt
         return _floatx(self.gain * q.reshape(tuple(shape)))
+
+
+class Sparse(Initializer):
+    """Matrix whose columns each hold ``sparsity * rows`` nonzero Gaussian entries.
+
+    Parameters
+    ----------
+    sparsity
+        Fraction of nonzero entries per column.
+    std
+        Standard deviation of the nonzero entries.
+
+    Examples
+    --------
+    >>> w = Sparse(sparsity=0.5)((4, 3))
+    >>> [int(n) for n in (w != 0).sum(axis=0)]
+    [2, 2, 2]
+    """
+
+    def __init__(self, sparsity: float = 0.1, std: float = 0.01):
+        self.sparsity, self.std = sparsity, std
+
+    def sample(self, shape: Shape) -> np.ndarray:
+        """Zeros, with ``int(sparsity * rows)`` random rows of each column drawn."""
+        if len(shape) != 2:
+            raise ValueError(f"Sparse initializes matrices only, got shape {tuple(shape)}")
+        rows, cols = shape
+        values = np.zeros(tuple(shape))
+        per_column = int(self.sparsity * rows)
+        for col in range(cols):
+            picked = get_rng().permutation(rows)[:per_column]
+            values[picked, col] = get_rng().normal(0.0, self.std, size=per_column)
+        return _floatx(values)

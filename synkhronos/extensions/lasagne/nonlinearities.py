@@ -7,12 +7,16 @@ from pytensor.tensor.special import softmax as _softmax
 from pytensor.tensor.variable import TensorVariable
 
 __all__ = [
+    "SELU",
     "LeakyRectify",
+    "ScaledTanH",
+    "ScaledTanh",
     "elu",
     "identity",
     "leaky_rectify",
     "linear",
     "rectify",
+    "selu",
     "sigmoid",
     "softmax",
     "softplus",
@@ -61,6 +65,34 @@ def tanh(x) -> TensorVariable:
     return pt.tanh(x)
 
 
+class ScaledTanH:
+    """Scaled hyperbolic tangent ``scale_out * tanh(scale_in * x)``, as a callable.
+
+    Parameters
+    ----------
+    scale_in
+        Factor applied to the input.
+    scale_out
+        Factor applied to the output.
+
+    Examples
+    --------
+    >>> float(ScaledTanH(scale_in=0.5, scale_out=2.0)(0.0).eval())
+    0.0
+    """
+
+    def __init__(self, scale_in: float = 1, scale_out: float = 1):
+        self.scale_in, self.scale_out = scale_in, scale_out
+
+    def __call__(self, x) -> TensorVariable:
+        """Apply the scaled tanh to ``x``."""
+        return self.scale_out * pt.tanh(self.scale_in * x)
+
+
+ScaledTanh = ScaledTanH
+"""Alias of :class:`ScaledTanH` (both spellings are Lasagne's)."""
+
+
 @_with_tensor_doc("Elementwise ReLU of ``x``.")
 def rectify(x) -> TensorVariable:
     """Rectified linear unit ``max(x, 0)``."""
@@ -95,6 +127,35 @@ very_leaky_rectify = LeakyRectify(1.0 / 3)
 def elu(x) -> TensorVariable:
     """Exponential linear unit ``x if x > 0 else exp(x) - 1``."""
     return pt.switch(pt.gt(x, 0), x, pt.expm1(x))
+
+
+class SELU:
+    """Scaled exponential linear unit ``scale * (x if x > 0 else scale_neg * (exp(x) - 1))``.
+
+    Parameters
+    ----------
+    scale
+        Factor applied to both parts.
+    scale_neg
+        Factor applied to the negative part.
+
+    Examples
+    --------
+    >>> round(float(selu(1.0).eval()), 4)
+    1.0507
+    """
+
+    def __init__(self, scale: float = 1, scale_neg: float = 1):
+        self.scale, self.scale_neg = scale, scale_neg
+
+    def __call__(self, x) -> TensorVariable:
+        """Apply the SELU to ``x``."""
+        x = pt.as_tensor_variable(x)
+        return self.scale * pt.switch(pt.gt(x, 0), x, self.scale_neg * pt.expm1(x))
+
+
+selu = SELU(scale=1.0507009873554805, scale_neg=1.6732632423543772)
+"""SELU with the self-normalizing constants of Klambauer et al. (2017)."""
 
 
 @_with_tensor_doc("Elementwise softplus of ``x``.")

@@ -3,15 +3,20 @@
 All return elementwise (or per-example) tensors; reduce them with :func:`aggregate`.
 """
 
+import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 __all__ = [
     "aggregate",
+    "binary_accuracy",
     "binary_crossentropy",
+    "binary_hinge_loss",
     "categorical_accuracy",
     "categorical_crossentropy",
+    "huber_loss",
+    "multiclass_hinge_loss",
     "squared_error",
 ]
 
@@ -134,3 +139,123 @@ def aggregate(loss, weights=None, mode: str = "mean") -> TensorVariable:
             raise ValueError("mode='normalized_sum' requires weights")
         return loss.sum() / pt.as_tensor_variable(weights).sum()
     raise ValueError(f"mode must be 'mean', 'sum' or 'normalized_sum', got {mode!r}")
+
+
+def binary_hinge_loss(
+    predictions, targets, delta: float = 1, log_odds: bool | None = None, binary: bool = True
+) -> TensorVariable:
+    """Elementwise hinge loss ``max(0, delta - t * p)`` for two classes.
+
+    Parameters
+    ----------
+    predictions
+        Predicted probabilities, or log-odds if ``log_odds``.
+    targets
+        Targets in {0, 1} (``binary``) or {-1, 1}.
+    delta
+        Margin.
+    log_odds
+        Whether ``predictions`` are log-odds; None means False (Lasagne warns and
+        assumes probabilities).
+    binary
+        Whether ``targets`` are in {0, 1} (mapped to {-1, 1}).
+
+    Returns
+    -------
+    TensorVariable
+        The elementwise loss.
+
+    Examples
+    --------
+    >>> binary_hinge_loss(pt.as_tensor([2.0, -0.5]), pt.as_tensor([1.0, 1.0]),
+    ...                   log_odds=True).eval()
+    array([0. , 1.5])
+    """
+    predictions, targets = pt.as_tensor_variable(predictions), pt.as_tensor_variable(targets)
+    if not log_odds:
+        predictions = pt.log(predictions / (1 - predictions))
+    if binary:
+        targets = 2 * targets - 1
+    return pt.maximum(delta - predictions * targets, 0)
+
+
+def multiclass_hinge_loss(predictions, targets, delta: float = 1) -> TensorVariable:
+    """Per-example ``max(0, max_{j != t} p_j - p_t + delta)``.
+
+    Parameters
+    ----------
+    predictions
+        Scores ``(batch, classes)``.
+    targets
+        Integer classes ``(batch,)`` or one-hot rows.
+    delta
+        Margin.
+
+    Returns
+    -------
+    TensorVariable
+        Loss per example.
+
+    Examples
+    --------
+    >>> multiclass_hinge_loss(pt.as_tensor([[3.0, 2.5, 0.0]]), pt.as_tensor([0])).eval()
+    array([0.5])
+    """
+    predictions, targets = pt.as_tensor_variable(predictions), pt.as_tensor_variable(targets)
+    if targets.ndim == predictions.ndim - 1:
+        targets = pt.eq(targets[:, None], pt.arange(predictions.shape[1])[None, :])
+    elif targets.ndim != predictions.ndim:
+        raise TypeError("targets must be class indices or one-hot rows like predictions")
+    is_target = pt.cast(targets, "bool")
+    correct = pt.sum(pt.switch(is_target, predictions, 0), axis=1)
+    rest = pt.max(pt.switch(is_target, -np.inf, predictions), axis=1)
+    return pt.maximum(rest - correct + delta, 0)
+
+
+def huber_loss(predictions, targets, delta: float = 1) -> TensorVariable:
+    """Elementwise Huber loss: ``d**2 / 2`` if ``|d| <= delta``, else ``delta (|d| - delta/2)``.
+
+    Parameters
+    ----------
+    predictions, targets
+        Tensors of matching shapes.
+    delta
+        Threshold between the quadratic and the linear part.
+
+    Returns
+    -------
+    TensorVariable
+        The elementwise loss.
+
+    Examples
+    --------
+    >>> huber_loss(pt.as_tensor([0.5, 3.0]), pt.as_tensor([0.0, 0.0])).eval()
+    array([0.125, 2.5  ])
+    """
+    diff = abs(pt.as_tensor_variable(targets) - predictions)
+    return pt.switch(diff <= delta, 0.5 * pt.sqr(diff), delta * (diff - delta / 2))
+
+
+def binary_accuracy(predictions, targets, threshold: float = 0.5) -> TensorVariable:
+    """Elementwise 1 where ``predictions >= threshold`` matches the {0, 1} target.
+
+    Parameters
+    ----------
+    predictions
+        Predicted probabilities.
+    targets
+        Targets in {0, 1}.
+    threshold
+        Decision threshold.
+
+    Returns
+    -------
+    TensorVariable
+        The elementwise 0/1 accuracy.
+
+    Examples
+    --------
+    >>> binary_accuracy(pt.as_tensor([0.7, 0.2]), pt.as_tensor([1, 1])).eval()
+    array([ True, False])
+    """
+    return pt.eq(pt.ge(predictions, threshold), targets)

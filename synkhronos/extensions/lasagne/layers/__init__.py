@@ -1,51 +1,173 @@
 """Lasagne's ``lasagne.layers`` on PyTensor (a Lasagne script imports
-``from synkhronos.extensions import lasagne`` and uses ``lasagne.layers`` as before)."""
+``from synkhronos.extensions import lasagne`` and uses ``lasagne.layers`` as before).
 
+The GPU-specific modules ``dnn``, ``corrmm`` and ``cuda_convnet`` are importable as
+submodules (``lasagne.layers.dnn.Conv2DDNNLayer``), as in Lasagne; their names are not
+re-exported here.
+"""
+
+from synkhronos.extensions.lasagne.layers import corrmm, cuda_convnet, dnn
 from synkhronos.extensions.lasagne.layers.base import InputLayer, Layer, MergeLayer
-from synkhronos.extensions.lasagne.layers.conv import Conv2DLayer
-from synkhronos.extensions.lasagne.layers.dense import DenseLayer, NonlinearityLayer
+from synkhronos.extensions.lasagne.layers.conv import (
+    BaseConvLayer,
+    Conv1DLayer,
+    Conv2DLayer,
+    Conv3DLayer,
+    Deconv2DLayer,
+    Deconv3DLayer,
+    DilatedConv2DLayer,
+    TransposedConv2DLayer,
+    TransposedConv3DLayer,
+)
+from synkhronos.extensions.lasagne.layers.dense import DenseLayer, NINLayer, NonlinearityLayer
+from synkhronos.extensions.lasagne.layers.embedding import EmbeddingLayer
 from synkhronos.extensions.lasagne.layers.helper import (
     count_params,
     get_all_layers,
     get_all_param_values,
     get_all_params,
     get_output,
+    get_output_shape,
     set_all_param_values,
 )
+from synkhronos.extensions.lasagne.layers.local import LocallyConnected2DLayer
 from synkhronos.extensions.lasagne.layers.merge import (
     ConcatLayer,
+    ElemwiseMergeLayer,
     ElemwiseSumLayer,
     autocrop,
     autocrop_array_shapes,
+    concat,
 )
-from synkhronos.extensions.lasagne.layers.noise import DropoutLayer
-from synkhronos.extensions.lasagne.layers.normalization import BatchNormLayer, batch_norm
-from synkhronos.extensions.lasagne.layers.pool import GlobalPoolLayer, MaxPool2DLayer, Pool2DLayer
-from synkhronos.extensions.lasagne.layers.shape import FlattenLayer, ReshapeLayer
+from synkhronos.extensions.lasagne.layers.noise import (
+    DropoutLayer,
+    GaussianNoiseLayer,
+    dropout,
+    dropout_channels,
+    dropout_locations,
+    spatial_dropout,
+)
+from synkhronos.extensions.lasagne.layers.normalization import (
+    BatchNormLayer,
+    LocalResponseNormalization2DLayer,
+    StandardizationLayer,
+    batch_norm,
+    instance_norm,
+    layer_norm,
+)
+from synkhronos.extensions.lasagne.layers.pool import (
+    FeaturePoolLayer,
+    FeatureWTALayer,
+    GlobalPoolLayer,
+    MaxPool1DLayer,
+    MaxPool2DLayer,
+    MaxPool3DLayer,
+    Pool1DLayer,
+    Pool2DLayer,
+    Pool3DLayer,
+    SpatialPyramidPoolingLayer,
+    Upscale1DLayer,
+    Upscale2DLayer,
+    Upscale3DLayer,
+)
+from synkhronos.extensions.lasagne.layers.shape import (
+    DimshuffleLayer,
+    FlattenLayer,
+    PadLayer,
+    ReshapeLayer,
+    SliceLayer,
+    dimshuffle,
+    flatten,
+    pad,
+    reshape,
+)
+from synkhronos.extensions.lasagne.layers.special import (
+    BiasLayer,
+    ExpressionLayer,
+    InverseLayer,
+    ParametricRectifierLayer,
+    RandomizedRectifierLayer,
+    ScaleLayer,
+    prelu,
+    rrelu,
+    standardize,
+)
 
 __all__ = [
+    "BaseConvLayer",
     "BatchNormLayer",
+    "BiasLayer",
     "ConcatLayer",
+    "Conv1DLayer",
     "Conv2DLayer",
+    "Conv3DLayer",
+    "Deconv2DLayer",
+    "Deconv3DLayer",
     "DenseLayer",
+    "DilatedConv2DLayer",
+    "DimshuffleLayer",
     "DropoutLayer",
+    "ElemwiseMergeLayer",
     "ElemwiseSumLayer",
+    "EmbeddingLayer",
+    "ExpressionLayer",
+    "FeaturePoolLayer",
+    "FeatureWTALayer",
     "FlattenLayer",
+    "GaussianNoiseLayer",
     "GlobalPoolLayer",
     "InputLayer",
+    "InverseLayer",
     "Layer",
+    "LocalResponseNormalization2DLayer",
+    "LocallyConnected2DLayer",
+    "MaxPool1DLayer",
     "MaxPool2DLayer",
+    "MaxPool3DLayer",
     "MergeLayer",
+    "NINLayer",
     "NonlinearityLayer",
+    "PadLayer",
+    "ParametricRectifierLayer",
+    "Pool1DLayer",
     "Pool2DLayer",
+    "Pool3DLayer",
+    "RandomizedRectifierLayer",
     "ReshapeLayer",
+    "ScaleLayer",
+    "SliceLayer",
+    "SpatialPyramidPoolingLayer",
+    "StandardizationLayer",
+    "TransposedConv2DLayer",
+    "TransposedConv3DLayer",
+    "Upscale1DLayer",
+    "Upscale2DLayer",
+    "Upscale3DLayer",
     "autocrop",
     "autocrop_array_shapes",
     "batch_norm",
+    "concat",
+    "corrmm",
     "count_params",
+    "cuda_convnet",
+    "dimshuffle",
+    "dnn",
+    "dropout",
+    "dropout_channels",
+    "dropout_locations",
+    "flatten",
     "get_all_layers",
     "get_all_param_values",
     "get_all_params",
     "get_output",
+    "get_output_shape",
+    "instance_norm",
+    "layer_norm",
+    "pad",
+    "prelu",
+    "reshape",
+    "rrelu",
     "set_all_param_values",
+    "spatial_dropout",
+    "standardize",
 ]

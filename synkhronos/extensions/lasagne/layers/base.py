@@ -75,14 +75,6 @@ def add_default_update(variable: SharedVariable, update: Variable) -> None:
         variable.default_update = update
 
 
-def as_pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
-    """``(value, value)`` for an int, else the two ints of ``value``."""
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2:
-        raise ValueError(f"{name} must be an int or a pair, got {value!r}")
-    return int(pair[0]), int(pair[1])
-
-
 def as_nonlinearity(nonlinearity: Callable | None) -> Callable:
     """``nonlinearity``, with None meaning the identity (as in Lasagne)."""
     return nonlinearities.linear if nonlinearity is None else nonlinearity
@@ -245,6 +237,8 @@ class InputLayer(Layer):
         Symbolic variable to use; by default a new ``floatX`` tensor of this shape.
     name
         Optional name, also used for the created variable.
+    **kwargs
+        Accepted and ignored, as Lasagne does.
     """
 
     def __init__(
@@ -252,6 +246,7 @@ class InputLayer(Layer):
         shape: Sequence[int | None],
         input_var: TensorVariable | None = None,
         name: str | None = None,
+        **kwargs,
     ):
         self.shape = tuple(None if d is None else int(d) for d in shape)
         if any(d is not None and d <= 0 for d in self.shape):

@@ -9,7 +9,7 @@ from pytensor.tensor.variable import TensorVariable
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
 
-__all__ = ["DenseLayer", "NonlinearityLayer"]
+__all__ = ["DenseLayer", "NINLayer", "NonlinearityLayer"]
 
 
 class DenseLayer(Layer):
@@ -102,3 +102,71 @@ class NonlinearityLayer(Layer):
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``nonlinearity(input)``."""
         return self.nonlinearity(input)
+
+
+class NINLayer(Layer):
+    """Network-in-network: a dense layer applied at every position (a 1x1 convolution).
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape ``(batch, channels, ...)``.
+    num_units
+        Number of output channels.
+    untie_biases
+        If True, one bias per unit *and position*; else one per unit.
+    W
+        Initializer for the ``(channels, num_units)`` weights.
+    b
+        Initializer for the biases, or None for no biases.
+    nonlinearity
+        Activation; None means linear.
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> NINLayer((None, 3, 4, 5), 6).output_shape
+    (None, 6, 4, 5)
+    """
+
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        num_units: int,
+        untie_biases: bool = False,
+        W: ParamSpec = init.GlorotUniform(),  # noqa: B008
+        b: ParamSpec | None = init.Constant(0.0),  # noqa: B008
+        nonlinearity: Callable | None = nonlinearities.rectify,
+        **kwargs,
+    ):
+        super().__init__(incoming, **kwargs)
+        self.nonlinearity = as_nonlinearity(nonlinearity)
+        self.num_units, self.untie_biases = num_units, untie_biases
+        channels = self.input_shape[1]
+        if channels is None:
+            raise ValueError("NINLayer needs a known number of input channels")
+        self.W = self.add_param(W, (channels, num_units), name="W")
+        self.b = None
+        if b is not None:
+            b_shape = (num_units, *self.input_shape[2:]) if untie_biases else (num_units,)
+            self.b = self.add_param(b, b_shape, name="b", regularizable=False)
+
+    def get_output_shape_for(self, input_shape: Shape) -> Shape:
+        """``(batch, num_units, ...)``."""
+        return (input_shape[0], self.num_units, *input_shape[2:])
+
+    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
+        """``nonlinearity(W^T input + b)`` at every position."""
+        spatial = tuple(range(2, input.ndim))
+        out = pt.tensordot(input, self.W, axes=[[1], [0]]).dimshuffle(
+            0, input.ndim - 1, *range(1, input.ndim - 1)
+        )
+        if self.b is not None:
+            pattern = (
+                ("x", *range(self.b.ndim))
+                if self.untie_biases
+                else ("x", 0, *("x" for _ in spatial))
+            )
+            out = out + self.b.dimshuffle(*pattern)
+        return self.nonlinearity(out)

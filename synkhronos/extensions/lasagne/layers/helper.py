@@ -7,7 +7,7 @@ import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.lasagne.layers.base import InputLayer, Layer, MergeLayer
+from synkhronos.extensions.lasagne.layers.base import InputLayer, Layer, MergeLayer, Shape
 
 __all__ = [
     "count_params",
@@ -15,6 +15,7 @@ __all__ = [
     "get_all_param_values",
     "get_all_params",
     "get_output",
+    "get_output_shape",
     "set_all_param_values",
 ]
 
@@ -136,13 +137,70 @@ def _with_static_shape(var: TensorVariable, shape) -> TensorVariable:
     return pt.specify_shape(var, [s if s is not None else d for s, d in pairs])
 
 
-def get_all_params(layer: Layers, **tags: bool) -> list[SharedVariable]:
+def get_output_shape(
+    layer_or_layers: Layers, input_shapes: Shape | dict | None = None
+) -> Shape | list[Shape]:
+    """Output shape(s) of a network, for its declared or for given input shapes.
+
+    Parameters
+    ----------
+    layer_or_layers
+        Layer or list of layers.
+    input_shapes
+        None for the shapes the layers were built with; one shape for the only
+        :class:`InputLayer`; or a dict mapping layers to shapes that replace their
+        output shapes.
+
+    Returns
+    -------
+    tuple or list of tuple
+        The shape(s), matching ``layer_or_layers``.
+
+    Examples
+    --------
+    >>> from synkhronos.extensions.lasagne.layers import DenseLayer
+    >>> net = DenseLayer(InputLayer((None, 3)), 2)
+    >>> get_output_shape(net), get_output_shape(net, (5, 3))
+    ((None, 2), (5, 2))
+    """
+    if input_shapes is None:
+        if isinstance(layer_or_layers, Sequence):
+            return [layer.output_shape for layer in layer_or_layers]
+        return layer_or_layers.output_shape
+    given = input_shapes if isinstance(input_shapes, dict) else {}
+    layers = get_all_layers(layer_or_layers, treat_as_input=given)
+    shapes = {layer: tuple(shape) for layer, shape in given.items()}
+    if not isinstance(input_shapes, dict):
+        input_layers = [layer for layer in layers if isinstance(layer, InputLayer)]
+        if len(input_layers) != 1:
+            raise ValueError(
+                f"one input shape needs exactly one InputLayer, found {len(input_layers)}"
+            )
+        shapes[input_layers[0]] = tuple(input_shapes)
+    for layer in layers:
+        if layer in shapes:
+            continue
+        if isinstance(layer, InputLayer):
+            shapes[layer] = layer.shape
+        elif isinstance(layer, MergeLayer):
+            shapes[layer] = layer.get_output_shape_for([shapes[p] for p in layer.input_layers])
+        else:
+            shapes[layer] = layer.get_output_shape_for(shapes[layer.input_layer])
+    if isinstance(layer_or_layers, Sequence):
+        return [shapes[layer] for layer in layer_or_layers]
+    return shapes[layer_or_layers]
+
+
+def get_all_params(layer: Layers, unwrap_shared: bool = True, **tags: bool) -> list[SharedVariable]:
     """Parameters of all layers of a network, without duplicates.
 
     Parameters
     ----------
     layer
         Output layer(s).
+    unwrap_shared
+        Accepted for Lasagne compatibility: parameters here are always shared
+        variables, so there is nothing to unwrap.
     **tags
         Filters, e.g. ``trainable=True`` or ``regularizable=True``; see
         :meth:`Layer.get_params`.

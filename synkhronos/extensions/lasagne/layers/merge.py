@@ -1,13 +1,22 @@
 """Layers combining several inputs (``lasagne.layers.merge``)."""
 
-from collections.abc import Sequence
+import functools
+import operator
+from collections.abc import Callable, Sequence
 
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer, MergeLayer, Shape
 
-__all__ = ["ConcatLayer", "ElemwiseSumLayer", "autocrop", "autocrop_array_shapes"]
+__all__ = [
+    "ConcatLayer",
+    "ElemwiseMergeLayer",
+    "ElemwiseSumLayer",
+    "autocrop",
+    "autocrop_array_shapes",
+    "concat",
+]
 
 Cropping = Sequence[str | None] | None
 _CROP_MODES = (None, "lower", "upper", "center")
@@ -58,8 +67,7 @@ def autocrop(inputs: list[TensorVariable], cropping: Cropping) -> list[TensorVar
         sizes = [x.shape[axis] for x in inputs]
         smallest = pt.min(pt.stack(sizes))
         for s, size in zip(slices, sizes, strict=True):
-            start = {"lower": 0, "upper": size - smallest,
-                     "center": (size - smallest) // 2}[mode]
+            start = {"lower": 0, "upper": size - smallest, "center": (size - smallest) // 2}[mode]
             s.append(slice(start, start + smallest))
     return [x[tuple(s)] for x, s in zip(inputs, slices, strict=True)]
 
@@ -72,8 +80,9 @@ def autocrop_array_shapes(input_shapes: list[Shape], cropping: Cropping) -> list
     if any(len(s) != ndim for s in input_shapes):
         raise ValueError("autocrop needs inputs with the same number of dimensions")
     columns = []
-    for mode, sizes in zip(_check_cropping(cropping, ndim), zip(*input_shapes, strict=True),
-                           strict=True):
+    for mode, sizes in zip(
+        _check_cropping(cropping, ndim), zip(*input_shapes, strict=True), strict=True
+    ):
         if mode is None:
             columns.append(sizes)
         else:
@@ -90,7 +99,52 @@ def _merged_size(sizes: Sequence[int | None], what: str) -> int | None:
     return known.pop() if known else None
 
 
-class ElemwiseSumLayer(MergeLayer):
+class ElemwiseMergeLayer(MergeLayer):
+    """Combine same-shaped inputs elementwise with a binary function, left to right.
+
+    Parameters
+    ----------
+    incomings
+        Input layers or shapes.
+    merge_function
+        Binary elementwise function, e.g. ``pytensor.tensor.maximum`` or ``mul``.
+    cropping
+        Crop the inputs to a common shape first (see :func:`autocrop`).
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> ElemwiseMergeLayer([(None, 3), (None, 3)], pt.maximum).output_shape
+    (None, 3)
+    """
+
+    def __init__(
+        self,
+        incomings: Sequence[Layer | Shape],
+        merge_function: Callable,
+        cropping: Cropping = None,
+        **kwargs,
+    ):
+        super().__init__(incomings, **kwargs)
+        self.merge_function, self.cropping = merge_function, cropping
+
+    def get_output_shape_for(self, input_shapes: list[Shape]) -> Shape:
+        """The common input shape (after cropping)."""
+        if len({len(s) for s in input_shapes}) != 1:
+            raise ValueError(f"{type(self).__name__} inputs must have the same number of dims")
+        input_shapes = autocrop_array_shapes(input_shapes, self.cropping)
+        return tuple(
+            _merged_size(sizes, type(self).__name__) for sizes in zip(*input_shapes, strict=True)
+        )
+
+    def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
+        """``merge_function`` folded over the inputs."""
+        inputs = autocrop(inputs, self.cropping)
+        return functools.reduce(self.merge_function, inputs)
+
+
+class ElemwiseSumLayer(ElemwiseMergeLayer):
     """Weighted elementwise sum ``sum(coeff_i * input_i)`` of same-shaped inputs.
 
     Parameters
@@ -112,8 +166,7 @@ class ElemwiseSumLayer(MergeLayer):
         cropping: Cropping = None,
         **kwargs,
     ):
-        super().__init__(incomings, **kwargs)
-        self.cropping = cropping
+        super().__init__(incomings, operator.add, cropping, **kwargs)
         if isinstance(coeffs, Sequence):
             if len(coeffs) != len(incomings):
                 raise ValueError("ElemwiseSumLayer needs one coefficient per input")
@@ -121,23 +174,10 @@ class ElemwiseSumLayer(MergeLayer):
         else:
             self.coeffs = [coeffs] * len(incomings)
 
-    def get_output_shape_for(self, input_shapes: list[Shape]) -> Shape:
-        """The common input shape (after cropping)."""
-        if len({len(s) for s in input_shapes}) != 1:
-            raise ValueError("ElemwiseSumLayer inputs must have the same number of dimensions")
-        input_shapes = autocrop_array_shapes(input_shapes, self.cropping)
-        return tuple(
-            _merged_size(sizes, "ElemwiseSumLayer") for sizes in zip(*input_shapes, strict=True)
-        )
-
     def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
         """The weighted sum."""
-        inputs = autocrop(inputs, self.cropping)
         terms = [x if c == 1 else c * x for c, x in zip(self.coeffs, inputs, strict=True)]
-        total = terms[0]
-        for term in terms[1:]:
-            total = total + term
-        return total
+        return super().get_output_for(terms, **kwargs)
 
 
 class ConcatLayer(MergeLayer):
@@ -156,8 +196,9 @@ class ConcatLayer(MergeLayer):
         ``name``.
     """
 
-    def __init__(self, incomings: Sequence[Layer | Shape], axis: int = 1,
-                 cropping: Cropping = None, **kwargs):
+    def __init__(
+        self, incomings: Sequence[Layer | Shape], axis: int = 1, cropping: Cropping = None, **kwargs
+    ):
         super().__init__(incomings, **kwargs)
         self.axis = axis
         self.cropping = cropping
@@ -188,5 +229,7 @@ class ConcatLayer(MergeLayer):
 
     def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
         """The concatenation."""
-        return pt.concatenate(autocrop(inputs, self._cropping(inputs[0].ndim)),
-                              axis=self.axis)
+        return pt.concatenate(autocrop(inputs, self._cropping(inputs[0].ndim)), axis=self.axis)
+
+
+concat = ConcatLayer

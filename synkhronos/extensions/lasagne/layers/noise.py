@@ -1,23 +1,63 @@
-"""Dropout (``lasagne.layers.DropoutLayer``)."""
+"""Noise layers (``lasagne.layers.noise``): dropout and Gaussian noise.
+
+Each output expression draws from its own shared random generator with a default
+update, so each call of a compiled training function draws new noise.  Seeds come from
+:func:`synkhronos.extensions.lasagne.random.get_rng`.
+"""
 
 from collections.abc import Sequence
 
-import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.lasagne import init
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape, add_default_update
+from synkhronos.extensions.lasagne.random import get_rng
 
-__all__ = ["DropoutLayer"]
+__all__ = [
+    "DropoutLayer",
+    "GaussianNoiseLayer",
+    "dropout",
+    "dropout_channels",
+    "dropout_locations",
+    "random_draw",
+    "spatial_dropout",
+]
+
+
+def random_draw(distribution: str, *params, size) -> TensorVariable:
+    """A fresh random draw that every call of a compiled function redraws.
+
+    The draw comes from a new shared generator, seeded from Lasagne's module-wide
+    RandomState, whose default update advances it.
+
+    Parameters
+    ----------
+    distribution
+        Name of a ``pytensor.tensor.random`` generator method (``"bernoulli"``,
+        ``"normal"``, ``"uniform"``).
+    *params
+        The distribution's parameters.
+    size
+        Shape of the draw.
+
+    Returns
+    -------
+    TensorVariable
+        The sample.
+
+    Examples
+    --------
+    >>> random_draw("uniform", 2.0, 3.0, size=(2,)).eval().shape
+    (2,)
+    """
+    rng = pt.random.shared_rng(seed=int(get_rng().randint(2**31)))
+    next_rng, sample = getattr(rng, distribution)(*params, size=size)
+    add_default_update(rng, next_rng)
+    return sample
 
 
 class DropoutLayer(Layer):
     """Zero each input element with probability ``p`` during training.
-
-    Each output expression draws from its own shared random generator with a default
-    update, so each call of a compiled training function draws a new mask.  Seeds come
-    from a per-layer generator seeded by :func:`synkhronos.extensions.lasagne.init.get_rng`.
 
     Parameters
     ----------
@@ -32,6 +72,14 @@ class DropoutLayer(Layer):
         feature maps).
     **kwargs
         ``name``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> layer = DropoutLayer((2, 3), p=0.5)
+    >>> layer.get_output_for(pt.ones((2, 3)), deterministic=True).eval()
+    array([[1., 1., 1.],
+           [1., 1., 1.]])
     """
 
     def __init__(
@@ -47,7 +95,6 @@ class DropoutLayer(Layer):
             raise ValueError(f"p must be in [0, 1), got {p}")
         self.p, self.rescale = p, rescale
         self.shared_axes = tuple(a % len(self.input_shape) for a in shared_axes)
-        self._seeds = np.random.default_rng(init.get_rng().integers(2**63))
 
     def get_output_for(
         self, input: TensorVariable, deterministic: bool = False, **kwargs
@@ -72,12 +119,113 @@ class DropoutLayer(Layer):
             return input
         keep = 1 - self.p
         shape = [1 if a in self.shared_axes else input.shape[a] for a in range(input.ndim)]
-        rng = pt.random.shared_rng(seed=int(self._seeds.integers(2**63)))
         # Bernoulli rather than binomial: PyTensor's JAX backend samples only the former.
-        next_rng, mask = rng.bernoulli(keep, size=shape)
-        add_default_update(rng, next_rng)
+        mask = random_draw("bernoulli", keep, size=shape)
         if self.shared_axes:
             mask = pt.specify_broadcastable(mask, *self.shared_axes)
         if self.rescale:
             input = input / pt.cast(keep, input.dtype)
         return input * pt.cast(mask, input.dtype)
+
+
+dropout = DropoutLayer
+
+
+def dropout_channels(incoming: Layer | Shape, *args, **kwargs) -> DropoutLayer:
+    """Dropout of whole channels: one mask value per (batch, channel), shared over axes 2+.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape, at least 3-d.
+    *args, **kwargs
+        Passed to :class:`DropoutLayer` (``shared_axes`` is set here).
+
+    Returns
+    -------
+    DropoutLayer
+        The layer.
+
+    Examples
+    --------
+    >>> dropout_channels((None, 4, 5, 5)).shared_axes
+    (2, 3)
+    """
+    ndim = len(incoming if isinstance(incoming, tuple) else incoming.output_shape)
+    kwargs["shared_axes"] = tuple(range(2, ndim))
+    return DropoutLayer(incoming, *args, **kwargs)
+
+
+spatial_dropout = dropout_channels
+
+
+def dropout_locations(incoming: Layer | Shape, *args, **kwargs) -> DropoutLayer:
+    """Dropout of whole locations: one mask value per (batch, position), shared over channels.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape, at least 3-d.
+    *args, **kwargs
+        Passed to :class:`DropoutLayer` (``shared_axes`` is set here).
+
+    Returns
+    -------
+    DropoutLayer
+        The layer.
+
+    Examples
+    --------
+    >>> dropout_locations((None, 4, 5, 5)).shared_axes
+    (1,)
+    """
+    kwargs["shared_axes"] = (1,)
+    return DropoutLayer(incoming, *args, **kwargs)
+
+
+class GaussianNoiseLayer(Layer):
+    """Add zero-mean Gaussian noise of standard deviation ``sigma`` during training.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape.
+    sigma
+        Standard deviation of the noise.
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> GaussianNoiseLayer((2, 3)).get_output_for(pt.ones((2, 3)), deterministic=True).eval()
+    array([[1., 1., 1.],
+           [1., 1., 1.]])
+    """
+
+    def __init__(self, incoming: Layer | Shape, sigma: float = 0.1, **kwargs):
+        super().__init__(incoming, **kwargs)
+        self.sigma = sigma
+
+    def get_output_for(
+        self, input: TensorVariable, deterministic: bool = False, **kwargs
+    ) -> TensorVariable:
+        """``input + noise`` (the input itself if ``deterministic`` or ``sigma == 0``).
+
+        Parameters
+        ----------
+        input
+            The input expression.
+        deterministic
+            If True, return the input unchanged.
+        **kwargs
+            Ignored.
+
+        Returns
+        -------
+        TensorVariable
+            The noisy input.
+        """
+        if deterministic or self.sigma == 0:
+            return input
+        noise = random_draw("normal", 0.0, self.sigma, size=input.shape)
+        return input + pt.cast(noise, input.dtype)

@@ -1,4 +1,4 @@
-"""Batch normalization (``lasagne.layers.BatchNormLayer`` and ``batch_norm``)."""
+"""Normalization layers (``lasagne.layers.normalization``): batch, instance, layer, LRN."""
 
 from collections.abc import Sequence
 
@@ -8,8 +8,16 @@ from pytensor.tensor.variable import TensorVariable
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, add_default_update
 from synkhronos.extensions.lasagne.layers.dense import NonlinearityLayer
+from synkhronos.extensions.lasagne.layers.special import BiasLayer, ScaleLayer
 
-__all__ = ["BatchNormLayer", "batch_norm"]
+__all__ = [
+    "BatchNormLayer",
+    "LocalResponseNormalization2DLayer",
+    "StandardizationLayer",
+    "batch_norm",
+    "instance_norm",
+    "layer_norm",
+]
 
 
 class BatchNormLayer(Layer):
@@ -128,6 +136,23 @@ class BatchNormLayer(Layer):
         return input * scale.dimshuffle(pattern) + shift.dimshuffle(pattern)
 
 
+def _normalized(layer: Layer, suffix: str, name: str | None, stack) -> Layer:
+    """``layer`` without bias and nonlinearity, ``stack(layer, name)`` on top, then the
+    nonlinearity in a :class:`NonlinearityLayer` (the shared recipe of ``batch_norm``,
+    ``instance_norm`` and ``layer_norm``)."""
+    nonlinearity = getattr(layer, "nonlinearity", None)
+    if nonlinearity is not None:
+        layer.nonlinearity = nonlinearities.linear
+    if getattr(layer, "b", None) is not None:
+        del layer.params[layer.b]
+        layer.b = None
+    name = name or (layer.name and f"{layer.name}_{suffix}")
+    layer = stack(layer, name)
+    if nonlinearity is not None:
+        layer = NonlinearityLayer(layer, nonlinearity, name=name and f"{name}_nonlin")
+    return layer
+
+
 def batch_norm(layer: Layer, **kwargs) -> Layer:
     """Insert batch normalization after ``layer``, before its nonlinearity.
 
@@ -147,14 +172,170 @@ def batch_norm(layer: Layer, **kwargs) -> Layer:
     Layer
         The last added layer.
     """
-    nonlinearity = getattr(layer, "nonlinearity", None)
-    if nonlinearity is not None:
-        layer.nonlinearity = nonlinearities.linear
-    if getattr(layer, "b", None) is not None:
-        del layer.params[layer.b]
-        layer.b = None
-    name = kwargs.pop("name", None) or (layer.name and f"{layer.name}_bn")
-    layer = BatchNormLayer(layer, name=name, **kwargs)
-    if nonlinearity is not None:
-        layer = NonlinearityLayer(layer, nonlinearity, name=name and f"{name}_nonlin")
-    return layer
+    name = kwargs.pop("name", None)
+    return _normalized(layer, "bn", name, lambda lay, n: BatchNormLayer(lay, name=n, **kwargs))
+
+
+class StandardizationLayer(Layer):
+    """Standardize each example: ``(x - mean) / sqrt(var + epsilon)`` over ``axes``.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape.
+    axes
+        ``"auto"`` (axis 1 for 2-d inputs, else the axes after the second),
+        ``"spatial"`` (axes after the second), ``"features"`` (all but the first), or
+        axes.
+    epsilon
+        Added to the variance.
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> StandardizationLayer((None, 3, 4, 4)).axes
+    (2, 3)
+    """
+
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        axes: str | int | Sequence[int] = "auto",
+        epsilon: float = 1e-4,
+        **kwargs,
+    ):
+        super().__init__(incoming, **kwargs)
+        ndim = len(self.input_shape)
+        if axes == "auto":
+            axes = (1,) if ndim == 2 else tuple(range(2, ndim))
+        elif axes == "spatial":
+            axes = tuple(range(2, ndim))
+        elif axes == "features":
+            axes = tuple(range(1, ndim))
+        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+        self.epsilon = epsilon
+
+    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
+        """The standardized input."""
+        mean = input.mean(self.axes, keepdims=True)
+        std = pt.sqrt(input.var(self.axes, keepdims=True) + self.epsilon)
+        return (input - mean) / std
+
+
+def instance_norm(
+    layer: Layer, learn_scale: bool = True, learn_bias: bool = True, **kwargs
+) -> Layer:
+    """Instance normalization after ``layer``: standardize each channel of each example.
+
+    Like :func:`batch_norm`, removes ``layer``'s bias and moves its nonlinearity on top.
+
+    Parameters
+    ----------
+    layer
+        A layer with an input of at least 3 dimensions.
+    learn_scale, learn_bias
+        Add a per-channel :class:`~.special.ScaleLayer` / :class:`~.special.BiasLayer`.
+    **kwargs
+        Passed to :class:`StandardizationLayer`.
+
+    Returns
+    -------
+    Layer
+        The last added layer.
+
+    Examples
+    --------
+    >>> from synkhronos.extensions.lasagne.layers import Conv2DLayer, InputLayer, get_all_layers
+    >>> net = instance_norm(Conv2DLayer(InputLayer((None, 3, 6, 6)), 4, 3))
+    >>> [type(lay).__name__ for lay in get_all_layers(net)][2:]
+    ['StandardizationLayer', 'ScaleLayer', 'BiasLayer', 'NonlinearityLayer']
+    """
+    name = kwargs.pop("name", None)
+
+    def stack(lay: Layer, n: str | None) -> Layer:
+        lay = StandardizationLayer(lay, axes="spatial", name=n, **kwargs)
+        if learn_scale:
+            lay = ScaleLayer(lay, shared_axes="auto", name=n and f"{n}_scale")
+        if learn_bias:
+            lay = BiasLayer(lay, shared_axes="auto", name=n and f"{n}_bias")
+        return lay
+
+    return _normalized(layer, "in", name, stack)
+
+
+def layer_norm(layer: Layer, **kwargs) -> Layer:
+    """Layer normalization after ``layer``: standardize each example over all its features.
+
+    Adds a per-feature :class:`~.special.ScaleLayer` and :class:`~.special.BiasLayer`;
+    like :func:`batch_norm`, removes ``layer``'s bias and moves its nonlinearity on top.
+
+    Parameters
+    ----------
+    layer
+        A layer.
+    **kwargs
+        Passed to :class:`StandardizationLayer`.
+
+    Returns
+    -------
+    Layer
+        The last added layer.
+    """
+    name = kwargs.pop("name", None)
+
+    def stack(lay: Layer, n: str | None) -> Layer:
+        lay = StandardizationLayer(lay, axes="features", name=n, **kwargs)
+        lay = ScaleLayer(lay, shared_axes="auto", name=n and f"{n}_scale")
+        return BiasLayer(lay, shared_axes="auto", name=n and f"{n}_bias")
+
+    return _normalized(layer, "ln", name, stack)
+
+
+class LocalResponseNormalization2DLayer(Layer):
+    """Cross-channel local response normalization (Krizhevsky et al., 2012).
+
+    ``x / (k + alpha * sum of x**2 over the n channels centred on x) ** beta``.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape ``(batch, channels, rows, cols)``.
+    alpha, k, beta
+        Coefficients of the formula (``alpha`` is not divided by ``n``, as in Lasagne).
+    n
+        Odd number of channels in each window.
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> LocalResponseNormalization2DLayer((None, 8, 4, 4)).n
+    5
+    """
+
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        alpha: float = 1e-4,
+        k: float = 2,
+        beta: float = 0.75,
+        n: int = 5,
+        **kwargs,
+    ):
+        super().__init__(incoming, **kwargs)
+        if n % 2 == 0:
+            raise NotImplementedError("LocalResponseNormalization2DLayer needs an odd n")
+        if len(self.input_shape) != 4:
+            raise ValueError(f"needs a 4-d input, got shape {self.input_shape}")
+        self.alpha, self.k, self.beta, self.n = alpha, k, beta, n
+
+    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
+        """The normalized input."""
+        half = self.n // 2
+        channels = input.shape[1]
+        squares = pt.sqr(input)
+        padded_shape = (input.shape[0], channels + 2 * half, input.shape[2], input.shape[3])
+        padded = pt.zeros(padded_shape, dtype=input.dtype)[:, half : half + channels].set(squares)
+        total = sum(padded[:, i : i + channels] for i in range(self.n))
+        return input / (self.k + self.alpha * total) ** self.beta

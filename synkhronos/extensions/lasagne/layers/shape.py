@@ -8,7 +8,17 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 
-__all__ = ["FlattenLayer", "ReshapeLayer"]
+__all__ = [
+    "DimshuffleLayer",
+    "FlattenLayer",
+    "PadLayer",
+    "ReshapeLayer",
+    "SliceLayer",
+    "dimshuffle",
+    "flatten",
+    "pad",
+    "reshape",
+]
 
 
 class FlattenLayer(Layer):
@@ -101,3 +111,152 @@ class ReshapeLayer(Layer):
         """The reshaped input."""
         shape = [input.shape[s[0]] if isinstance(s, list) else s for s in self.shape]
         return pt.reshape(input, shape, ndim=len(shape))
+
+
+flatten = FlattenLayer
+reshape = ReshapeLayer
+
+
+class DimshuffleLayer(Layer):
+    """Permute axes and insert broadcastable ones, as ``TensorVariable.dimshuffle``.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape.
+    pattern
+        Input axis indices in their new order, with ``"x"`` for a new axis of size 1;
+        input axes left out must have size 1 and are dropped.
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> DimshuffleLayer((None, 3, 1, 5), (0, 3, "x", 1)).output_shape
+    (None, 5, 1, 3)
+    """
+
+    def __init__(self, incoming: Layer | Shape, pattern: Sequence[int | str], **kwargs):
+        super().__init__(incoming, **kwargs)
+        axes = [a for a in pattern if a != "x"]
+        if len(set(axes)) != len(axes) or any(not 0 <= a < len(self.input_shape) for a in axes):
+            raise ValueError(f"invalid pattern {pattern!r} for {len(self.input_shape)} dims")
+        dropped = [a for a in range(len(self.input_shape)) if a not in axes]
+        if any(self.input_shape[a] not in (1, None) for a in dropped):
+            raise ValueError(f"pattern {pattern!r} drops axes of size other than 1")
+        self.pattern = tuple(pattern)
+
+    def get_output_shape_for(self, input_shape: Shape) -> Shape:
+        """The input sizes in ``pattern`` order, 1 for ``"x"``."""
+        return tuple(1 if a == "x" else input_shape[a] for a in self.pattern)
+
+    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
+        """``input.dimshuffle(pattern)``."""
+        dropped = [a for a in range(input.ndim) if a not in self.pattern]
+        if dropped:
+            input = pt.specify_broadcastable(input, *dropped)
+        return input.dimshuffle(*self.pattern)
+
+
+dimshuffle = DimshuffleLayer
+
+
+class PadLayer(Layer):
+    """Pad the trailing axes (all but the first ``batch_ndim``) with a constant.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape.
+    width
+        Padding per trailing axis: an int (both sides of every axis), a sequence of ints
+        (both sides of each axis) or of ``(before, after)`` pairs.
+    val
+        Padding value.
+    batch_ndim
+        Number of leading axes left unpadded.
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> PadLayer((None, 3, 4, 5), [1, (0, 2)]).output_shape
+    (None, 3, 6, 7)
+    """
+
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        width: int | Sequence,
+        val: float = 0,
+        batch_ndim: int = 2,
+        **kwargs,
+    ):
+        super().__init__(incoming, **kwargs)
+        trailing = len(self.input_shape) - batch_ndim
+        widths = [width] * trailing if isinstance(width, int) else list(width)
+        if len(widths) != trailing:
+            raise ValueError(f"width {width!r} does not give one entry per padded axis")
+        self.width = [(w, w) if isinstance(w, int) else tuple(w) for w in widths]
+        self.val, self.batch_ndim = val, batch_ndim
+
+    def get_output_shape_for(self, input_shape: Shape) -> Shape:
+        """The trailing sizes plus their padding."""
+        padded = (
+            None if s is None else s + lo + hi
+            for s, (lo, hi) in zip(input_shape[self.batch_ndim :], self.width, strict=True)
+        )
+        return (*input_shape[: self.batch_ndim], *padded)
+
+    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
+        """The input placed inside a block filled with ``val``."""
+        shape = [input.shape[a] for a in range(self.batch_ndim)] + [
+            input.shape[self.batch_ndim + i] + lo + hi for i, (lo, hi) in enumerate(self.width)
+        ]
+        inside = (slice(None),) * self.batch_ndim + tuple(
+            slice(lo, shape[self.batch_ndim + i] - hi) for i, (lo, hi) in enumerate(self.width)
+        )
+        block = pt.full(shape, pt.cast(self.val, input.dtype), dtype=input.dtype)
+        return block[inside].set(input)
+
+
+pad = PadLayer
+
+
+class SliceLayer(Layer):
+    """Index or slice the input along one axis.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape.
+    indices
+        An int (the axis is dropped) or a slice.
+    axis
+        The axis.
+    **kwargs
+        ``name``.
+
+    Examples
+    --------
+    >>> SliceLayer((None, 10, 3), slice(2, None, 3), axis=1).output_shape
+    (None, 3, 3)
+    """
+
+    def __init__(self, incoming: Layer | Shape, indices: int | slice, axis: int = -1, **kwargs):
+        super().__init__(incoming, **kwargs)
+        self.indices, self.axis = indices, axis % len(self.input_shape)
+
+    def get_output_shape_for(self, input_shape: Shape) -> Shape:
+        """The input shape with the axis sliced (or removed for an int)."""
+        shape = list(input_shape)
+        if isinstance(self.indices, slice):
+            size = shape[self.axis]
+            shape[self.axis] = None if size is None else len(range(size)[self.indices])
+        else:
+            del shape[self.axis]
+        return tuple(shape)
+
+    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
+        """``input[..., indices, ...]`` at ``axis``."""
+        return input[(slice(None),) * self.axis + (self.indices,)]

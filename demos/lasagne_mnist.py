@@ -1,0 +1,118 @@
+"""A Lasagne MNIST CNN, written as a Lasagne user writes one, run on PyTensor.
+
+This is Lasagne's classic tutorial script (convolution, max pooling, dropout, a dense
+layer, softmax, L2 weight decay, Nesterov momentum) with two changes only: the import
+line ``from synkhronos.extensions import lasagne`` in place of ``import lasagne``, and
+``pytensor`` in place of ``theano``.  It trains on one process.
+
+Run ``python demos/lasagne_mnist.py --help`` for the options.  Without MNIST files and
+network access, scikit-learn's 8x8 digits stand in (see ``mnist_data.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pytensor
+import pytensor.tensor as T  # noqa: N812 (Theano's customary alias)
+from mnist_data import load_mnist
+
+from synkhronos.extensions import lasagne
+
+
+def build_cnn(input_var=None):
+    """Lasagne's tutorial CNN, narrower: two conv/pool stages, dropout, dense, softmax."""
+    network = lasagne.layers.InputLayer(shape=(None, 1, 28, 28), input_var=input_var)
+    network = lasagne.layers.Conv2DLayer(
+        network,
+        num_filters=8,
+        filter_size=(5, 5),
+        nonlinearity=lasagne.nonlinearities.rectify,
+        W=lasagne.init.GlorotUniform(),
+    )
+    network = lasagne.layers.MaxPool2DLayer(network, pool_size=(2, 2))
+    network = lasagne.layers.Conv2DLayer(network, num_filters=8, filter_size=(5, 5))
+    network = lasagne.layers.MaxPool2DLayer(network, pool_size=(2, 2))
+    network = lasagne.layers.DenseLayer(
+        lasagne.layers.dropout(network, p=0.5),
+        num_units=64,
+        nonlinearity=lasagne.nonlinearities.rectify,
+    )
+    return lasagne.layers.DenseLayer(
+        lasagne.layers.dropout(network, p=0.5),
+        num_units=10,
+        nonlinearity=lasagne.nonlinearities.softmax,
+    )
+
+
+def iterate_minibatches(inputs, targets, batchsize, shuffle=False):
+    """Yield ``(inputs, targets)`` minibatches, dropping the last partial one."""
+    indices = np.arange(len(inputs))
+    if shuffle:
+        np.random.shuffle(indices)
+    for start in range(0, len(inputs) - batchsize + 1, batchsize):
+        excerpt = indices[start : start + batchsize]
+        yield inputs[excerpt], targets[excerpt]
+
+
+def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_dir="data/mnist",
+         download=True):  # fmt: skip
+    """Train, printing Lasagne's per-epoch report; return the final validation accuracy."""
+    x_train, y_train, x_val, y_val, _, _ = load_mnist(data_dir, download=download)
+    x_train, y_train = x_train[:num_samples], y_train[:num_samples]
+    x_val, y_val = x_val[: num_samples // 2], y_val[: num_samples // 2]
+    x_train, x_val = (lasagne.utils.floatX(x) for x in (x_train, x_val))
+
+    input_var = T.tensor4("inputs")
+    target_var = T.ivector("targets")
+    network = build_cnn(input_var)
+
+    prediction = lasagne.layers.get_output(network)
+    loss = lasagne.objectives.categorical_crossentropy(prediction, target_var).mean()
+    loss = loss + weight_decay * lasagne.regularization.regularize_network_params(
+        network, lasagne.regularization.l2
+    )
+    params = lasagne.layers.get_all_params(network, trainable=True)
+    updates = lasagne.updates.nesterov_momentum(loss, params, learning_rate=0.05, momentum=0.9)
+
+    test_prediction = lasagne.layers.get_output(network, deterministic=True)
+    test_loss = lasagne.objectives.categorical_crossentropy(test_prediction, target_var).mean()
+    test_acc = T.mean(T.eq(T.argmax(test_prediction, axis=1), target_var),
+                      dtype=pytensor.config.floatX)  # fmt: skip
+
+    train_fn = pytensor.function([input_var, target_var], loss, updates=updates)
+    val_fn = pytensor.function([input_var, target_var], [test_loss, test_acc])
+
+    print(f"{lasagne.layers.count_params(network, trainable=True)} trainable parameters")
+    val_acc = 0.0
+    for epoch in range(num_epochs):
+        train_err, train_batches, start_time = 0.0, 0, time.time()
+        for inputs, targets in iterate_minibatches(x_train, y_train, batchsize, shuffle=True):
+            train_err += train_fn(inputs, targets)
+            train_batches += 1
+        val_err, val_acc, val_batches = 0.0, 0.0, 0
+        for inputs, targets in iterate_minibatches(x_val, y_val, batchsize):
+            err, acc = val_fn(inputs, targets)
+            val_err, val_acc, val_batches = val_err + err, val_acc + acc, val_batches + 1
+        val_acc /= val_batches
+        print(f"Epoch {epoch + 1} of {num_epochs} took {time.time() - start_time:.3f}s")
+        print(f"  training loss:\t\t{train_err / train_batches:.6f}")
+        print(f"  validation loss:\t\t{val_err / val_batches:.6f}")
+        print(f"  validation accuracy:\t\t{val_acc * 100:.2f} %")
+    return val_acc
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=400, help="training rows used")
+    parser.add_argument("--batch-size", type=int, default=50)
+    parser.add_argument("--data-dir", default="data/mnist")
+    parser.add_argument("--no-download", action="store_true", help="never touch the network")
+    args = parser.parse_args()
+    np.random.seed(0)
+    lasagne.random.set_rng(np.random.RandomState(0))
+    main(args.epochs, args.samples, args.batch_size, data_dir=args.data_dir,
+         download=not args.no_download)  # fmt: skip
