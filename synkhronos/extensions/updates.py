@@ -132,7 +132,7 @@ def flatten_vars(variables: Sequence[TensorVariable]) -> TensorVariable:
 
 def unflatten_vars(flat_var: TensorVariable,
                    variables: Sequence[SharedVariable]) -> list[TensorVariable]:
-    """Split a flat vector into pieces shaped like ``variables``: the inverse of :func:`flatten_vars`.
+    """Split a flat vector into pieces shaped like ``variables`` (undoes :func:`flatten_vars`).
 
     Parameters
     ----------
