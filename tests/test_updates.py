@@ -106,8 +106,9 @@ def np_adadelta(learning_rate=1.0, rho=0.95, epsilon=1e-6):
     return step
 
 
-def np_adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
-    m, v, t = {}, {}, [0]
+def np_adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, amsgrad=False):
+    """Adam; with ``amsgrad`` the step uses the running maximum of ``v``."""
+    m, v, v_max, t = {}, {}, {}, [0]
 
     def step(ps, gs):
         t[0] += 1
@@ -116,7 +117,8 @@ def np_adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
         for i, (p, g) in enumerate(zip(ps, gs, strict=True)):
             m[i] = beta1 * m.get(i, 0.0) + (1 - beta1) * g
             v[i] = beta2 * v.get(i, 0.0) + (1 - beta2) * g ** 2
-            out.append(p - a_t * m[i] / (np.sqrt(v[i]) + epsilon))
+            v_max[i] = np.maximum(v_max.get(i, 0.0), v[i]) if amsgrad else v[i]
+            out.append(p - a_t * m[i] / (np.sqrt(v_max[i]) + epsilon))
         return out
     return step
 
@@ -136,20 +138,7 @@ def np_adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8):
     return step
 
 
-def np_amsgrad(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
-    m, v, v_hat, t = {}, {}, {}, [0]
-
-    def step(ps, gs):
-        t[0] += 1
-        a_t = learning_rate * np.sqrt(1 - beta2 ** t[0]) / (1 - beta1 ** t[0])
-        out = []
-        for i, (p, g) in enumerate(zip(ps, gs, strict=True)):
-            m[i] = beta1 * m.get(i, 0.0) + (1 - beta1) * g
-            v[i] = beta2 * v.get(i, 0.0) + (1 - beta2) * g ** 2
-            v_hat[i] = np.maximum(v_hat.get(i, 0.0), v[i])
-            out.append(p - a_t * m[i] / (np.sqrt(v_hat[i]) + epsilon))
-        return out
-    return step
+np_amsgrad = partial(np_adam, amsgrad=True)
 
 
 # Lasagne's one-phase rules: the two-phase ones plus amsgrad (Lasagne master).

@@ -274,10 +274,8 @@ def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
 
     Examples
     --------
-    >>> n_ranks = synk.fork(2)                                         # doctest: +SKIP
-    >>> x, y = pt.matrix("x"), pt.vector("y")                          # doctest: +SKIP
-    >>> w = pytensor.shared(np.zeros(3), name="w")                     # doctest: +SKIP
-    >>> loss = pt.mean((x @ w - y) ** 2)                               # doctest: +SKIP
+    With ``x``, ``y``, ``w`` and ``loss`` as for :func:`make_train_function`:
+
     >>> step = make_step_function(loss, [w], [x, y], lasagne.updates.sgd,  # doctest: +SKIP
     ...                           learning_rate=0.1)
     >>> loss_value = step(x_data, y_data, num_slices=2)                # doctest: +SKIP

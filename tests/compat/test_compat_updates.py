@@ -11,6 +11,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as T
 import pytest
+from test_updates import RULE_KWARGS
 
 import synkhronos as synk
 from synkhronos.extensions import updates
@@ -18,29 +19,7 @@ from synkhronos.extensions.lasagne import updates as lasagne_updates
 
 MODE = "FAST_COMPILE"  # passed through **kwargs to pytensor.function, as the original allows
 ROWS = 7  # 2 ranks: 4 and 3 rows
-HYPER = {
-    "sgd": {"learning_rate": 0.05},
-    "momentum": {"learning_rate": 0.05, "momentum": 0.8},
-    "nesterov_momentum": {"learning_rate": 0.05, "momentum": 0.7},
-    "adagrad": {"learning_rate": 0.2, "epsilon": 1e-5},
-    "rmsprop": {"learning_rate": 0.02, "rho": 0.8, "epsilon": 1e-5},
-    "adadelta": {"learning_rate": 0.5, "rho": 0.9, "epsilon": 1e-5},
-    "adam": {"learning_rate": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7},
-    "adamax": {"learning_rate": 0.03, "beta1": 0.85, "beta2": 0.98, "epsilon": 1e-7},
-}
-# The original's signatures (astooke/Synkhronos, synkhronos/extensions/updates.py).
-ORIGINAL_DEFAULTS = {
-    "sgd": {},
-    "momentum": {"momentum": 0.9},
-    "nesterov_momentum": {"momentum": 0.9},
-    "adagrad": {"learning_rate": 1.0, "epsilon": 1e-6},
-    "rmsprop": {"learning_rate": 1.0, "rho": 0.9, "epsilon": 1e-6},
-    "adadelta": {"learning_rate": 1.0, "rho": 0.95, "epsilon": 1e-6},
-    "adam": {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
-    "adamax": {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
-}
-
-
+HYPER = RULE_KWARGS  # non-default hyperparameters of every rule
 def model(seed=1):
     """y_hat = x @ W + b; loss: mean over rows of the squared error."""
     rng = np.random.default_rng(seed)
@@ -103,12 +82,14 @@ def test_rules_return_three_parts(ranks, batches, rule, op):
 
 
 def test_rule_signatures_as_original():
-    for name, want in ORIGINAL_DEFAULTS.items():
+    """(loss, params, hyperparameters): the original's are Lasagne's, names and defaults
+    (tests/test_updates.py pins Lasagne's)."""
+    for name in HYPER:
         params = inspect.signature(getattr(updates, name)).parameters
+        lasagne_params = inspect.signature(getattr(lasagne_updates, name)).parameters
         assert list(params)[:2] == ["loss", "params"], name
-        got = {k: p.default for k, p in params.items()
-               if p.default is not inspect.Parameter.empty and p.kind != p.KEYWORD_ONLY}
-        assert got == want, name
+        positional = [(k, p.default) for k, p in params.items() if p.kind != p.KEYWORD_ONLY]
+        assert positional[2:] == [(k, p.default) for k, p in lasagne_params.items()][2:], name
 
 
 def test_grad_shared_is_flat_gradient_with_batch_index_list(ranks, batches):

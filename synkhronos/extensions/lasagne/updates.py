@@ -220,19 +220,7 @@ def apply_nesterov_momentum(updates: Updates, params: Sequence[SharedVariable] |
         velocity = x
         param = momentum * x + updates[param]
 
-    Parameters
-    ----------
-    updates : OrderedDict
-        Updates to modify, e.g. from :func:`sgd`.
-    params : list of SharedVariable, optional
-        The parameters to add momentum to; default all keys of ``updates``.
-    momentum : float or symbolic scalar
-        The amount of momentum to apply.
-
-    Returns
-    -------
-    OrderedDict
-        A copy of ``updates`` with momentum added and the velocities' updates.
+    Parameters and result as for :func:`apply_momentum`.
     """
     return _apply_momentum(updates, params, momentum, nesterov=True)
 
@@ -310,14 +298,10 @@ def rmsprop(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
 
     Parameters
     ----------
-    loss_or_grads, params
-        As for :func:`sgd`.
-    learning_rate : float or symbolic scalar
-        The step size.
+    loss_or_grads, params, learning_rate, epsilon
+        As for :func:`adagrad`.
     rho : float or symbolic scalar
         Decay rate of the moving average.
-    epsilon : float or symbolic scalar
-        Small value added for numerical stability.
 
     Returns
     -------
@@ -341,14 +325,10 @@ def adadelta(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
 
     Parameters
     ----------
-    loss_or_grads, params
-        As for :func:`sgd`.
-    learning_rate : float or symbolic scalar
-        The step size.
+    loss_or_grads, params, learning_rate, epsilon
+        As for :func:`adagrad`.
     rho : float or symbolic scalar
         Decay rate of both moving averages.
-    epsilon : float or symbolic scalar
-        Small value added for numerical stability.
 
     Returns
     -------
