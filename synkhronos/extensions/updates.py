@@ -34,6 +34,12 @@ Synkhronos, is exact only for even splits). Other ops (max, min, prod) are
 meaningless here. Every rank must have at least one row (a rank with none
 would not run phase one and keep its previous value).
 
+Phase one *overwrites* ``grad_shared``, as in the original. A call with
+``num_slices > 1`` runs a function's updates once per slice, one after the
+other, so only the last slice's gradient would remain: for sliced calls use
+:func:`two_phase` (or :func:`synkhronos.extensions.train.make_step_function`),
+whose phase one accumulates.
+
 ``n_rows`` (keyword) is the number of rows behind ``loss`` on a rank. By
 default it is the length of the first non-shared input of ``loss`` (the rows
 :func:`synkhronos.function` scatters); pass it when that input is not a
