@@ -3,11 +3,11 @@
 A training step is: gradient function, all-reduce of the gradients, update function
 (see :mod:`synkhronos.extensions.updates`). Three ways to reduce the gradients:
 
-* ``flat``: one ``synk.all_reduce`` of the flat gradient vector (``two_phase``);
-* ``per_tensor_calls``: one ``synk.all_reduce`` call per parameter tensor;
+* ``flat``: one ``synk.all_reduce`` of the flat gradient vector (``updates.sgd``);
+* ``per_tensor_calls``: one ``synk.all_reduce`` call per parameter tensor (``sgd_nonflat``);
 * ``per_tensor_list``: one ``synk.all_reduce`` call given the list of all tensors.
 
-Also timed: ``train``, the step of ``make_train_function`` (flat, row-weighted).
+Also timed: ``train``, the step of ``make_step_function`` (flat, row-weighted, SGD).
 Prints a table and writes ``bench/out/flat_allreduce.json``.
 
 Usage: ``python bench/bench_flat_allreduce.py [--ranks 2] [--layers 25] [--width 32]``
@@ -29,7 +29,8 @@ import pytensor.tensor as pt
 
 import synkhronos as synk
 from synkhronos.extensions import updates as U
-from synkhronos.extensions.train import make_train_function
+from synkhronos.extensions.lasagne import updates as lasagne_updates
+from synkhronos.extensions.train import make_step_function
 
 
 def build_mlp(layers: int, width: int, seed: int = 0):
@@ -74,28 +75,28 @@ def main() -> None:
     x_data = synk.data(rng.normal(size=(args.batch, args.width)))
     y_data = synk.data(rng.normal(size=(args.batch, args.width)))
 
-    def two_phase_step(builder):
+    def two_phase_step(rule):
         params, inputs, loss = build_mlp(args.layers, args.width)
-        tp = builder(U.momentum, loss, params, learning_rate=0.01)
-        grad_fn = synk.function(inputs, loss, updates=tp.grad_updates)
-        update_fn = synk.function(updates=tp.param_updates)
-        return params, tp, grad_fn, update_fn
+        grad_updates, param_updates, grad_shared = rule(loss, params, learning_rate=0.01)
+        grad_fn = synk.function(inputs, loss, updates=grad_updates)
+        update_fn = synk.function(updates=param_updates)
+        return params, grad_shared, grad_fn, update_fn
 
-    params, flat, flat_grad_fn, flat_update_fn = two_phase_step(U.two_phase)
+    params, flat_grad, flat_grad_fn, flat_update_fn = two_phase_step(U.sgd)
     n_tensors = len(params)
-    _, per, per_grad_fn, per_update_fn = two_phase_step(U.two_phase_per_tensor)
+    _, per_grads, per_grad_fn, per_update_fn = two_phase_step(U.sgd_nonflat)
     params, inputs, loss = build_mlp(args.layers, args.width)
-    train = make_train_function(loss, params, inputs, U.momentum, learning_rate=0.01)
+    train = make_step_function(loss, params, inputs, lasagne_updates.sgd, learning_rate=0.01)
 
     def reduce_flat():
-        synk.all_reduce(flat.flat_grad, op="avg")
+        synk.all_reduce(flat_grad, op="avg")
 
     def reduce_calls():
-        for g in per.grads:
+        for g in per_grads:
             synk.all_reduce(g, op="avg")
 
     def reduce_list():
-        synk.all_reduce(per.grad_vars, op="avg")
+        synk.all_reduce(per_grads, op="avg")
 
     def step(grad_fn, reduce, update_fn):
         def run():

@@ -86,13 +86,13 @@ def main() -> None:
         n_rows = args.batch_size * 8
         xs = rng.random((n_rows, 784)).astype(x.dtype)
         ys = rng.integers(0, 10, n_rows).astype("int32")
-        step = updates.two_phase(updates.sgd, loss, params, learning_rate=0.01)
-        grad_fn = synk.function([x, y], loss, updates=step.grad_updates)
-        apply_fn = synk.function([], updates=step.param_updates)
+        grad_updates, param_updates, grad_shared = updates.sgd(loss, params, learning_rate=0.01)
+        grad_fn = synk.function([x, y], loss, updates=grad_updates)
+        apply_fn = synk.function([], updates=param_updates)
         xd, yd = synk.data(xs), synk.data(ys)
         xsh = pytensor.shared(xs, name="x_all")
         ysh = pytensor.shared(ys, name="y_all")
-        grad_s = synk.function([], loss, updates=step.grad_updates,
+        grad_s = synk.function([], loss, updates=grad_updates,
                                givens=[(x, xsh), (y, ysh)], sliceable_shareds=[xsh, ysh])
 
         steps = iter(range(10**9))
@@ -100,13 +100,13 @@ def main() -> None:
         def train_data():
             lo = (next(steps) % 8) * args.batch_size
             grad_fn(xd, yd, batch=slice(lo, lo + args.batch_size))
-            synk.all_reduce(step.flat_grad, op="avg")
+            synk.all_reduce(grad_shared, op="avg")
             apply_fn()
 
         def train_shared():
             lo = (next(steps) % 8) * (args.batch_size // n)
             grad_s(batch_s=slice(lo, lo + args.batch_size // n))
-            synk.all_reduce(step.flat_grad, op="avg")
+            synk.all_reduce(grad_shared, op="avg")
             apply_fn()
 
         synk.scatter([xsh, ysh], [xs, ys])

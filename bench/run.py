@@ -51,12 +51,13 @@ def data(n: int, seed: int = 0):
 
 def synk_throughput(n_ranks: int, batch: int, steps: int) -> float:
     import synkhronos as synk
-    from synkhronos.extensions import train, updates
+    from synkhronos.extensions import train
+    from synkhronos.extensions.lasagne import updates
 
     synk.fork(n_ranks, backend="cpu")
     try:
         x, y, loss, params = mlp()
-        step = train.make_train_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
+        step = train.make_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
         xs, ys = data(batch * 8)
         xd, yd = synk.data(xs), synk.data(ys)
         batches = iter(range(10**9))
@@ -75,11 +76,12 @@ def pytensor_throughput(batch: int, steps: int, threads: int) -> float:
     """Plain single-process PyTensor, its BLAS limited to ``threads`` threads."""
     from threadpoolctl import threadpool_limits
 
-    from synkhronos.extensions import train, updates
+    from synkhronos.extensions import train
+    from synkhronos.extensions.lasagne import updates
 
     x, y, loss, params = mlp()
-    step = train.make_pytensor_train_function(loss, params, [x, y], updates.sgd,
-                                              learning_rate=0.01)
+    step = train.make_pytensor_step_function(loss, params, [x, y], updates.sgd,
+                                             learning_rate=0.01)
     xs, ys = data(batch)
     with threadpool_limits(limits=threads):
         step(xs, ys)

@@ -38,8 +38,9 @@ import synkhronos as synk
 from synkhronos.extensions import updates
 from synkhronos.extensions.lasagne import init, objectives
 from synkhronos.extensions.lasagne import layers as L
+from synkhronos.extensions.lasagne import updates as lasagne_updates
 from synkhronos.extensions.lasagne.nonlinearities import rectify, softmax
-from synkhronos.extensions.train import make_train_function
+from synkhronos.extensions.train import make_step_function, make_train_function
 
 EVAL_ROWS_PER_SLICE = 500  # bounds each rank's activation memory during evaluation
 
@@ -102,9 +103,8 @@ def data_mode(
     """``--data-mode data``: minibatches are row indices into shared-memory ``Data``."""
     loss, _ = loss_and_accuracy(L.get_output(net), y)
     params = L.get_all_params(net, trainable=True)
-    train = make_train_function(
-        loss, params, [x, y], updates.adam, learning_rate=args.learning_rate
-    )
+    # The original Synkhronos' helper: x, y and a three-part rule; train(x, y, batch=rows).
+    train = make_train_function(loss, params, x, y, updates.adam, learning_rate=args.learning_rate)
     x_data, y_data = synk.data(x_train, name="x_train"), synk.data(y_train, name="y_train")
 
     def batches(rng: np.random.Generator) -> list[np.ndarray]:
@@ -131,8 +131,8 @@ def shared_mode(
     # selected rows of each rank's own copy.
     loss, _ = loss_and_accuracy(L.get_output(net, x_s), y_s)
     params = L.get_all_params(net, trainable=True)
-    train = make_train_function(loss, params, [], updates.adam, sliceable_shareds=[x_s, y_s],
-                                learning_rate=args.learning_rate)
+    train = make_step_function(loss, params, [], lasagne_updates.adam,
+                               sliceable_shareds=[x_s, y_s], learning_rate=args.learning_rate)
     synk.scatter([x_s, y_s], [x_train, y_train])
     part_lengths = synk.get_lengths(x_s)
     # Each rank contributes its share of the global batch size, drawn from its own part.

@@ -17,11 +17,10 @@ import pytensor
 import pytensor.tensor as pt
 
 import synkhronos as synk
-from synkhronos.extensions import updates
 from synkhronos.extensions.lasagne import layers as L
-from synkhronos.extensions.lasagne import objectives
+from synkhronos.extensions.lasagne import objectives, updates
 from synkhronos.extensions.models import resnet50
-from synkhronos.extensions.train import make_train_function
+from synkhronos.extensions.train import make_step_function
 
 N_CLASSES = 1000
 IMAGE_SHAPE = (3, 224, 224)
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     params = L.get_all_params(net, trainable=True)
     n_params = sum(p.get_value(borrow=True).size for p in params)
     mode = compile_mode(args.mode)
-    train = make_train_function(
+    train = make_step_function(
         loss, params, [x, y], updates.momentum, learning_rate=0.01, momentum=0.9, mode=mode
     )
     start = time.perf_counter()

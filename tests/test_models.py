@@ -9,8 +9,7 @@ import pytensor
 import pytest
 
 import synkhronos as synk
-from synkhronos.extensions import updates
-from synkhronos.extensions.lasagne import init, objectives
+from synkhronos.extensions.lasagne import init, objectives, updates
 from synkhronos.extensions.lasagne.layers import (
     BatchNormLayer,
     Conv2DLayer,
@@ -24,7 +23,7 @@ from synkhronos.extensions.lasagne.layers import (
 )
 from synkhronos.extensions.lasagne.nonlinearities import softmax
 from synkhronos.extensions.models import resnet50
-from synkhronos.extensions.train import make_pytensor_train_function, make_train_function
+from synkhronos.extensions.train import make_pytensor_step_function, make_step_function
 
 RESNET50_PARAMS = 25_557_032  # torchvision / Keras ResNet-50 v1 trainable parameters
 
@@ -84,12 +83,12 @@ def build_training(seed: int):
 def test_cnn_trained_with_synk_matches_single_process(ranks):
     net, x, t, loss = build_training(seed=3)
     params = get_all_params(net, trainable=True)
-    train = make_train_function(
+    train = make_step_function(
         loss, params, [x, t], updates.momentum, learning_rate=0.1, mode="FAST_COMPILE"
     )
     ref_net, ref_x, ref_t, ref_loss = build_training(seed=3)
     ref_params = get_all_params(ref_net, trainable=True)
-    ref_train = make_pytensor_train_function(
+    ref_train = make_pytensor_step_function(
         ref_loss,
         ref_params,
         [ref_x, ref_t],

@@ -14,6 +14,7 @@ from test_updates import RULE_KWARGS, RULES, assert_traj_close, build_model, np_
 import synkhronos as synk
 from synkhronos.extensions import train as T
 from synkhronos.extensions import updates as U
+from synkhronos.extensions.lasagne import updates as L
 
 # One fork per rank count (the conftest's module-scoped `ranks` fixture).
 pytestmark = pytest.mark.parametrize("ranks", [2, 3], indirect=True)
@@ -48,10 +49,10 @@ def runs(ranks):
     built = {}
     for rule in RULES:
         params, inputs, loss = build_model()
-        train = T.make_train_function(loss, params, inputs, getattr(U, rule), mode=MODE,
+        train = T.make_step_function(loss, params, inputs, getattr(L, rule), mode=MODE,
                                       name=rule, **RULE_KWARGS[rule])
         ref_params, ref_inputs, ref_loss = build_model()
-        ref = T.make_pytensor_train_function(ref_loss, ref_params, ref_inputs, getattr(U, rule),
+        ref = T.make_pytensor_step_function(ref_loss, ref_params, ref_inputs, getattr(L, rule),
                                              mode=MODE, **RULE_KWARGS[rule])
         built[rule] = (params, train, ref_params, ref)
     out = {}
@@ -95,7 +96,7 @@ def test_state_bitwise_identical_on_ranks(runs, ranks, rule):
 
 def test_flat_grad_is_whole_batch_grad(ranks):
     params, inputs, loss = build_model()
-    train = T.make_train_function(loss, params, inputs, U.sgd, 0.1, mode=MODE)
+    train = T.make_step_function(loss, params, inputs, L.sgd, 0.1, mode=MODE)
     xs, ys = step_data(1)
     x, y = synk.data(xs[0]), synk.data(ys[0])
     train.grad_function(x, y, batch=11, num_slices=2)
@@ -119,7 +120,7 @@ def test_one_all_reduce_per_step(ranks, monkeypatch):
     x = pt.matrix("x")
     # (A Python sum of 50 terms would be one 50-input add, which FAST_COMPILE cannot run.)
     loss = pt.mean(pt.sum(x, axis=1) * pt.sum(U.flatten_vars(params) ** 2))
-    train = T.make_train_function(loss, params, [x], U.momentum, 0.01, mode=MODE)
+    train = T.make_step_function(loss, params, [x], L.momentum, 0.01, mode=MODE)
     calls = []
     real = synk.all_reduce
     monkeypatch.setattr(synk, "all_reduce", lambda *a, **k: (calls.append(a), real(*a, **k)))
@@ -133,7 +134,7 @@ def test_default_mode(ranks):
     if ranks != 2:
         pytest.skip("the default mode's compile cost is paid once, on 2 ranks")
     params, inputs, loss = build_model("float32")
-    train = T.make_train_function(loss, params, inputs, U.adam, **RULE_KWARGS["adam"])
+    train = T.make_step_function(loss, params, inputs, L.adam, **RULE_KWARGS["adam"])
     xs, ys = step_data(4)
     for k in range(4):
         batch, num_slices = step_args(k)
@@ -153,9 +154,9 @@ def test_mixed_dtypes_raise(ranks):
     b = pytensor.shared(np.ones(2), name="b")
     x = pt.matrix("x")
     with pytest.raises(TypeError, match="one dtype"):
-        T.make_train_function(pt.mean(x @ b) + pt.sum(a), [a, b], [x], U.sgd, 0.1)
+        T.make_step_function(pt.mean(x @ b) + pt.sum(a), [a, b], [x], L.sgd, 0.1)
     with pytest.raises(ValueError, match="scattered input or sliceable"):
-        T.make_train_function(pt.sum(b), [b], [], U.sgd, 0.1)
+        T.make_step_function(pt.sum(b), [b], [], L.sgd, 0.1)
 
 
 def test_data_in_sliceable_shareds_with_batch_s(ranks):
@@ -166,11 +167,11 @@ def test_data_in_sliceable_shareds_with_batch_s(ranks):
     params, (x, y), loss = build_model()
     x_s = pytensor.shared(np.zeros((1, 3)), name="x_rows")
     y_s = pytensor.shared(np.zeros((1, 2)), name="y_rows")
-    train = T.make_train_function(clone_replace(loss, {x: x_s, y: y_s}), params, [],
-                                  U.adam, mode=MODE, sliceable_shareds=[x_s, y_s],
+    train = T.make_step_function(clone_replace(loss, {x: x_s, y: y_s}), params, [],
+                                  L.adam, mode=MODE, sliceable_shareds=[x_s, y_s],
                                   **RULE_KWARGS["adam"])
     ref_params, ref_inputs, ref_loss = build_model()
-    ref = T.make_pytensor_train_function(ref_loss, ref_params, ref_inputs, U.adam, mode=MODE,
+    ref = T.make_pytensor_step_function(ref_loss, ref_params, ref_inputs, L.adam, mode=MODE,
                                          **RULE_KWARGS["adam"])
     for k in range(4):
         synk.scatter([x_s, y_s], [xs[k], ys[k]])
@@ -183,3 +184,55 @@ def test_data_in_sliceable_shareds_with_batch_s(ranks):
         np.testing.assert_allclose(got, want, rtol=1e-10)
     for p, r in zip(params, ref_params, strict=True):
         np.testing.assert_allclose(p.get_value(), r.get_value(), rtol=1e-10)
+
+
+def bn_model():
+    """Batch norm on the inputs, then a dense layer: the running averages depend on x only."""
+    from synkhronos.extensions.lasagne import layers
+
+    x, y = pt.matrix("x"), pt.vector("y")
+    bn = layers.BatchNormLayer(layers.InputLayer((None, 3), x), alpha=0.5)
+    out = layers.DenseLayer(bn, 1, nonlinearity=None)
+    loss = pt.mean((layers.get_output(out).flatten() - y) ** 2)
+    return bn, layers.get_all_params(out, trainable=True), x, y, loss
+
+
+@pytest.mark.parametrize("form", ["original", "step"])
+def test_batch_norm_state_identical_on_ranks(ranks, form):
+    """Running mean/inv_std: averaged over ranks, equal on all; with equal rows the mean
+    is the single-process one."""
+    if ranks != 2:
+        pytest.skip("one rank count suffices")
+    rng = np.random.default_rng(9)
+    # Rank 1's rows are shifted, so per-rank statistics differ unless averaged.
+    xs = rng.normal(size=(3, 8, 3)) + np.repeat([0.0, 3.0], 4)[None, :, None]
+    ys = rng.normal(size=(3, 8))
+    bn, params, x, y, loss = bn_model()
+    if form == "original":
+        train = T.make_train_function(loss, params, x, y, U.sgd, learning_rate=0.01)
+        state = T.running_state(loss)
+    else:
+        train = T.make_step_function(loss, params, [x, y], L.sgd, 0.01, mode=MODE)
+        state = train.state
+    assert len(state) == 2
+    ref_bn, ref_params, ref_x, ref_y, ref_loss = bn_model()
+    ref = pytensor.function([ref_x, ref_y], ref_loss, updates=L.sgd(ref_loss, ref_params, 0.01),
+                            mode=MODE)
+    for k in range(3):
+        train(xs[k], ys[k])
+        ref(xs[k], ys[k])
+    for stacked in synk.gather(state, nd_up=1):
+        np.testing.assert_array_equal(stacked[1], stacked[0])
+    # The state variables are clones sharing the layer's storage; find which is which.
+    by_storage = dict(zip((id(v.container) for v in state),
+                          (s[0] for s in synk.gather(state, nd_up=1)), strict=True))
+    mean, inv_std = by_storage[id(bn.mean.container)], by_storage[id(bn.inv_std.container)]
+    np.testing.assert_array_equal(bn.mean.get_value(), mean)
+    np.testing.assert_allclose(mean, ref_bn.mean.get_value(), rtol=1e-12)
+    # The inverse std is the average of the ranks' (not the whole batch's).
+    want = np.ones(3)
+    for k in range(3):
+        halves = (xs[k][:4], xs[k][4:])
+        want = 0.5 * want + 0.5 * np.mean([1 / np.sqrt(h.var(axis=0) + 1e-4) for h in halves],
+                                          axis=0)
+    np.testing.assert_allclose(inv_std, want, rtol=1e-12)

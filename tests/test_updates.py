@@ -1,4 +1,4 @@
-"""Single-process tests of synkhronos.extensions.updates.
+"""Single-process tests of synkhronos.extensions.updates and extensions.lasagne.updates.
 
 The numpy references below implement the published formulas independently of
 the PyTensor code; tests/test_train.py reuses them for the multi-rank runs.
@@ -13,6 +13,7 @@ import pytensor.tensor as pt
 import pytest
 
 from synkhronos.extensions import updates as U
+from synkhronos.extensions.lasagne import updates as L
 
 # Numba (the default mode) compiles each graph for seconds; the arithmetic under
 # test is the same in FAST_COMPILE. test_default_mode_float32 covers the default mode.
@@ -105,8 +106,9 @@ def np_adadelta(learning_rate=1.0, rho=0.95, epsilon=1e-6):
     return step
 
 
-def np_adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
-    m, v, t = {}, {}, [0]
+def np_adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, amsgrad=False):
+    """Adam; with ``amsgrad`` the step uses the running maximum of ``v``."""
+    m, v, v_max, t = {}, {}, {}, [0]
 
     def step(ps, gs):
         t[0] += 1
@@ -115,7 +117,8 @@ def np_adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
         for i, (p, g) in enumerate(zip(ps, gs, strict=True)):
             m[i] = beta1 * m.get(i, 0.0) + (1 - beta1) * g
             v[i] = beta2 * v.get(i, 0.0) + (1 - beta2) * g ** 2
-            out.append(p - a_t * m[i] / (np.sqrt(v[i]) + epsilon))
+            v_max[i] = np.maximum(v_max.get(i, 0.0), v[i]) if amsgrad else v[i]
+            out.append(p - a_t * m[i] / (np.sqrt(v_max[i]) + epsilon))
         return out
     return step
 
@@ -135,7 +138,13 @@ def np_adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8):
     return step
 
 
-NP_RULES = {name: globals()[f"np_{name}"] for name in RULES}
+np_amsgrad = partial(np_adam, amsgrad=True)
+
+
+# Lasagne's one-phase rules: the two-phase ones plus amsgrad (Lasagne master).
+ONE_PHASE_KWARGS = {**RULE_KWARGS, "amsgrad": {"learning_rate": 0.02, "beta1": 0.8,
+                                               "beta2": 0.99, "epsilon": 1e-7}}
+NP_RULES = {name: globals()[f"np_{name}"] for name in ONE_PHASE_KWARGS}
 
 
 # --- the model: y_hat = s * (x @ W) + b, loss = mean over samples of squared error ---
@@ -193,25 +202,35 @@ def assert_traj_close(got, want, rtol=1e-9, atol=1e-12):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"step {step}")
 
 
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("rule", list(ONE_PHASE_KWARGS))
 def test_one_phase_matches_numpy(rule, data):
     params, inputs, loss = build_model()
-    f = compile_fn(inputs, loss, updates=getattr(U, rule)(loss, params,
-                                                                 **RULE_KWARGS[rule]))
+    f = compile_fn(inputs, loss, updates=getattr(L, rule)(loss, params,
+                                                          **ONE_PHASE_KWARGS[rule]))
     traj = []
     for x, y in zip(*data, strict=True):
         f(x, y)
         traj.append([p.get_value() for p in params])
-    assert_traj_close(traj, np_trajectory(rule, RULE_KWARGS[rule], *data))
+    assert_traj_close(traj, np_trajectory(rule, ONE_PHASE_KWARGS[rule], *data))
 
 
-@pytest.mark.parametrize("builder", [U.two_phase, U.two_phase_per_tensor])
+def two_phase_parts(form, rule, loss, params, **kwargs):
+    """``(grad_updates, param_updates)`` of the three-part rule or of ``two_phase``."""
+    if form == "three_part":
+        grad_updates, param_updates, _ = getattr(U, rule)(loss, params, **kwargs)
+        return grad_updates, param_updates
+    tp = U.two_phase(getattr(L, rule), loss, params, **kwargs)
+    return tp.grad_updates, tp.param_updates
+
+
+@pytest.mark.parametrize("form", ["three_part", "two_phase"])
 @pytest.mark.parametrize("rule", RULES)
-def test_two_phase_matches_numpy(rule, builder, data):
+def test_two_phase_matches_numpy(rule, form, data):
     params, inputs, loss = build_model()
-    tp = builder(getattr(U, rule), loss, params, **RULE_KWARGS[rule])
-    grad_step = compile_fn(inputs, loss, updates=tp.grad_updates)
-    apply_step = compile_fn([], [], updates=tp.param_updates)
+    grad_updates, param_updates = two_phase_parts(form, rule, loss, params,
+                                                  **RULE_KWARGS[rule])
+    grad_step = compile_fn(inputs, loss, updates=grad_updates)
+    apply_step = compile_fn([], [], updates=param_updates)
     traj = []
     for x, y in zip(*data, strict=True):
         grad_step(x, y)
@@ -222,24 +241,41 @@ def test_two_phase_matches_numpy(rule, builder, data):
 
 def test_flat_grad_is_concatenated_grad(data):
     params, inputs, loss = build_model()
-    tp = U.two_phase(U.sgd, loss, params, learning_rate=0.1)
-    assert tp.grad_vars == [tp.flat_grad]
-    assert tp.flat_grad.get_value().shape == (U.vars_flat_size(params),) == (9,)
-    grad_step = compile_fn(inputs, [], updates=tp.grad_updates)
-    plain = compile_fn(inputs, pytensor.grad(loss, params))
     x, y = data[0][0], data[1][0]
-    grad_step(x, y)
-    want = np.concatenate([g.ravel() for g in plain(x, y)])
-    np.testing.assert_array_equal(tp.flat_grad.get_value(), want)
-    np.testing.assert_allclose(want, np.concatenate(
-        [g.ravel() for g in np_grads(init_params(), x, y)]), rtol=1e-12)
+    want = np.concatenate([g.ravel() for g in np_grads(init_params(), x, y)])
+    # The original layout: the plain gradient, and views of the shared vector.
+    grad_shared, flat_grad, unflat = U.flat_unflat_grads(loss, params)
+    assert grad_shared.get_value().shape == (U.vars_flat_size(params),) == (9,)
+    compile_fn(inputs, [], updates=[(grad_shared, flat_grad)])(x, y)
+    np.testing.assert_allclose(grad_shared.get_value(), want, rtol=1e-12)
+    for piece, p in zip(compile_fn([], unflat)(), params, strict=True):
+        assert piece.shape == p.get_value().shape
+    # The rules' layout: rows * gradient, then the rows.
+    grad_updates, _, grad_shared = U.sgd(loss, params, learning_rate=0.1)
+    compile_fn(inputs, [], updates=grad_updates)(x, y)
+    flat = grad_shared.get_value()
+    assert flat[-1] == BATCH
+    np.testing.assert_allclose(flat[:-1], BATCH * want, rtol=1e-12)
+
+
+def test_n_rows_default_and_explicit(data):
+    params, (x, y), loss = build_model()
+    x_val, y_val = data[0][0], data[1][0]
+    assert U.loss_rows(loss).eval({x: x_val, y: y_val}, on_unused_input="ignore") == BATCH
+    for n_rows, want in [(None, BATCH), (5, 5), (y.shape[0], BATCH), (1, 1)]:
+        grad_updates, _, grad_shared = U.adam(loss, params, n_rows=n_rows)
+        compile_fn([x, y], [], updates=grad_updates)(x_val, y_val)
+        assert grad_shared.get_value()[-1] == want
+    # No non-shared input (data in shared variables): one row, the original's average.
+    x_s = pytensor.shared(x_val)
+    assert U.loss_rows(pt.sum(x_s)).eval() == 1
 
 
 @pytest.mark.parametrize("rule", ["nesterov_momentum", "adam"])
 def test_two_phase_n_rows_accumulates(rule, data):
     """With n_rows, uneven chunks (as ranks or slices) add up to the whole-batch step."""
     params, inputs, loss = build_model()
-    tp = U.two_phase(getattr(U, rule), loss, params, n_rows=inputs[0].shape[0],
+    tp = U.two_phase(getattr(L, rule), loss, params, n_rows=inputs[0].shape[0],
                      **RULE_KWARGS[rule])
     assert tp.flat_grad.get_value().shape == (U.vars_flat_size(params) + 1,)
     grad_step = compile_fn(inputs, loss, updates=tp.grad_updates)
@@ -276,18 +312,20 @@ def test_flatten_unflatten_roundtrip():
 def test_float32_stays_float32():
     params, inputs, loss = build_model("float32")
     for rule in RULES:
-        tp = U.two_phase(getattr(U, rule), loss, params, **RULE_KWARGS[rule])
-        assert tp.flat_grad.dtype == "float32"
-        for var, new in tp.param_updates.items():
+        tp = U.two_phase(getattr(L, rule), loss, params, **RULE_KWARGS[rule])
+        grad_updates, param_updates, grad_shared = getattr(U, rule)(loss, params,
+                                                                    **RULE_KWARGS[rule])
+        assert tp.flat_grad.dtype == grad_shared.dtype == "float32"
+        for var, new in [*tp.param_updates.items(), *grad_updates, *param_updates]:
             assert new.dtype == var.dtype == "float32", (rule, var)
 
 
 def test_default_mode_float32(data):
     """Adam's two phases compile in the default (Numba) mode and track numpy in float32."""
     params, inputs, loss = build_model("float32")
-    tp = U.two_phase(U.adam, loss, params, **RULE_KWARGS["adam"])
-    grad_step = pytensor.function(inputs, loss, updates=tp.grad_updates)
-    apply_step = pytensor.function([], [], updates=tp.param_updates)
+    grad_updates, param_updates, _ = U.adam(loss, params, **RULE_KWARGS["adam"])
+    grad_step = pytensor.function(inputs, loss, updates=grad_updates)
+    apply_step = pytensor.function([], [], updates=param_updates)
     xs, ys = (d[:5] for d in data)
     traj = []
     for x, y in zip(xs, ys, strict=True):
@@ -303,11 +341,11 @@ def test_broadcastable_param():
     b = pytensor.shared(np.ones((1, 3)), shape=(1, 3), name="b")
     x = pt.matrix("x")
     loss = pt.mean(pt.square(x + b))
-    tp = U.two_phase(U.momentum, loss, [b], learning_rate=0.1)
-    velocity = next(v for v in tp.param_updates if v is not b)
+    grad_updates, param_updates, _ = U.momentum(loss, [b], learning_rate=0.1)
+    velocity = next(v for v, _ in param_updates if v is not b)
     assert velocity.type.shape == (1, 3)
-    grad_step = compile_fn([x], [], updates=tp.grad_updates)
-    apply_step = compile_fn([], [], updates=tp.param_updates)
+    grad_step = compile_fn([x], [], updates=grad_updates)
+    apply_step = compile_fn([], [], updates=param_updates)
     grad_step(np.zeros((2, 3)))
     apply_step()
     # d/db of the mean over 2x3 elements of b**2 is 2 * 2 * b / 6.
@@ -319,18 +357,18 @@ def test_mixed_dtypes_raise():
     c = pytensor.shared(np.ones(2, dtype="float64"), name="c")
     loss = pt.sum(a) + pt.sum(c)
     with pytest.raises(TypeError, match="one dtype"):
-        U.two_phase(U.sgd, loss, [a, c], learning_rate=0.1)
+        U.sgd(loss, [a, c], learning_rate=0.1)
     with pytest.raises(TypeError, match="one dtype"):
         U.flatten_vars([a, c])
     with pytest.raises(TypeError, match="one dtype"):
-        U.adam(loss, [a, c])
+        L.adam(loss, [a, c])
     with pytest.raises(TypeError, match="one dtype"):
-        U.total_norm_constraint([a, c], 1.0)
+        L.total_norm_constraint([a, c], 1.0)
     # Per-parameter rules keep each parameter in its own dtype.
-    updates = U.rmsprop(loss, [a, c])
+    updates = L.rmsprop(loss, [a, c])
     assert [updates[a].dtype, updates[c].dtype] == ["float32", "float64"]
-    per_tensor = U.two_phase_per_tensor(U.sgd, loss, [a, c], learning_rate=0.1)
-    assert [g.dtype for g in per_tensor.grads] == ["float32", "float64"]
+    _, _, grads_shared = U.sgd_nonflat(loss, [a, c], learning_rate=0.1)
+    assert [g.dtype for g in grads_shared] == ["float32", "float64"]
 
 
 def test_lasagne_signatures():
@@ -343,38 +381,41 @@ def test_lasagne_signatures():
         "adadelta": {"learning_rate": 1.0, "rho": 0.95, "epsilon": 1e-6},
         "adam": {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
         "adamax": {"learning_rate": 0.002, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
+        "amsgrad": {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
+        "get_or_compute_grads": {},
         "apply_momentum": {"params": None, "momentum": 0.9},
         "apply_nesterov_momentum": {"params": None, "momentum": 0.9},
         "norm_constraint": {"norm_axes": None, "epsilon": 1e-7},
         "total_norm_constraint": {"epsilon": 1e-7, "return_norm": False},
     }
     for name, want in defaults.items():
-        sig = inspect.signature(getattr(U, name))
+        sig = inspect.signature(getattr(L, name))
         got = {k: p.default for k, p in sig.parameters.items()
                if p.default is not inspect.Parameter.empty}
         assert got == want, name
-    assert list(inspect.signature(U.sgd).parameters) == ["loss_or_grads", "params",
+    assert list(inspect.signature(L.sgd).parameters) == ["loss_or_grads", "params",
                                                          "learning_rate"]
+    assert sorted(L.__all__) == sorted(defaults)
 
 
 def test_grads_list_and_errors():
     w = pytensor.shared(np.ones(3), name="w")
     g = pt.vector("g")
-    updates = U.sgd([g], [w], 0.5)
+    updates = L.sgd([g], [w], 0.5)
     assert list(updates) == [w]
     compile_fn([g], [], updates=updates)(np.arange(3.0))
     np.testing.assert_allclose(w.get_value(), [1.0, 0.5, 0.0])
     with pytest.raises(ValueError, match="2 gradient expressions for 1 parameters"):
-        U.sgd([g, g], [w], 0.5)
+        L.sgd([g, g], [w], 0.5)
     with pytest.raises(ValueError, match="shared variables only"):
-        U.sgd(pt.sum(g), [g], 0.5)
+        L.sgd(pt.sum(g), [g], 0.5)
 
 
 def test_apply_momentum_subset():
     w = pytensor.shared(np.ones(2), name="w")
     v = pytensor.shared(np.ones(2), name="v")
     loss = pt.sum(w) + pt.sum(v)
-    updates = U.apply_momentum(U.sgd(loss, [w, v], 0.1), params=[w], momentum=0.5)
+    updates = L.apply_momentum(L.sgd(loss, [w, v], 0.1), params=[w], momentum=0.5)
     assert len(updates) == 3  # w, its velocity, and v untouched by momentum
     f = compile_fn([], [], updates=updates)
     f()
@@ -397,7 +438,7 @@ def np_norm_constraint(x, max_norm, axes, epsilon=1e-7):
 def test_norm_constraint(shape, norm_axes, np_axes):
     x_val = np.random.default_rng(3).normal(size=shape) * 3
     x = pt.tensor("x", shape=(None,) * len(shape))
-    out = compile_fn([x], U.norm_constraint(x, 2.0, norm_axes=norm_axes))(x_val)
+    out = compile_fn([x], L.norm_constraint(x, 2.0, norm_axes=norm_axes))(x_val)
     np.testing.assert_allclose(out, np_norm_constraint(x_val, 2.0, np_axes), rtol=1e-12)
     norms = np.sqrt(np.sum(out ** 2, axis=np_axes))
     assert np.all(norms <= 2.0 + 1e-9)
@@ -405,7 +446,7 @@ def test_norm_constraint(shape, norm_axes, np_axes):
 
 def test_norm_constraint_needs_axes_for_vectors():
     with pytest.raises(ValueError, match="norm_axes"):
-        U.norm_constraint(pt.vector("v"), 1.0)
+        L.norm_constraint(pt.vector("v"), 1.0)
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])
@@ -413,11 +454,11 @@ def test_total_norm_constraint(max_norm):
     rng = np.random.default_rng(4)
     vals = [rng.normal(size=(3, 2)), rng.normal(size=4)]
     xs = [pt.matrix("a"), pt.vector("b")]
-    scaled, norm = U.total_norm_constraint(xs, max_norm, return_norm=True)
+    scaled, norm = L.total_norm_constraint(xs, max_norm, return_norm=True)
     out = compile_fn(xs, [*scaled, norm])(*vals)
     want_norm = np.sqrt(sum(np.sum(v ** 2) for v in vals))
     np.testing.assert_allclose(out[-1], want_norm, rtol=1e-12)
     mult = np.clip(want_norm, 0, max_norm) / (1e-7 + want_norm)
     for got, v in zip(out[:-1], vals, strict=True):
         np.testing.assert_allclose(got, v * mult, rtol=1e-12)
-    assert len(U.total_norm_constraint(xs, max_norm)) == 2
+    assert len(L.total_norm_constraint(xs, max_norm)) == 2

@@ -1,32 +1,47 @@
 """Data-parallel training steps: gradient phase, one all-reduce, update phase.
 
-:func:`make_train_function` turns a loss and an update rule of
-:mod:`synkhronos.extensions.updates` into a callable training step::
+:func:`make_train_function` is the original Synkhronos' helper: from a loss and
+a three-part rule of :mod:`synkhronos.extensions.updates` it builds
+``train(x_data, y_data, batch=None)``::
 
-    train = make_train_function(loss, params, [x, y], adam, learning_rate=1e-3)
-    for x_batch, y_batch in batches:
-        loss_value = train(x_batch, y_batch)
+    train = make_train_function(loss, params, x, y, updates.adam, learning_rate=1e-3)
+    for batch in batches:                   # index lists, slices or ints
+        loss_value = train(x_data, y_data, batch=batch)
+
+:func:`make_step_function` is the richer form: any number of inputs, data in
+sliceable shared variables (``batch_s``), ``num_slices``, and a one-phase rule of
+:mod:`synkhronos.extensions.lasagne.updates`::
+
+    step = make_step_function(loss, params, [x, y], lasagne.updates.adam, learning_rate=1e-3)
+    loss_value = step(x_data, y_data, batch=batch, num_slices=2)
 
 A step runs three things on every rank:
 
 1. the gradient function: each rank computes, on its rows, the gradient of
-   ``loss`` times its row count, and adds it with the row count to one flat
-   shared vector (see :func:`~synkhronos.extensions.updates.two_phase` with
-   ``n_rows``); with ``num_slices > 1`` the slices accumulate into it;
-2. one ``synk.all_reduce(flat_grad, op="sum")``, whatever the number of
-   parameter tensors;
+   ``loss`` times its row count, and writes it with the row count into one flat
+   shared vector (with ``num_slices > 1`` the slices add up into it);
+2. one ``synk.all_reduce`` of that vector, whatever the number of parameter tensors;
 3. the update function: each rank divides by the total row count, which gives
    the mean gradient over the whole batch, and applies the rule.
 
 ``loss`` must be a mean over the rows of the scattered inputs. Because each
 rank's gradient is weighted by its rows, the trajectory equals the
-single-process one on the whole batch even when the rows split unevenly
-(``all_reduce(op="avg")`` of per-rank mean gradients would not). Every rank
-applies the same update to the same values, so parameters stay identical on
-all ranks without being communicated.
+single-process one on the whole batch even when the rows split unevenly. Every
+rank applies the same update to the same values, so parameters stay identical
+on all ranks without being communicated.
 
-:func:`make_pytensor_train_function` builds the same step as a plain
-single-process PyTensor function, for comparison.
+Running state: shared variables that the loss graph updates by itself (a
+``default_update``, e.g. the running mean and inverse standard deviation of
+:class:`~synkhronos.extensions.lasagne.layers.BatchNormLayer` in a training
+output) move on each rank with its own rows. After the gradient phase both
+forms average them over the ranks with a second, small ``synk.all_reduce``, so
+they too stay identical on all ranks. (An average of the ranks' running means
+equals the single-process one when the ranks have equal rows; the running
+inverse standard deviation is an average of the ranks' values, close to but not
+exactly the whole batch's.) Random-number states are left per rank.
+
+:func:`make_train_function_theano` and :func:`make_pytensor_step_function` build
+the same steps as plain single-process PyTensor functions, for comparison.
 """
 
 from __future__ import annotations
@@ -37,20 +52,133 @@ from typing import Any
 import numpy as np
 import pytensor
 from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
 import synkhronos as synk
 
-from .updates import TwoPhaseUpdates, Updates, two_phase
+from .updates import TwoPhaseUpdates, two_phase
 
-__all__ = ["TrainFunction", "PytensorTrainFunction", "make_train_function",
-           "make_pytensor_train_function"]
+__all__ = ["make_train_function", "make_train_function_theano", "running_state",
+           "StepFunction", "PytensorStepFunction", "make_step_function",
+           "make_pytensor_step_function"]
 
 Batch = int | slice | np.ndarray | Sequence[int] | None
 
 
-class TrainFunction:
-    """A data-parallel training step; build it with :func:`make_train_function`.
+def running_state(loss: TensorVariable) -> list[SharedVariable]:
+    """The float shared variables that ``loss``'s graph updates by itself (``default_update``).
+
+    These are what a training step averages over the ranks besides the gradient
+    (e.g. batch-norm running averages); random-number states are not included.
+
+    Examples
+    --------
+    >>> from synkhronos.extensions.lasagne.layers.base import add_default_update
+    >>> acc = pytensor.shared(np.zeros(2), name="acc")
+    >>> add_default_update(acc, acc + 1)
+    >>> [v.name for v in running_state(acc.sum() * 2)]
+    ['acc']
+    """
+    return [v for v in graph_inputs([loss])
+            if isinstance(v, SharedVariable) and isinstance(v.type, TensorType)
+            and v.type.dtype.startswith("float")
+            and getattr(v, "default_update", None) is not None]
+
+
+def _sync_state(state: list[SharedVariable]) -> None:
+    if state:
+        synk.all_reduce(state, op="avg")
+
+
+def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
+                        x: TensorVariable, y: TensorVariable, update_rule: Callable[..., Any],
+                        *args: Any, **kwargs: Any) -> Callable[..., np.ndarray]:
+    """Build ``train(x_data, y_data, batch=None)``: one data-parallel step (the original's form).
+
+    Call it after :func:`synkhronos.fork`.
+
+    Parameters
+    ----------
+    loss : TensorVariable
+        Scalar loss: a mean over the rows of ``x`` and ``y``.
+    params : list of SharedVariable
+        Parameters to train, all of one dtype.
+    x, y : TensorVariable
+        The two inputs, scattered over the ranks along axis 0.
+    update_rule : callable
+        A three-part rule of :mod:`synkhronos.extensions.updates`, e.g. ``nesterov_momentum``.
+    *args, **kwargs
+        The rule's hyperparameters, e.g. ``learning_rate=0.01``.
+
+    Returns
+    -------
+    callable
+        ``train(x_data, y_data, batch=None)``: runs phase one on ``batch`` of the rows,
+        ``synk.all_reduce(grad_shared)`` (the default "avg": exact with the row count),
+        averages the running state (see the module docstring) and runs phase two; returns
+        the loss averaged over the batch.
+
+    Examples
+    --------
+    >>> n_ranks = synk.fork(2)                                         # doctest: +SKIP
+    >>> x, y = pt.matrix("x"), pt.vector("y")                          # doctest: +SKIP
+    >>> w = pytensor.shared(np.zeros(3), name="w")                     # doctest: +SKIP
+    >>> loss = pt.mean((x @ w - y) ** 2)                               # doctest: +SKIP
+    >>> train = make_train_function(loss, [w], x, y, updates.sgd,     # doctest: +SKIP
+    ...                             learning_rate=0.1)
+    >>> loss_value = train(x_data, y_data, batch=[0, 3, 4])            # doctest: +SKIP
+    """
+    grad_updates, param_updates, grad_shared = update_rule(loss, params, *args, **kwargs)
+    f_grad_shared = synk.function(inputs=[x, y], outputs=loss, updates=grad_updates)
+    f_param_update = synk.function(inputs=[], updates=param_updates)
+    state = running_state(loss)
+
+    def train_minibatch(x_data: Any, y_data: Any, batch: Batch = None) -> np.ndarray:
+        train_loss = f_grad_shared(x_data, y_data, batch=batch)
+        synk.all_reduce(grad_shared)
+        _sync_state(state)
+        f_param_update()
+        return train_loss
+
+    return train_minibatch
+
+
+def make_train_function_theano(loss: TensorVariable, params: Sequence[SharedVariable],
+                               x: TensorVariable, y: TensorVariable,
+                               update_rule: Callable[..., Any], *args: Any,
+                               **kwargs: Any) -> Callable[..., np.ndarray]:
+    """The single-process twin of :func:`make_train_function`, with ``pytensor.function``.
+
+    Arguments as for :func:`make_train_function`; returns ``train(x_data, y_data)``,
+    which runs both phases on the whole arrays and returns the loss.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> from synkhronos.extensions import updates
+    >>> x, y = pt.matrix("x"), pt.vector("y")
+    >>> w = pytensor.shared(np.zeros(2), name="w")
+    >>> train = make_train_function_theano(pt.mean((x @ w - y) ** 2), [w], x, y,
+    ...                                    updates.sgd, learning_rate=0.25)
+    >>> float(train(np.eye(2), np.ones(2))), w.get_value()
+    (1.0, array([0.25, 0.25]))
+    """
+    grad_updates, param_updates, _ = update_rule(loss, params, *args, **kwargs)
+    f_grad_shared = pytensor.function(inputs=[x, y], outputs=loss, updates=grad_updates)
+    f_param_update = pytensor.function(inputs=[], updates=param_updates)
+
+    def train_minibatch(x_data: Any, y_data: Any) -> np.ndarray:
+        train_loss = f_grad_shared(x_data, y_data)
+        f_param_update()
+        return train_loss
+
+    return train_minibatch
+
+
+class StepFunction:
+    """A data-parallel training step; build it with :func:`make_step_function`.
 
     Attributes
     ----------
@@ -61,13 +189,17 @@ class TrainFunction:
     phases : TwoPhaseUpdates
         The updates both functions were built from; ``phases.flat_grad`` is
         the vector all-reduced between them.
+    state : list of SharedVariable
+        The running state averaged over the ranks after each gradient phase
+        (see :func:`running_state`).
     """
 
     def __init__(self, grad_function: synk.Function, update_function: synk.Function,
-                 phases: TwoPhaseUpdates):
+                 phases: TwoPhaseUpdates, state: list[SharedVariable]):
         self.grad_function = grad_function
         self.update_function = update_function
         self.phases = phases
+        self.state = state
 
     def __call__(self, *data: Any, batch: Batch = None, batch_s: Any = None,
                  num_slices: int = 1) -> np.ndarray:
@@ -91,15 +223,16 @@ class TrainFunction:
         """
         loss = self.grad_function(*data, batch=batch, batch_s=batch_s, num_slices=num_slices)
         synk.all_reduce(self.phases.flat_grad, op="sum")
+        _sync_state(self.state)
         self.update_function()
         return loss
 
 
-def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
-                        inputs: Sequence[TensorVariable], update_rule: Callable[..., Updates],
-                        *args: Any, mode: Any = None, name: str | None = None,
-                        sliceable_shareds: Sequence[SharedVariable] = (),
-                        **kwargs: Any) -> TrainFunction:
+def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
+                       inputs: Sequence[TensorVariable], update_rule: Callable[..., Any],
+                       *args: Any, mode: Any = None, name: str | None = None,
+                       sliceable_shareds: Sequence[SharedVariable] = (),
+                       **kwargs: Any) -> StepFunction:
     """Build a data-parallel training step for ``update_rule``.
 
     Call it after :func:`synkhronos.fork`.
@@ -114,7 +247,8 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
         Inputs scattered over the ranks along axis 0; rows are counted on the first
         (or, with no inputs, on the first sliceable shared variable).
     update_rule : callable
-        A rule of :mod:`synkhronos.extensions.updates`, e.g. ``adam``.
+        A one-phase rule of :mod:`synkhronos.extensions.lasagne.updates`, e.g. ``adam``
+        (made two-phase by :func:`~synkhronos.extensions.updates.two_phase`).
     *args, **kwargs
         The rule's hyperparameters, e.g. ``learning_rate=0.01``.
     mode : str or pytensor Mode, optional
@@ -127,8 +261,8 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
 
     Returns
     -------
-    TrainFunction
-        ``train(*data, batch=None, batch_s=None, num_slices=1)`` returning the batch's
+    StepFunction
+        ``step(*data, batch=None, batch_s=None, num_slices=1)`` returning the batch's
         mean loss.
 
     Raises
@@ -140,16 +274,15 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
 
     Examples
     --------
-    >>> n_ranks = synk.fork(2)                                         # doctest: +SKIP
-    >>> x, y = pt.matrix("x"), pt.vector("y")                          # doctest: +SKIP
-    >>> w = pytensor.shared(np.zeros(3), name="w")                     # doctest: +SKIP
-    >>> loss = pt.mean((x @ w - y) ** 2)                               # doctest: +SKIP
-    >>> train = make_train_function(loss, [w], [x, y], sgd, learning_rate=0.1)  # doctest: +SKIP
-    >>> loss_value = train(x_data, y_data)                             # doctest: +SKIP
+    With ``x``, ``y``, ``w`` and ``loss`` as for :func:`make_train_function`:
+
+    >>> step = make_step_function(loss, [w], [x, y], lasagne.updates.sgd,  # doctest: +SKIP
+    ...                           learning_rate=0.1)
+    >>> loss_value = step(x_data, y_data, num_slices=2)                # doctest: +SKIP
     """
     inputs, sliceable = list(inputs), list(sliceable_shareds)
     if not inputs and not sliceable:
-        raise ValueError("make_train_function needs at least one scattered input or sliceable "
+        raise ValueError("make_step_function needs at least one scattered input or sliceable "
                          "shared variable (the rows behind the loss are counted on the first)")
     rows = (inputs or sliceable)[0].shape[0]
     phases = two_phase(update_rule, loss, params, *args, n_rows=rows, **kwargs)
@@ -158,11 +291,11 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
                                   name=f"{name}_grad" if name else None, mode=mode)
     update_function = synk.function(updates=phases.param_updates,
                                     name=f"{name}_update" if name else None, mode=mode)
-    return TrainFunction(grad_function, update_function, phases)
+    return StepFunction(grad_function, update_function, phases, running_state(loss))
 
 
-class PytensorTrainFunction:
-    """A single-process training step; build it with :func:`make_pytensor_train_function`.
+class PytensorStepFunction:
+    """A single-process training step; build it with :func:`make_pytensor_step_function`.
 
     Attributes
     ----------
@@ -176,7 +309,7 @@ class PytensorTrainFunction:
     def __call__(self, *data: np.ndarray, batch: Batch = None) -> np.ndarray:
         """Run one step on the selected rows of ``data``; return the loss.
 
-        ``batch`` selects rows as for :class:`TrainFunction`: the first ``batch``
+        ``batch`` selects rows as for :class:`StepFunction`: the first ``batch``
         rows for an int, else a slice, index array or boolean mask.
         """
         rows = slice(0, batch) if isinstance(batch, int | np.integer) else batch
@@ -185,20 +318,20 @@ class PytensorTrainFunction:
         return self.function(*data)
 
 
-def make_pytensor_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
-                                 inputs: Sequence[TensorVariable],
-                                 update_rule: Callable[..., Updates], *args: Any,
-                                 mode: Any = None, **kwargs: Any) -> PytensorTrainFunction:
-    """The same step as :func:`make_train_function`, as one plain PyTensor function.
+def make_pytensor_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
+                                inputs: Sequence[TensorVariable],
+                                update_rule: Callable[..., Any], *args: Any,
+                                mode: Any = None, **kwargs: Any) -> PytensorStepFunction:
+    """The same step as :func:`make_step_function`, as one plain PyTensor function.
 
-    The rule is applied in its one-phase (Lasagne) form to the gradient of
-    ``loss`` on the whole batch. Arguments are those of :func:`make_train_function`.
+    The one-phase rule is applied to the gradient of ``loss`` on the whole batch.
+    Arguments are those of :func:`make_step_function`.
 
     Returns
     -------
-    PytensorTrainFunction
+    PytensorStepFunction
         ``train(*data, batch=None)`` returning the loss.
     """
     updates = update_rule(loss, list(params), *args, **kwargs)
-    return PytensorTrainFunction(pytensor.function(list(inputs), loss, updates=updates,
+    return PytensorStepFunction(pytensor.function(list(inputs), loss, updates=updates,
                                                    mode=mode))

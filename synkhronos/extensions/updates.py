@@ -1,36 +1,51 @@
-"""Lasagne's first-order update rules, in one-phase and two-phase (data-parallel) form.
+"""Synkhronos' two-phase update rules: a data-parallel step with one all-reduce.
 
-Every rule of ``lasagne.updates`` is provided with Lasagne's name, arguments,
-defaults and arithmetic, and returns, like Lasagne, an ``OrderedDict`` mapping
-each shared variable (parameters and optimizer state) to its new value::
+Every rule takes ``(loss, params, ...)`` with the hyperparameters of its
+Lasagne namesake (:mod:`synkhronos.extensions.lasagne.updates`, on which it is
+built) and returns three things::
 
-    updates = sgd(loss, params, learning_rate=0.1)
-    train = pytensor.function([x, y], loss, updates=updates)
+    grad_updates, param_updates, grad_shared = nesterov_momentum(
+        loss, params, learning_rate=0.01, momentum=0.9)
+    f_grad = synk.function([x, y], loss, updates=grad_updates)
+    f_update = synk.function([], updates=param_updates)
 
-As in Lasagne, ``loss_or_grads`` may be a scalar loss (the gradients are then
-``pytensor.grad(loss, params)``) or a list of gradient expressions, one per
-parameter.
+    loss_value = f_grad(x_data, y_data, batch=rows)
+    synk.all_reduce(grad_shared)        # op "avg" (the default) or "sum"
+    f_update()
 
-Data-parallel training splits a step into two phases with one collective between
-them, built by :func:`two_phase`:
+1. ``grad_updates`` (phase one): every rank writes the gradient of its own rows
+   into ONE flat shared vector, ``grad_shared`` (all parameters' gradients
+   concatenated), so that one collective moves them all;
+2. the program all-reduces ``grad_shared``;
+3. ``param_updates`` (phase two): every rank applies the rule to its
+   parameters and optimizer state, reading the reduced gradient. Every rank
+   applies the same update to the same values, so the parameters stay
+   identical on all ranks without ever being communicated.
 
-1. ``grad_updates``: every rank writes the gradient of its own data into ONE
-   flat shared vector (all parameters' gradients concatenated);
-2. (between the phases) one all-reduce of that vector (``synk.all_reduce(flat_grad, ...)``);
-3. ``param_updates``: every rank applies the rule to its parameters and optimizer
-   state from the reduced vector.
+Row weighting: ``loss`` is a mean over a rank's rows, and ranks may hold
+different numbers of rows. Phase one therefore writes ``n_rows * gradient``
+and, as the last element of ``grad_shared``, ``n_rows``; phase two divides the
+reduced gradient part by the reduced row count. With ``op="sum"`` that is
+``sum(n_r * g_r) / sum(n_r)``; with ``op="avg"`` both parts are divided by the
+same number of ranks, which cancels: the same ratio. Either way phase two uses
+the mean gradient over the whole batch, exactly, however unevenly the rows
+were split (a plain average of per-rank mean gradients, as in the original
+Synkhronos, is exact only for even splits). Other ops (max, min, prod) are
+meaningless here. Every rank must have at least one row (a rank with none
+would not run phase one and keep its previous value).
 
-Since every rank then applies the same update to the same values, parameters
-stay identical on all ranks without ever being communicated, and a step costs
-one collective however many parameter tensors the model has. Built with
-``n_rows``, the phases weight each rank's gradient by its rows, which makes
-uneven splits exact (:mod:`synkhronos.extensions.train` builds them so).
-:func:`two_phase_per_tensor` builds the same phases with one gradient shared
-variable per parameter (one collective per tensor), for comparison.
+Phase one *overwrites* ``grad_shared``, as in the original. A call with
+``num_slices > 1`` runs a function's updates once per slice, one after the
+other, so only the last slice's gradient would remain: for sliced calls use
+:func:`two_phase` (or :func:`synkhronos.extensions.train.make_step_function`),
+whose phase one accumulates.
 
-Hyperparameters given as Python or numpy scalars are made constants of the
-parameter's dtype, so that float32 models stay float32 (PyTensor would
-otherwise upcast to float64). Symbolic hyperparameters are used as given.
+``n_rows`` (keyword) is the number of rows behind ``loss`` on a rank. By
+default it is the length of the first non-shared input of ``loss`` (the rows
+:func:`synkhronos.function` scatters); pass it when that input is not a
+scattered one, e.g. ``n_rows=x.shape[0]``. With no such input (data held in
+sliceable shared variables) or ``n_rows=1``, the ranks' mean gradients are
+averaged unweighted, as in the original.
 """
 
 from __future__ import annotations
@@ -43,11 +58,13 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant
+from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.variable import TensorVariable
 
+from .lasagne import updates as one_phase
+
 __all__ = [
-    "TwoPhaseUpdates",
-    "PerTensorUpdates",
     "sgd",
     "apply_momentum",
     "momentum",
@@ -58,545 +75,23 @@ __all__ = [
     "adadelta",
     "adam",
     "adamax",
-    "norm_constraint",
-    "total_norm_constraint",
+    "sgd_nonflat",
+    "flat_unflat_grads",
+    "nonflat_grads",
     "flatten_vars",
-    "unflatten_vars",
     "vars_flat_size",
+    "unflatten_vars",
+    "loss_rows",
+    "TwoPhaseUpdates",
     "two_phase",
-    "two_phase_per_tensor",
 ]
 
-Updates = OrderedDict[SharedVariable, TensorVariable]
-LossOrGrads = TensorVariable | Sequence[TensorVariable]
-Scalar = float | TensorVariable
+Pairs = list[tuple[SharedVariable, TensorVariable]]
+Phases = tuple[Pairs, Pairs, SharedVariable]
+Rows = TensorVariable | int | None
 
 
-class TwoPhaseUpdates(NamedTuple):
-    """The two phases of a data-parallel step, with one flat gradient vector.
-
-    Attributes
-    ----------
-    grad_updates : list of (SharedVariable, TensorVariable)
-        ``[(flat_grad, concatenated gradients)]``: phase one.
-    param_updates : OrderedDict
-        The rule's updates of parameters and optimizer state, reading the
-        gradients from ``flat_grad``: phase two.
-    flat_grad : SharedVariable
-        The flat gradient vector to all-reduce between the phases (with a row
-        count appended when built with ``n_rows``; see :func:`two_phase`).
-    """
-
-    grad_updates: list[tuple[SharedVariable, TensorVariable]]
-    param_updates: Updates
-    flat_grad: SharedVariable
-
-    @property
-    def grad_vars(self) -> list[SharedVariable]:
-        """The shared variables to all-reduce between the phases: ``[flat_grad]``."""
-        return [self.flat_grad]
-
-
-class PerTensorUpdates(NamedTuple):
-    """The two phases of a data-parallel step, with one gradient variable per parameter.
-
-    Attributes
-    ----------
-    grad_updates : list of (SharedVariable, TensorVariable)
-        ``[(grads[i], gradient of params[i])]``: phase one.
-    param_updates : OrderedDict
-        The rule's updates, reading the gradients from ``grads``: phase two.
-    grads : list of SharedVariable
-        One gradient shared variable per parameter.
-    """
-
-    grad_updates: list[tuple[SharedVariable, TensorVariable]]
-    param_updates: Updates
-    grads: list[SharedVariable]
-
-    @property
-    def grad_vars(self) -> list[SharedVariable]:
-        """The shared variables to all-reduce between the phases: ``grads``."""
-        return list(self.grads)
-
-
-def _const(value: Scalar, dtype: str) -> TensorVariable:
-    """A numeric hyperparameter as a constant of ``dtype``; a symbolic one unchanged."""
-    if isinstance(value, int | float | np.number):
-        return pt.constant(np.asarray(value, dtype=dtype))
-    return pt.as_tensor_variable(value)
-
-
-def _common_dtype(variables: Sequence[Any], what: str) -> str:
-    if not variables:
-        raise ValueError(f"{what} must not be empty")
-    dtypes = sorted({str(v.dtype) for v in variables})
-    if len(dtypes) != 1:
-        raise TypeError(
-            f"{what} must all have one dtype, got {dtypes}; cast them explicitly "
-            "(no implicit casting is done)"
-        )
-    return dtypes[0]
-
-
-def _zeros_like(param: SharedVariable, suffix: str) -> SharedVariable:
-    """A zero-filled optimizer-state variable with ``param``'s shape, dtype and static shape."""
-    value = param.get_value(borrow=True)
-    name = f"{param.name}_{suffix}" if param.name else suffix
-    return pytensor.shared(np.zeros(value.shape, dtype=value.dtype), name=name,
-                           shape=param.type.shape)
-
-
-def _check_shared(params: Sequence[SharedVariable]) -> None:
-    if any(not isinstance(p, SharedVariable) for p in params):
-        raise ValueError("params must contain shared variables only")
-
-
-def _get_or_compute_grads(loss_or_grads: LossOrGrads,
-                          params: Sequence[SharedVariable]) -> list[TensorVariable]:
-    _check_shared(params)
-    if isinstance(loss_or_grads, list | tuple):
-        if len(loss_or_grads) != len(params):
-            raise ValueError(
-                f"Got {len(loss_or_grads)} gradient expressions for {len(params)} parameters"
-            )
-        return list(loss_or_grads)
-    return pytensor.grad(loss_or_grads, list(params))
-
-
-def sgd(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-        learning_rate: Scalar) -> Updates:
-    """Stochastic gradient descent: ``param = param - learning_rate * grad``.
-
-    Parameters
-    ----------
-    loss_or_grads : TensorVariable or list of TensorVariable
-        A scalar loss, or one gradient expression per parameter.
-    params : list of SharedVariable
-        The parameters to update.
-    learning_rate : float or symbolic scalar
-        The step size.
-
-    Returns
-    -------
-    OrderedDict
-        ``{param: new value}``.
-
-    Examples
-    --------
-    >>> w = pytensor.shared(np.ones(3), name="w")
-    >>> loss = (w ** 2).sum()
-    >>> step = pytensor.function([], loss, updates=sgd(loss, [w], 0.1))
-    >>> _ = step(); w.get_value()
-    array([0.8, 0.8, 0.8])
-    """
-    grads = _get_or_compute_grads(loss_or_grads, params)
-    updates: Updates = OrderedDict()
-    for param, grad in zip(params, grads, strict=True):
-        updates[param] = param - _const(learning_rate, param.dtype) * grad
-    return updates
-
-
-def _apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None,
-                    momentum: Scalar, nesterov: bool) -> Updates:
-    """Classical (``nesterov=False``) or Nesterov momentum; they differ only in the step."""
-    if params is None:
-        params = list(updates.keys())
-    updates = OrderedDict(updates)
-    for param in params:
-        velocity = _zeros_like(param, "velocity")
-        mom = _const(momentum, param.dtype)
-        if nesterov:
-            x = mom * velocity + updates[param] - param
-            updates[velocity] = x
-            updates[param] = mom * x + updates[param]
-        else:
-            x = mom * velocity + updates[param]
-            updates[velocity] = x - param
-            updates[param] = x
-    return updates
-
-
-def apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None = None,
-                   momentum: Scalar = 0.9) -> Updates:
-    """Add classical momentum to existing updates.
-
-    For each parameter, with a new zero-initialised ``velocity``::
-
-        x = momentum * velocity + updates[param]
-        velocity = x - param
-        param = x
-
-    Parameters
-    ----------
-    updates : OrderedDict
-        Updates to modify, e.g. from :func:`sgd`.
-    params : list of SharedVariable, optional
-        The parameters to add momentum to; default all keys of ``updates``.
-    momentum : float or symbolic scalar
-        The amount of momentum to apply.
-
-    Returns
-    -------
-    OrderedDict
-        A copy of ``updates`` with momentum added and the velocities' updates.
-    """
-    return _apply_momentum(updates, params, momentum, nesterov=False)
-
-
-def momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-             learning_rate: Scalar, momentum: Scalar = 0.9) -> Updates:
-    """Stochastic gradient descent with classical momentum.
-
-    ``apply_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)``;
-    see :func:`sgd` and :func:`apply_momentum`.
-    """
-    return apply_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)
-
-
-def apply_nesterov_momentum(updates: Updates, params: Sequence[SharedVariable] | None = None,
-                            momentum: Scalar = 0.9) -> Updates:
-    """Add Nesterov momentum to existing updates.
-
-    For each parameter, with a new zero-initialised ``velocity``::
-
-        x = momentum * velocity + updates[param] - param
-        velocity = x
-        param = momentum * x + updates[param]
-
-    Parameters
-    ----------
-    updates : OrderedDict
-        Updates to modify, e.g. from :func:`sgd`.
-    params : list of SharedVariable, optional
-        The parameters to add momentum to; default all keys of ``updates``.
-    momentum : float or symbolic scalar
-        The amount of momentum to apply.
-
-    Returns
-    -------
-    OrderedDict
-        A copy of ``updates`` with momentum added and the velocities' updates.
-    """
-    return _apply_momentum(updates, params, momentum, nesterov=True)
-
-
-def nesterov_momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-                      learning_rate: Scalar, momentum: Scalar = 0.9) -> Updates:
-    """Stochastic gradient descent with Nesterov momentum.
-
-    ``apply_nesterov_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)``;
-    see :func:`sgd` and :func:`apply_nesterov_momentum`.
-    """
-    return apply_nesterov_momentum(sgd(loss_or_grads, params, learning_rate),
-                                   momentum=momentum)
-
-
-def _rms_scaled(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-                learning_rate: Scalar, rho: Scalar | None, epsilon: Scalar,
-                moving_average: bool) -> Updates:
-    """Adagrad or RMSProp: both step by ``learning_rate * grad / sqrt(accu + epsilon)``.
-
-    ``accu`` is the sum of the squared gradients for Adagrad (``moving_average=False``,
-    ``rho`` unused), their moving average with decay ``rho`` for RMSProp (``True``).
-    """
-    grads = _get_or_compute_grads(loss_or_grads, params)
-    updates: Updates = OrderedDict()
-    for param, grad in zip(params, grads, strict=True):
-        dtype = param.dtype
-        accu = _zeros_like(param, "accu")
-        if moving_average:
-            rho_c = _const(rho, dtype)
-            accu_new = rho_c * accu + (_const(1, dtype) - rho_c) * pt.square(grad)
-        else:
-            accu_new = accu + pt.square(grad)
-        updates[accu] = accu_new
-        updates[param] = param - (_const(learning_rate, dtype) * grad
-                                  / pt.sqrt(accu_new + _const(epsilon, dtype)))
-    return updates
-
-
-def adagrad(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-            learning_rate: Scalar = 1.0, epsilon: Scalar = 1e-6) -> Updates:
-    """Adagrad: per-element step sizes from the sum of squared gradients.
-
-    ::
-
-        accu = accu + grad ** 2
-        param = param - learning_rate * grad / sqrt(accu + epsilon)
-
-    Parameters
-    ----------
-    loss_or_grads, params
-        As for :func:`sgd`.
-    learning_rate : float or symbolic scalar
-        The step size.
-    epsilon : float or symbolic scalar
-        Small value added for numerical stability.
-
-    Returns
-    -------
-    OrderedDict
-        Updates of the parameters and their accumulators.
-    """
-    return _rms_scaled(loss_or_grads, params, learning_rate, None, epsilon,
-                       moving_average=False)
-
-
-def rmsprop(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-            learning_rate: Scalar = 1.0, rho: Scalar = 0.9, epsilon: Scalar = 1e-6) -> Updates:
-    """RMSProp: steps scaled by a moving average of squared gradients.
-
-    ::
-
-        accu = rho * accu + (1 - rho) * grad ** 2
-        param = param - learning_rate * grad / sqrt(accu + epsilon)
-
-    Parameters
-    ----------
-    loss_or_grads, params
-        As for :func:`sgd`.
-    learning_rate : float or symbolic scalar
-        The step size.
-    rho : float or symbolic scalar
-        Decay rate of the moving average.
-    epsilon : float or symbolic scalar
-        Small value added for numerical stability.
-
-    Returns
-    -------
-    OrderedDict
-        Updates of the parameters and their accumulators.
-    """
-    return _rms_scaled(loss_or_grads, params, learning_rate, rho, epsilon,
-                       moving_average=True)
-
-
-def adadelta(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-             learning_rate: Scalar = 1.0, rho: Scalar = 0.95, epsilon: Scalar = 1e-6) -> Updates:
-    """Adadelta: steps scaled by the ratio of moving RMS of updates and of gradients.
-
-    ::
-
-        accu = rho * accu + (1 - rho) * grad ** 2
-        update = grad * sqrt(delta_accu + epsilon) / sqrt(accu + epsilon)
-        param = param - learning_rate * update
-        delta_accu = rho * delta_accu + (1 - rho) * update ** 2
-
-    Parameters
-    ----------
-    loss_or_grads, params
-        As for :func:`sgd`.
-    learning_rate : float or symbolic scalar
-        The step size.
-    rho : float or symbolic scalar
-        Decay rate of both moving averages.
-    epsilon : float or symbolic scalar
-        Small value added for numerical stability.
-
-    Returns
-    -------
-    OrderedDict
-        Updates of the parameters and both accumulators.
-    """
-    grads = _get_or_compute_grads(loss_or_grads, params)
-    updates: Updates = OrderedDict()
-    for param, grad in zip(params, grads, strict=True):
-        dtype = param.dtype
-        rho_c, eps, one = _const(rho, dtype), _const(epsilon, dtype), _const(1, dtype)
-        accu = _zeros_like(param, "accu")
-        delta_accu = _zeros_like(param, "delta_accu")
-        accu_new = rho_c * accu + (one - rho_c) * pt.square(grad)
-        updates[accu] = accu_new
-        update = grad * pt.sqrt(delta_accu + eps) / pt.sqrt(accu_new + eps)
-        updates[param] = param - _const(learning_rate, dtype) * update
-        updates[delta_accu] = rho_c * delta_accu + (one - rho_c) * pt.square(update)
-    return updates
-
-
-def _adam_like(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-               learning_rate: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar,
-               infinity_norm: bool) -> Updates:
-    """Adam (``infinity_norm=False``) or Adamax (``True``); they share ``t`` and ``m``."""
-    grads = _get_or_compute_grads(loss_or_grads, params)
-    # One step counter serves all parameters, so they must agree on its dtype.
-    dtype = _common_dtype(params, "adam/adamax params")
-    t_prev = pytensor.shared(np.asarray(0, dtype=dtype), name="t")
-    one = _const(1, dtype)
-    b1, b2, eps = _const(beta1, dtype), _const(beta2, dtype), _const(epsilon, dtype)
-    t = t_prev + one
-    if infinity_norm:
-        a_t = _const(learning_rate, dtype) / (one - b1 ** t)
-    else:
-        a_t = _const(learning_rate, dtype) * pt.sqrt(one - b2 ** t) / (one - b1 ** t)
-    updates: Updates = OrderedDict()
-    for param, grad in zip(params, grads, strict=True):
-        m_prev = _zeros_like(param, "m")
-        m_t = b1 * m_prev + (one - b1) * grad
-        if infinity_norm:
-            u_prev = _zeros_like(param, "u")
-            u_t = pt.maximum(b2 * u_prev, pt.abs(grad))
-            updates[u_prev] = u_t
-            step = a_t * m_t / (u_t + eps)
-        else:
-            v_prev = _zeros_like(param, "v")
-            v_t = b2 * v_prev + (one - b2) * pt.square(grad)
-            updates[v_prev] = v_t
-            step = a_t * m_t / (pt.sqrt(v_t) + eps)
-        updates[m_prev] = m_t
-        updates[param] = param - step
-    updates[t_prev] = t
-    return updates
-
-
-def adam(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-         learning_rate: Scalar = 0.001, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
-         epsilon: Scalar = 1e-8) -> Updates:
-    """Adam, with the bias correction folded into the step size.
-
-    ::
-
-        t = t + 1
-        a_t = learning_rate * sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
-        m = beta1 * m + (1 - beta1) * grad
-        v = beta2 * v + (1 - beta2) * grad ** 2
-        param = param - a_t * m / (sqrt(v) + epsilon)
-
-    Parameters
-    ----------
-    loss_or_grads, params
-        As for :func:`sgd`; all ``params`` must have one dtype (that of ``t``).
-    learning_rate : float or symbolic scalar
-        The step size.
-    beta1, beta2 : float or symbolic scalar
-        Decay rates of the first and second moment estimates.
-    epsilon : float or symbolic scalar
-        Small value added for numerical stability (outside the square root).
-
-    Returns
-    -------
-    OrderedDict
-        Updates of the parameters, their moment estimates and the step count ``t``.
-    """
-    return _adam_like(loss_or_grads, params, learning_rate, beta1, beta2, epsilon,
-                      infinity_norm=False)
-
-
-def adamax(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
-           learning_rate: Scalar = 0.002, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
-           epsilon: Scalar = 1e-8) -> Updates:
-    """Adamax: Adam with the infinity norm.
-
-    ::
-
-        t = t + 1
-        a_t = learning_rate / (1 - beta1 ** t)
-        m = beta1 * m + (1 - beta1) * grad
-        u = max(beta2 * u, abs(grad))
-        param = param - a_t * m / (u + epsilon)
-
-    Parameters
-    ----------
-    loss_or_grads, params
-        As for :func:`sgd`; all ``params`` must have one dtype (that of ``t``).
-    learning_rate : float or symbolic scalar
-        The step size.
-    beta1, beta2 : float or symbolic scalar
-        Decay rates of the first moment and of the infinity-norm estimates.
-    epsilon : float or symbolic scalar
-        Small value added for numerical stability.
-
-    Returns
-    -------
-    OrderedDict
-        Updates of the parameters, their estimates and the step count ``t``.
-    """
-    return _adam_like(loss_or_grads, params, learning_rate, beta1, beta2, epsilon,
-                      infinity_norm=True)
-
-
-def norm_constraint(tensor_var: TensorVariable, max_norm: Scalar,
-                    norm_axes: Sequence[int] | None = None,
-                    epsilon: Scalar = 1e-7) -> TensorVariable:
-    """Rescale ``tensor_var`` so that its norms over ``norm_axes`` are at most ``max_norm``.
-
-    ``tensor_var * clip(norms, 0, max_norm) / (epsilon + norms)``, typically
-    applied to a parameter's update: ``updates[w] = norm_constraint(updates[w], 10)``.
-
-    Parameters
-    ----------
-    tensor_var : TensorVariable
-        The tensor to constrain.
-    max_norm : float or symbolic scalar
-        The largest norm allowed.
-    norm_axes : sequence of int, optional
-        Axes to take the norm over. Default: axis 0 for 2-D tensors (a dense
-        layer's weights: one norm per output unit), all but axis 0 for 3-, 4- and
-        5-D tensors (convolution filters: one norm per filter).
-    epsilon : float or symbolic scalar
-        Small value added to the norms for numerical stability.
-
-    Returns
-    -------
-    TensorVariable
-        The constrained tensor.
-
-    Raises
-    ------
-    ValueError
-        If ``norm_axes`` is not given and ``tensor_var`` is not 2- to 5-D.
-    """
-    ndim = tensor_var.ndim
-    if norm_axes is not None:
-        sum_over = tuple(norm_axes)
-    elif ndim == 2:
-        sum_over = (0,)
-    elif ndim in (3, 4, 5):
-        sum_over = tuple(range(1, ndim))
-    else:
-        raise ValueError(f"Unsupported tensor dimensionality {ndim}; specify `norm_axes`")
-    dtype = tensor_var.dtype
-    norms = pt.sqrt(pt.sum(pt.square(tensor_var), axis=sum_over, keepdims=True))
-    target_norms = pt.clip(norms, _const(0, dtype), _const(max_norm, dtype))
-    return tensor_var * (target_norms / (_const(epsilon, dtype) + norms))
-
-
-def total_norm_constraint(tensor_vars: Sequence[TensorVariable], max_norm: Scalar,
-                          epsilon: Scalar = 1e-7, return_norm: bool = False
-                          ) -> list[TensorVariable] | tuple[list[TensorVariable], TensorVariable]:
-    """Rescale tensors jointly so that their total (concatenated) L2 norm is at most ``max_norm``.
-
-    Typically used for gradient clipping::
-
-        grads = pytensor.grad(loss, params)
-        grads = total_norm_constraint(grads, max_norm=5)
-        updates = adam(grads, params)
-
-    Parameters
-    ----------
-    tensor_vars : list of TensorVariable
-        Tensors to rescale, all of one dtype.
-    max_norm : float or symbolic scalar
-        The largest total norm allowed.
-    epsilon : float or symbolic scalar
-        Small value added to the norm for numerical stability.
-    return_norm : bool
-        Also return the total norm before rescaling.
-
-    Returns
-    -------
-    list of TensorVariable, or (list of TensorVariable, TensorVariable)
-        The rescaled tensors, and the norm if ``return_norm``.
-    """
-    dtype = _common_dtype(tensor_vars, "total_norm_constraint tensors")
-    norm = pt.sqrt(sum(pt.sum(pt.square(t)) for t in tensor_vars))
-    target_norm = pt.clip(norm, _const(0, dtype), _const(max_norm, dtype))
-    multiplier = target_norm / (_const(epsilon, dtype) + norm)
-    scaled = [t * multiplier for t in tensor_vars]
-    if return_norm:
-        return scaled, norm
-    return scaled
-
+# --- flat vectors -------------------------------------------------------------------------
 
 def vars_flat_size(variables: Sequence[SharedVariable | np.ndarray]) -> int:
     """Total number of elements of shared variables (or arrays): the length of their flat vector.
@@ -629,123 +124,353 @@ def flatten_vars(variables: Sequence[TensorVariable]) -> TensorVariable:
         If the variables' dtypes differ (they are never cast implicitly).
     ValueError
         If ``variables`` is empty.
+
+    Examples
+    --------
+    >>> flatten_vars([pt.as_tensor(np.ones((2, 2))), pt.as_tensor(np.zeros(1))]).eval()
+    array([1., 1., 1., 1., 0.])
     """
     if not variables:
         raise ValueError("flatten_vars needs at least one variable")
-    _common_dtype(variables, "flatten_vars variables")
+    one_phase._common_dtype(variables, "flatten_vars variables")
     return pt.concatenate([pt.as_tensor_variable(v).ravel() for v in variables])
 
 
-def unflatten_vars(flat: TensorVariable, like: Sequence[SharedVariable]) -> list[TensorVariable]:
-    """Split a flat vector into views shaped like ``like``: the inverse of :func:`flatten_vars`.
+def unflatten_vars(flat_var: TensorVariable,
+                   variables: Sequence[SharedVariable]) -> list[TensorVariable]:
+    """Split a flat vector into pieces shaped like ``variables`` (undoes :func:`flatten_vars`).
 
     Parameters
     ----------
-    flat : TensorVariable
-        A vector of length ``vars_flat_size(like)``.
-    like : list of SharedVariable
-        Variables whose (current) shapes and static shapes the pieces take.
+    flat_var : TensorVariable
+        A vector of length ``vars_flat_size(variables)`` (or longer: the rest is ignored).
+    variables : list of SharedVariable
+        Variables whose current shapes the pieces take.
 
     Returns
     -------
     list of TensorVariable
-        ``flat[start:stop].reshape(shape)`` for each variable, in order.
+        ``flat_var[start:stop].reshape(shape)`` for each variable, in order.
+
+    Examples
+    --------
+    >>> a, b = pytensor.shared(np.zeros((2, 2))), pytensor.shared(np.zeros(1))
+    >>> [p.eval().tolist() for p in unflatten_vars(pt.as_tensor(np.arange(5.0)), [a, b])]
+    [[[0.0, 1.0], [2.0, 3.0]], [4.0]]
     """
     pieces = []
     start = 0
-    for var in like:
+    for var in variables:
         shape = var.get_value(borrow=True).shape
         stop = start + int(np.prod(shape, dtype=np.int64))
-        pieces.append(flat[start:stop].reshape(shape))
+        pieces.append(flat_var[start:stop].reshape(shape))
         start = stop
     return pieces
 
 
-def two_phase(rule: Callable[..., Updates], loss: TensorVariable,
-              params: Sequence[SharedVariable], *args: Any,
-              n_rows: TensorVariable | int | None = None, **kwargs: Any) -> TwoPhaseUpdates:
-    """Split ``rule`` into a flat-gradient phase and an update phase.
+def loss_rows(loss: TensorVariable) -> TensorVariable:
+    """The rows behind ``loss`` on a rank: the length of its first non-shared input, else 1.
 
-    Two layouts of ``flat_grad``:
+    This is the default ``n_rows`` of the rules (see the module docstring).
 
-    * ``n_rows=None``: phase one overwrites ``flat_grad`` with the concatenated
-      gradients; all-reduce it with ``op="avg"``. Exact when every rank has the
-      same number of rows.
-    * ``n_rows`` given (the rows ``loss`` averages over, e.g. ``x.shape[0]``):
-      phase one *adds* ``n_rows * gradient`` and, as a last element, ``n_rows`` to
-      ``flat_grad``; all-reduce it with ``op="sum"``. Phase two divides by the
-      total row count, so the update uses the whole batch's mean gradient however
-      unevenly the rows were split (and over several calls, e.g. synkhronos's
-      ``num_slices``), then zeroes ``flat_grad`` for the next step.
+    Examples
+    --------
+    >>> x = pt.matrix("x")
+    >>> loss_rows(pt.mean(x)).eval({x: np.zeros((7, 2))})
+    array(7)
+    """
+    for var in graph_inputs([loss]):
+        if (not isinstance(var, SharedVariable | Constant) and isinstance(var, TensorVariable)
+                and var.ndim > 0):
+            return var.shape[0]
+    return pt.constant(1)
+
+
+def _row_count(n_rows: Rows, dtype: str) -> TensorVariable:
+    return pt.cast(pt.as_tensor_variable(n_rows), dtype)
+
+
+def flat_unflat_grads(loss: TensorVariable, params: Sequence[SharedVariable],
+                      n_rows: Rows = None
+                      ) -> tuple[SharedVariable, TensorVariable, list[TensorVariable]]:
+    """One flat shared vector for the gradients, what phase one writes into it, and its views.
+
+    Parameters
+    ----------
+    loss : TensorVariable
+        The scalar loss.
+    params : list of SharedVariable
+        The parameters, all of one dtype (that of the vector).
+    n_rows : symbolic or int scalar, optional
+        None (the original layout): the vector holds the gradients. Given: it holds
+        ``n_rows * gradients`` and ``n_rows`` as a last element, and the views read
+        ``gradients / n_rows`` (see the module docstring).
+
+    Returns
+    -------
+    grad_shared_flat : SharedVariable
+        The zero-initialised flat vector, to all-reduce between the phases.
+    flat_grad : TensorVariable
+        The value phase one writes into it.
+    unflat_grads : list of TensorVariable
+        One gradient per parameter, shaped like it, read from ``grad_shared_flat``.
+
+    Examples
+    --------
+    >>> w = pytensor.shared(np.ones(2), name="w")
+    >>> grad_shared, flat_grad, grads = flat_unflat_grads((3 * w).sum(), [w])
+    >>> flat_grad.eval()
+    array([3., 3.])
+    """
+    one_phase._check_shared(params)
+    dtype = one_phase._common_dtype(params, "params")
+    size = vars_flat_size(params)
+    grads = flatten_vars(pytensor.grad(loss, list(params)))
+    if n_rows is None:
+        grad_shared = pytensor.shared(np.zeros(size, dtype=dtype), name="flat_grad_s")
+        return grad_shared, grads, unflatten_vars(grad_shared, params)
+    rows = _row_count(n_rows, dtype)
+    grad_shared = pytensor.shared(np.zeros(size + 1, dtype=dtype), name="flat_grad_s")
+    flat_grad = pt.concatenate([grads * rows, rows[None]])
+    return grad_shared, flat_grad, unflatten_vars(grad_shared[:-1] / grad_shared[-1], params)
+
+
+def nonflat_grads(loss: TensorVariable, params: Sequence[SharedVariable]
+                  ) -> tuple[list[SharedVariable], list[TensorVariable]]:
+    """One gradient shared variable per parameter, and the gradients to write into them.
+
+    The per-tensor layout, which needs one collective per tensor (see :func:`sgd_nonflat`).
+
+    Returns
+    -------
+    grads_shared : list of SharedVariable
+        Zero-initialised, shaped like ``params``.
+    grads : list of TensorVariable
+        ``pytensor.grad(loss, params)``.
+
+    Examples
+    --------
+    >>> w = pytensor.shared(np.ones(2), name="w")
+    >>> grads_shared, grads = nonflat_grads((3 * w).sum(), [w])
+    >>> grads_shared[0].get_value(), grads[0].eval()
+    (array([0., 0.]), array([3., 3.]))
+    """
+    one_phase._check_shared(params)
+    grads_shared = [one_phase._zeros_like(p, "grad") for p in params]
+    return grads_shared, pytensor.grad(loss, list(params))
+
+
+# --- the rules ----------------------------------------------------------------------------
+
+def _phases(rule: Callable[..., OrderedDict], loss: TensorVariable,
+            params: Sequence[SharedVariable], n_rows: Rows, *args: Any,
+            **kwargs: Any) -> Phases:
+    """The three parts of ``rule`` (a one-phase rule) with a row-weighted flat vector."""
+    rows = loss_rows(loss) if n_rows is None else n_rows
+    grad_shared, flat_grad, grads = flat_unflat_grads(loss, params, n_rows=rows)
+    param_updates = rule(grads, list(params), *args, **kwargs)
+    return [(grad_shared, flat_grad)], list(param_updates.items()), grad_shared
+
+
+def sgd(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any, *,
+        n_rows: Rows = None) -> Phases:
+    """Stochastic gradient descent in two phases: ``param = param - learning_rate * grad``.
+
+    Parameters
+    ----------
+    loss : TensorVariable
+        Scalar loss, a mean over a rank's rows.
+    params : list of SharedVariable
+        The parameters, all of one dtype.
+    learning_rate : float or symbolic scalar
+        The step size.
+    n_rows : symbolic or int scalar, optional
+        Rows behind ``loss`` (default: see the module docstring).
+
+    Returns
+    -------
+    grad_updates : list of (SharedVariable, TensorVariable)
+        Phase one: ``[(grad_shared, row-weighted flat gradient)]``.
+    param_updates : list of (SharedVariable, TensorVariable)
+        Phase two: the rule's updates of the parameters (and optimizer state).
+    grad_shared : SharedVariable
+        The flat vector to all-reduce (op "avg" or "sum") between the phases.
+
+    Examples
+    --------
+    >>> x = pt.vector("x")
+    >>> w = pytensor.shared(np.ones(2), name="w")
+    >>> grad_updates, param_updates, grad_shared = sgd(pt.mean((x - w.sum()) ** 2), [w], 0.1)
+    >>> f_grad = pytensor.function([x], updates=grad_updates)
+    >>> f_update = pytensor.function([], updates=param_updates)
+    >>> _ = f_grad(np.zeros(3)); grad_shared.get_value()    # 3 rows: [3 * grad, 3]
+    array([12., 12.,  3.])
+    >>> _ = f_update(); w.get_value()
+    array([0.6, 0.6])
+    """
+    return _phases(one_phase.sgd, loss, params, n_rows, learning_rate)
+
+
+def apply_momentum(param_updates: Pairs, momentum: Any = 0.9) -> Pairs:
+    """Add classical momentum to the pairs of phase two (see Lasagne's ``apply_momentum``).
+
+    Parameters
+    ----------
+    param_updates : list of (SharedVariable, TensorVariable)
+        E.g. the second part of :func:`sgd`'s result.
+    momentum : float or symbolic scalar
+        The amount of momentum.
+
+    Returns
+    -------
+    list of (SharedVariable, TensorVariable)
+        The pairs with momentum added, and the velocities' updates.
+    """
+    return list(one_phase.apply_momentum(OrderedDict(param_updates), momentum=momentum).items())
+
+
+def apply_nesterov_momentum(param_updates: Pairs, momentum: Any = 0.9) -> Pairs:
+    """Add Nesterov momentum to the pairs of phase two (see Lasagne's namesake).
+
+    Parameters and result as for :func:`apply_momentum`.
+    """
+    return list(one_phase.apply_nesterov_momentum(OrderedDict(param_updates),
+                                                  momentum=momentum).items())
+
+
+def momentum(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any,
+             momentum: Any = 0.9, *, n_rows: Rows = None) -> Phases:
+    """SGD with classical momentum in two phases; arguments and result as for :func:`sgd`."""
+    return _phases(one_phase.momentum, loss, params, n_rows, learning_rate, momentum=momentum)
+
+
+def nesterov_momentum(loss: TensorVariable, params: Sequence[SharedVariable],
+                      learning_rate: Any, momentum: Any = 0.9, *, n_rows: Rows = None
+                      ) -> Phases:
+    """SGD with Nesterov momentum in two phases; arguments and result as for :func:`sgd`."""
+    return _phases(one_phase.nesterov_momentum, loss, params, n_rows, learning_rate,
+                   momentum=momentum)
+
+
+def adagrad(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 1.0,
+            epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
+    """Adagrad in two phases; see Lasagne's ``adagrad`` and :func:`sgd`."""
+    return _phases(one_phase.adagrad, loss, params, n_rows, learning_rate, epsilon)
+
+
+def rmsprop(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 1.0,
+            rho: Any = 0.9, epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
+    """RMSProp in two phases; see Lasagne's ``rmsprop`` and :func:`sgd`."""
+    return _phases(one_phase.rmsprop, loss, params, n_rows, learning_rate, rho, epsilon)
+
+
+def adadelta(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 1.0,
+             rho: Any = 0.95, epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
+    """Adadelta in two phases; see Lasagne's ``adadelta`` and :func:`sgd`."""
+    return _phases(one_phase.adadelta, loss, params, n_rows, learning_rate, rho, epsilon)
+
+
+def adam(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 0.001,
+         beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-8, *,
+         n_rows: Rows = None) -> Phases:
+    """Adam in two phases; see Lasagne's ``adam`` and :func:`sgd`."""
+    return _phases(one_phase.adam, loss, params, n_rows, learning_rate, beta1, beta2, epsilon)
+
+
+def adamax(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 0.002,
+           beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-8, *,
+           n_rows: Rows = None) -> Phases:
+    """Adamax in two phases; see Lasagne's ``adamax`` and :func:`sgd`."""
+    return _phases(one_phase.adamax, loss, params, n_rows, learning_rate, beta1, beta2, epsilon)
+
+
+def sgd_nonflat(loss: TensorVariable, params: Sequence[SharedVariable],
+                learning_rate: Any) -> tuple[Pairs, Pairs, list[SharedVariable]]:
+    """:func:`sgd` with one gradient shared variable per parameter, to measure what flat saves.
+
+    The third part is the list of gradient variables; all-reduce it with ``op="avg"``
+    (one collective per tensor). Unlike the flat rules it carries no row count: it
+    averages the ranks' mean gradients, exact when every rank has the same rows.
+
+    Examples
+    --------
+    >>> w = pytensor.shared(np.ones(2), name="w")
+    >>> grad_updates, param_updates, grads_shared = sgd_nonflat((3 * w).sum(), [w], 0.1)
+    >>> len(grad_updates), len(param_updates), len(grads_shared)
+    (1, 1, 1)
+    """
+    grads_shared, grads = nonflat_grads(loss, params)
+    param_updates = one_phase.sgd(grads_shared, list(params), learning_rate)
+    return list(zip(grads_shared, grads, strict=True)), list(param_updates.items()), grads_shared
+
+
+# --- the accumulating form used by extensions.train.make_step_function ---------------------
+
+class TwoPhaseUpdates(NamedTuple):
+    """The phases of :func:`two_phase`.
+
+    Attributes
+    ----------
+    grad_updates : list of (SharedVariable, TensorVariable)
+        Phase one: adds the row-weighted flat gradient and row count to ``flat_grad``.
+    param_updates : OrderedDict
+        Phase two: the rule's updates, reading the mean gradient, and ``flat_grad``
+        cleared for the next step.
+    flat_grad : SharedVariable
+        The flat vector to all-reduce between the phases (op "sum" or "avg").
+    """
+
+    grad_updates: Pairs
+    param_updates: OrderedDict
+    flat_grad: SharedVariable
+
+
+def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
+              params: Sequence[SharedVariable], *args: Any, n_rows: Rows = None,
+              **kwargs: Any) -> TwoPhaseUpdates:
+    """Split a one-phase rule into phases whose phase one accumulates over calls.
+
+    Like the rules above, but phase one *adds* to ``flat_grad``, and phase two
+    clears it. Several phase-one calls before one all-reduce (e.g. the chunks of a
+    call with ``num_slices > 1``, which run their updates one after the other) then
+    add up to the whole batch's gradient. The clearing is an update of phase two,
+    which is why this form is not returned by the rules (``apply_momentum`` on its
+    pairs would treat ``flat_grad`` as a parameter).
 
     Parameters
     ----------
     rule : callable
-        An update rule of this module, e.g. :func:`adam` (any callable taking
-        ``(grads, params, *args, **kwargs)`` and returning updates).
+        A one-phase rule of :mod:`synkhronos.extensions.lasagne.updates`, e.g. ``adam``.
     loss : TensorVariable
-        The scalar loss whose gradient phase one computes.
+        Scalar loss, a mean over a rank's rows.
     params : list of SharedVariable
-        The parameters, all of one dtype (that of the flat vector).
+        The parameters, all of one dtype.
     *args, **kwargs
-        The rule's hyperparameters, e.g. ``learning_rate=0.01``.
+        The rule's hyperparameters.
     n_rows : symbolic or int scalar, optional
-        Rows behind ``loss``, as described above; cast to the parameters' dtype.
+        Rows behind ``loss`` (default: :func:`loss_rows`).
 
     Returns
     -------
     TwoPhaseUpdates
         ``(grad_updates, param_updates, flat_grad)``.
 
-    Raises
-    ------
-    TypeError
-        If the parameters' dtypes differ.
-
     Examples
     --------
+    >>> from synkhronos.extensions.lasagne import updates as lasagne_updates
     >>> x = pt.vector("x")
-    >>> w = pytensor.shared(np.ones(3), name="w")
-    >>> loss = ((w - x) ** 2).sum()
-    >>> tp = two_phase(adam, loss, [w], learning_rate=0.01)
-    >>> grad_step = pytensor.function([x], loss, updates=tp.grad_updates)
-    >>> apply_step = pytensor.function([], updates=tp.param_updates)
-
-    Run ``grad_step(x_data)``, all-reduce ``tp.flat_grad``, then ``apply_step()``.
+    >>> w = pytensor.shared(np.ones(2), name="w")
+    >>> tp = two_phase(lasagne_updates.sgd, pt.mean((x - w.sum()) ** 2), [w], 0.1)
+    >>> f_grad = pytensor.function([x], updates=tp.grad_updates)
+    >>> f_update = pytensor.function([], updates=tp.param_updates)
+    >>> _ = f_grad(np.zeros(2)), f_grad(np.zeros(1)); tp.flat_grad.get_value()
+    array([12., 12.,  3.])
+    >>> _ = f_update(); w.get_value(), tp.flat_grad.get_value()
+    (array([0.6, 0.6]), array([0., 0., 0.]))
     """
-    _check_shared(params)
-    dtype = _common_dtype(params, "params")
-    size = vars_flat_size(params)
-    grads = flatten_vars(pytensor.grad(loss, list(params)))
-    if n_rows is None:
-        flat_grad = pytensor.shared(np.zeros(size, dtype=dtype), name="flat_grad")
-        grad_updates = [(flat_grad, grads)]
-        param_updates = rule(unflatten_vars(flat_grad, params), list(params), *args, **kwargs)
-    else:
-        rows = pt.cast(n_rows, dtype)
-        flat_grad = pytensor.shared(np.zeros(size + 1, dtype=dtype), name="flat_grad")
-        grad_updates = [(flat_grad, flat_grad + pt.concatenate([grads * rows, rows[None]]))]
-        mean_grad = flat_grad[:-1] / flat_grad[-1]
-        param_updates = rule(unflatten_vars(mean_grad, params), list(params), *args, **kwargs)
-        param_updates[flat_grad] = pt.zeros_like(flat_grad)
-    return TwoPhaseUpdates(grad_updates, param_updates, flat_grad)
-
-
-def two_phase_per_tensor(rule: Callable[..., Updates], loss: TensorVariable,
-                         params: Sequence[SharedVariable], *args: Any,
-                         **kwargs: Any) -> PerTensorUpdates:
-    """Like :func:`two_phase`, but with one gradient shared variable per parameter.
-
-    Each gradient then needs its own collective between the phases; this variant
-    exists to measure what the flat vector saves, and for parameters of mixed dtypes.
-
-    Returns
-    -------
-    PerTensorUpdates
-        ``(grad_updates, param_updates, grads)``.
-    """
-    _check_shared(params)
-    grads = [_zeros_like(p, "grad") for p in params]
-    grad_updates = list(zip(grads, pytensor.grad(loss, list(params)), strict=True))
-    param_updates = rule(grads, list(params), *args, **kwargs)
-    return PerTensorUpdates(grad_updates, param_updates, grads)
+    (grad_updates, param_updates, flat_grad) = _phases(rule, loss, params, n_rows, *args,
+                                                       **kwargs)
+    ((_, flat_value),) = grad_updates
+    cleared = OrderedDict(param_updates)
+    cleared[flat_grad] = pt.zeros_like(flat_grad)
+    return TwoPhaseUpdates([(flat_grad, flat_grad + flat_value)], cleared, flat_grad)
