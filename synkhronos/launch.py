@@ -407,5 +407,6 @@ def _on_sigterm(signum, frame) -> None:
     close()
     if callable(previous):
         previous(signum, frame)
-    else:  # SIG_DFL: die of the signal, as without synkhronos
+    else:  # SIG_DFL: die of the signal, as without synkhronos (atexit hooks do not run)
+        sweep(process_prefix())  # the Data segments too
         os.kill(os.getpid(), signum)

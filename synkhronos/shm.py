@@ -216,8 +216,11 @@ class GrowingSegment:
         if self.segment is not None and self.segment.size >= nbytes:
             return
         old = self.segment
+        # Create before counting the generation: a failure (a full /dev/shm) leaves the
+        # old segment in use.
+        self.segment = Segment(f"{self.base}_{self.generation + 1}", int(nbytes * oversize),
+                               True)
         self.generation += 1
-        self.segment = Segment(f"{self.base}_{self.generation}", int(nbytes * oversize), True)
         if old is not None:
             old.unlink()
 
