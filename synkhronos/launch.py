@@ -114,8 +114,8 @@ class Session:
         self.backend = get_backend(backend_name)
         self.broken = False
         self.processes: list[subprocess.Popen] = []
-        self.timeout = timeout
         self.control = ControlBlock(self.name, n_ranks, create=True)
+        self.watchdog = Watchdog([], lambda rank: int(self.control.heartbeat(rank)[0]), timeout)
         self.channel = Channel(self.name, 0, n_ranks, self.control, self.check_alive)
         comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
                                  self.check_alive)
@@ -142,8 +142,7 @@ class Session:
                  str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
                 env=_worker_env(self.threads, backend_name, gpu),
                 stdin=subprocess.DEVNULL, start_new_session=True))
-        self.watchdog = Watchdog([p.pid for p in self.processes],
-                                 lambda rank: int(self.control.heartbeat(rank)[0]), self.timeout)
+            self.watchdog.pids.append(self.processes[-1].pid)
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:
             raise RemoteError(_describe(failures))
@@ -260,6 +259,10 @@ class Session:
             self.state.comm.close()
             sweep(self.name)
             self.thread_limits.restore_original_limits()
+            # The channel and communicator call back into this session (check_alive):
+            # without this cycle their mappings, one fd each, go now, not at the next
+            # garbage collection.
+            del self.channel, self.control, self.state, self.watchdog
 
     def _terminate(self) -> None:
         for process in self.processes:

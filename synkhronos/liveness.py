@@ -46,7 +46,7 @@ class Watchdog:
     Parameters
     ----------
     pids : list of int
-        Process ids of ranks 1, 2, ...
+        Process ids of ranks 1, 2, ... (the list may be filled after construction).
     heartbeat : callable
         ``heartbeat(rank)`` reads the rank's heartbeat word.
     timeout : float or None
@@ -58,8 +58,9 @@ class Watchdog:
 
     Examples
     --------
-    >>> import subprocess, sys
-    >>> sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    >>> import subprocess
+    >>> sleeper = subprocess.Popen(["sleep", "30"])  # alive, but neither computes nor waits
+    >>> time.sleep(0.2)
     >>> dog = Watchdog([sleeper.pid], lambda rank: 0, timeout=0.2)
     >>> dog.check()
     >>> time.sleep(0.5)
@@ -76,9 +77,9 @@ class Watchdog:
         self.heartbeat = heartbeat
         self.timeout = timeout
         self.armed = False
-        self.beats = [0] * len(pids)
-        self.ticks = [0] * len(pids)
-        self.progress_at = [0.0] * len(pids)
+        self.beats: list[int] = []
+        self.ticks: list[int] = []
+        self.progress_at: list[float] = []
 
     def arm(self) -> None:
         """Start watching a new command: the next check takes a fresh baseline."""
@@ -90,6 +91,8 @@ class Watchdog:
         if self.timeout is None:
             return
         now = time.monotonic()
+        if not self.armed:
+            self.beats, self.ticks, self.progress_at = ([0] * len(self.pids) for _ in range(3))
         for i, pid in enumerate(self.pids):
             beat = self.heartbeat(i + 1)
             if self.armed and beat != self.beats[i]:
