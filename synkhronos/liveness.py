@@ -43,6 +43,10 @@ def process_state(pid: int) -> tuple[str, int]:
 class Watchdog:
     """Declares a worker hung after ``timeout`` seconds without progress.
 
+    Rank 0 calls :meth:`arm` when it posts a command (one attribute store, nothing read)
+    and :meth:`check` each time one of its waits polls; the first check of a command takes
+    the baseline.
+
     Parameters
     ----------
     pids : list of int
@@ -51,10 +55,6 @@ class Watchdog:
         ``heartbeat(rank)`` reads the rank's heartbeat word.
     timeout : float or None
         Seconds without progress before a rank is declared hung; ``None``: never.
-
-    Rank 0 calls :meth:`arm` when it posts a command (one attribute store, nothing read)
-    and :meth:`check` each time a wait of its polls; the first check of a command takes
-    the baseline.
 
     Examples
     --------
