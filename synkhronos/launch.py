@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -114,11 +115,12 @@ class Session:
         self.backend = get_backend(backend_name)
         self.broken = False
         self.processes: list[subprocess.Popen] = []
-        self.control = ControlBlock(self.name, n_ranks, create=True)
-        self.watchdog = Watchdog([], lambda rank: int(self.control.heartbeat(rank)[0]), timeout)
-        self.channel = Channel(self.name, 0, n_ranks, self.control, self.check_alive)
+        self.control = control = ControlBlock(self.name, n_ranks, create=True)
+        self.watchdog = Watchdog([], lambda rank: int(control.heartbeat(rank)[0]), timeout)
+        check_alive = _weak(self.check_alive)
+        self.channel = Channel(self.name, 0, n_ranks, self.control, check_alive)
         comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
-                                 self.check_alive)
+                                 check_alive)
         self.state = RankState(0, n_ranks, comm, self.backend)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         self.thread_limits = _limit_threads(self.threads)
@@ -173,11 +175,6 @@ class Session:
     def check_alive(self) -> None:
         """Raise :class:`WorkerDied` if any worker has exited, :class:`WorkerHung` if one
         made no progress for ``timeout`` seconds (polled while rank 0 waits)."""
-        try:
-            self.watchdog.check()
-        except WorkerHung:
-            self.broken = True
-            raise
         for rank, process in enumerate(self.processes, start=1):
             code = process.poll()
             if code is not None:
@@ -185,6 +182,11 @@ class Session:
                 how = f"signal {-code}" if code < 0 else f"exit code {code}"
                 raise WorkerDied(f"synkhronos worker rank {rank} died ({how}); call "
                                  f"synk.close() and fork again")
+        try:
+            self.watchdog.check()
+        except WorkerHung:
+            self.broken = True
+            raise
 
     def execute(self, code: Command, arrays, local):
         """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
@@ -259,16 +261,24 @@ class Session:
             self.state.comm.close()
             sweep(self.name)
             self.thread_limits.restore_original_limits()
-            # The channel and communicator call back into this session (check_alive):
-            # without this cycle their mappings, one fd each, go now, not at the next
-            # garbage collection.
-            del self.channel, self.control, self.state, self.watchdog
+            self.functions.clear()  # they refer to this session: no cycle to wait on
 
     def _terminate(self) -> None:
         for process in self.processes:
             if process.poll() is None:
                 process.terminate()
                 process.send_signal(signal.SIGCONT)  # a stopped worker acts on it once resumed
+
+
+def _weak(method):
+    """``method``, called through a weak reference to its object.
+
+    The channel and communicator call back into the session; with strong references the
+    session would sit in a reference cycle, and its mappings (one fd each) would outlive
+    it until the next garbage collection.
+    """
+    ref = weakref.WeakMethod(method)
+    return lambda: ref()()
 
 
 def _describe(failures: list[tuple[int, str]]) -> str:
