@@ -72,6 +72,13 @@ def test_stopped_rank_is_named_after_timeout():
     assert _close_and_check(session) < 2.0  # SIGTERM (and SIGCONT), no 5 s grace
 
 
+@pytest.mark.parametrize("timeout", [0, -1.0])
+def test_timeout_must_be_positive(timeout):
+    with pytest.raises(ValueError, match="timeout"):
+        synk.fork(2, backend="cpu", timeout=timeout)
+    assert launch._session is None
+
+
 @pytest.mark.parametrize("when", ["idle", "mid-call"])
 def test_killed_rank_is_reported(when):
     session, f = _forked(timeout=None)
