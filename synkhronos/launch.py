@@ -325,6 +325,12 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
         for another rank, is making progress however long a call takes; one stopped or
         deadlocked is not. ``None`` waits forever. Default 300.
 
+    Notes
+    -----
+    Until :func:`close`, SIGTERM to this process first closes the session, then acts as
+    before (by default, ends the process). ``fork`` also removes what programs that died
+    left in ``/dev/shm``; names of running programs are left alone.
+
     Examples
     --------
     >>> import synkhronos as synk
