@@ -3,7 +3,9 @@
 Rank 0 writes a command (an integer code plus arrays) into the control segment, releases
 each worker's "go" semaphore, and waits on the shared "done" semaphore once per worker.
 Workers answer with arrays in their own reply mailbox and a status word. No pickling
-happens per command, and every wait polls for dead peers so that nothing hangs.
+happens per command, and every wait polls for dead peers so that nothing hangs; a worker's
+polls also bump its heartbeat word, which tells rank 0 that it is alive while it waits
+(:mod:`synkhronos.liveness`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class WorkerDied(RuntimeError):
     """A rank's process ended while rank 0 needed it; the session must be closed."""
 
 
+class WorkerHung(WorkerDied):
+    """A rank made no progress for the fork's ``timeout``; the session must be closed."""
+
+
 class Aborted(RuntimeError):
     """A collective was abandoned because another rank failed (its error is reported)."""
 
@@ -39,13 +45,13 @@ class ControlBlock:
     """The control segment's int64 words, carved into named regions.
 
     Layout: ``[abort flag, command code]``, the command's message header, then per rank
-    a status word, a reply-mailbox header and a communicator-mailbox header, then the
-    header of the communicator's result buffer.
+    a status word, a heartbeat word, a reply-mailbox header and a communicator-mailbox
+    header, then the header of the communicator's result buffer.
     """
 
     def __init__(self, session: str, n_ranks: int, create: bool):
         msg = message_words(MAX_ARRAYS)
-        self.per_rank = 1 + 2 * msg
+        self.per_rank = 2 + 2 * msg
         n_words = 2 + msg + n_ranks * self.per_rank + msg
         self.segment = Segment(f"{session}_control", n_words * 8, create)
         self.words = self.segment.array(np.int64, (n_words,))
@@ -72,11 +78,15 @@ class ControlBlock:
     def status(self, rank: int) -> np.ndarray:
         return self._rank_words(rank)[0:1]
 
+    def heartbeat(self, rank: int) -> np.ndarray:
+        """The word that worker ``rank`` bumps while it waits (see :mod:`~synkhronos.liveness`)."""
+        return self._rank_words(rank)[1:2]
+
     def reply_header(self, rank: int) -> np.ndarray:
-        return self._rank_words(rank)[1: 1 + self.msg]
+        return self._rank_words(rank)[2: 2 + self.msg]
 
     def comm_header(self, rank: int) -> np.ndarray:
-        return self._rank_words(rank)[1 + self.msg:]
+        return self._rank_words(rank)[2 + self.msg:]
 
     def result_header(self) -> np.ndarray:
         return self.words[len(self.words) - self.msg:]

@@ -4,6 +4,10 @@ Workers are fresh interpreters (``python -m synkhronos.worker``), not ``os.fork`
 so they inherit no threads, device contexts or imported state from the user's process.
 They run in their own process session (a Ctrl-C in the terminal reaches rank 0 only) and
 die with rank 0 (``PR_SET_PDEATHSIG``), sweeping the shared memory if rank 0 could not.
+While rank 0 waits on them, a :class:`~synkhronos.liveness.Watchdog` declares a worker
+that makes no progress for the fork's ``timeout`` hung. SIGTERM to rank 0 closes the
+session before the previous handler runs; :func:`fork` removes the names that programs
+which died left in ``/dev/shm``.
 """
 
 from __future__ import annotations
@@ -12,22 +16,27 @@ import atexit
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+import weakref
 
 import numpy as np
 
 from .backends import get_backend, gpu
-from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied
+from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied, WorkerHung
 from .comm import make_communicator
 from .data import released_ids
 from .distribute import pack
+from .liveness import Watchdog
 from .protocol import FORGET_DATA, Command
 from .rank import RankState
-from .shm import process_prefix, sweep
+from .shm import process_prefix, sweep, sweep_dead
 
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 5.0  # how long close() waits for workers to exit before SIGKILL
+DEFAULT_TIMEOUT_S = 300.0  # seconds without progress (not per call) before a rank is hung
 
 _fork_count = itertools.count()
 _session: Session | None = None
@@ -99,16 +108,19 @@ def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
 class Session:
     """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
 
-    def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None):
+    def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None,
+                 timeout: float | None = DEFAULT_TIMEOUT_S):
         self.name = f"{process_prefix()}_f{next(_fork_count)}"
         self.n_ranks = n_ranks
         self.backend = get_backend(backend_name)
         self.broken = False
         self.processes: list[subprocess.Popen] = []
-        self.control = ControlBlock(self.name, n_ranks, create=True)
-        self.channel = Channel(self.name, 0, n_ranks, self.control, self.check_alive)
+        self.control = control = ControlBlock(self.name, n_ranks, create=True)
+        self.watchdog = Watchdog([], lambda rank: int(control.heartbeat(rank)[0]), timeout)
+        check_alive = _weak(self.check_alive)
+        self.channel = Channel(self.name, 0, n_ranks, self.control, check_alive)
         comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
-                                 self.check_alive)
+                                 check_alive)
         self.state = RankState(0, n_ranks, comm, self.backend)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         self.thread_limits = _limit_threads(self.threads)
@@ -132,6 +144,7 @@ class Session:
                  str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
                 env=_worker_env(self.threads, backend_name, gpu),
                 stdin=subprocess.DEVNULL, start_new_session=True))
+            self.watchdog.pids.append(self.processes[-1].pid)
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:
             raise RemoteError(_describe(failures))
@@ -160,7 +173,8 @@ class Session:
             f._shipped = True
 
     def check_alive(self) -> None:
-        """Raise :class:`WorkerDied` if any worker has exited."""
+        """Raise :class:`WorkerDied` if any worker has exited, :class:`WorkerHung` if one
+        made no progress for ``timeout`` seconds (polled while rank 0 waits)."""
         for rank, process in enumerate(self.processes, start=1):
             code = process.poll()
             if code is not None:
@@ -168,6 +182,11 @@ class Session:
                 how = f"signal {-code}" if code < 0 else f"exit code {code}"
                 raise WorkerDied(f"synkhronos worker rank {rank} died ({how}); call "
                                  f"synk.close() and fork again")
+        try:
+            self.watchdog.check()
+        except WorkerHung:
+            self.broken = True
+            raise
 
     def execute(self, code: Command, arrays, local):
         """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
@@ -182,6 +201,7 @@ class Session:
             # Tell the workers to unmap released Data along with this command.
             code, arrays = code | FORGET_DATA, [*arrays, self._released()]
         if self.processes:
+            self.watchdog.arm()
             self.channel.send(code, arrays)
         error = None
         try:
@@ -216,10 +236,17 @@ class Session:
         return np.array(ids, np.int64)
 
     def close(self) -> None:
-        """Stop the workers (politely, then by force) and remove every segment."""
+        """Stop the workers and remove every segment.
+
+        A sound session sends STOP; a broken one (a worker died or hung, a call was
+        interrupted) sends SIGTERM. Workers still running after :data:`STOP_GRACE_S` get
+        SIGKILL.
+        """
         try:
             if not self.broken and all(p.poll() is None for p in self.processes):
                 self.channel.send(Command.STOP)
+            else:
+                self._terminate()
             # STOP carries no arrays and the workers hold open what they still use, so the
             # names can go now: should rank 0 be killed while it waits, nothing is left.
             sweep(self.name)
@@ -234,6 +261,24 @@ class Session:
             self.state.comm.close()
             sweep(self.name)
             self.thread_limits.restore_original_limits()
+            self.functions.clear()  # they refer to this session: no cycle to wait on
+
+    def _terminate(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                process.send_signal(signal.SIGCONT)  # a stopped worker acts on it once resumed
+
+
+def _weak(method):
+    """``method``, called through a weak reference to its object.
+
+    The channel and communicator call back into the session; with strong references the
+    session would sit in a reference cycle, and its mappings (one fd each) would outlive
+    it until the next garbage collection.
+    """
+    ref = weakref.WeakMethod(method)
+    return lambda: ref()()
 
 
 def _describe(failures: list[tuple[int, str]]) -> str:
@@ -260,7 +305,7 @@ def backend() -> str:
 
 
 def fork(n_parallel: int | None = None, backend: str = "auto",
-         gpus: list[int] | None = None) -> int:
+         gpus: list[int] | None = None, timeout: float | None = DEFAULT_TIMEOUT_S) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
     Parameters
@@ -273,6 +318,18 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
         initialising CUDA here) and the GPU extra is installed, else "cpu".
     gpus : list of int, optional
         GPU ids to use, one per rank (default: the first ``n_parallel`` visible).
+    timeout : float or None
+        Seconds a worker may go without progress, while rank 0 waits on it, before
+        :class:`~synkhronos.channel.WorkerHung` is raised naming its rank and the session
+        is broken (:func:`close` then ends the workers). A worker computing, or waiting
+        for another rank, is making progress however long a call takes; one stopped or
+        deadlocked is not. ``None`` waits forever. Default 300.
+
+    Notes
+    -----
+    Until :func:`close`, SIGTERM to this process first closes the session, then acts as
+    before (by default, ends the process). ``fork`` also removes what programs that died
+    left in ``/dev/shm``; names of running programs are left alone.
 
     Examples
     --------
@@ -297,9 +354,14 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
         n_parallel = len(os.sched_getaffinity(0))
     if not isinstance(n_parallel, int) or n_parallel < 1:
         raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
-    session = Session(n_parallel, backend, gpu_ids)
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, got "
+                         f"{timeout!r}")
+    sweep_dead()  # names left by programs that died (their workers could not sweep)
+    session = Session(n_parallel, backend, gpu_ids, timeout)
     _session = session
     atexit.register(close)
+    _close_on_sigterm()
     return n_parallel
 
 
@@ -327,4 +389,43 @@ def close() -> None:
     session, _session = _session, None
     if session is not None:
         atexit.unregister(close)
+        _restore_sigterm()
         session.close()
+
+
+_previous_sigterm = None  # the SIGTERM handler _close_on_sigterm replaced
+
+
+def _close_on_sigterm() -> None:
+    """Make SIGTERM close the session first, then act as it did before the fork.
+
+    Python's default for SIGTERM is to die at once, skipping ``atexit``: the workers would
+    still exit (parent-death signal) and sweep, but later, and not if one is stopped.
+    """
+    global _previous_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; the parent-death path remains
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous in (signal.SIG_IGN, None):
+        return  # SIGTERM is ignored, or handled outside Python: leave it so
+    _previous_sigterm = previous
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _restore_sigterm() -> None:
+    global _previous_sigterm
+    if _previous_sigterm is not None and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, _previous_sigterm)
+    _previous_sigterm = None
+
+
+def _on_sigterm(signum, frame) -> None:
+    previous = _previous_sigterm
+    if _session is not None:
+        _session.broken = True  # a call may be under way: end the workers, send nothing
+    close()
+    if callable(previous):
+        previous(signum, frame)
+    else:  # SIG_DFL: die of the signal, as without synkhronos (atexit hooks do not run)
+        sweep(process_prefix())  # the Data segments too
+        os.kill(os.getpid(), signum)

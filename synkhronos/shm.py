@@ -1,14 +1,20 @@
 """Named POSIX shared-memory segments, array messages inside them, and clean-up.
 
 Every name this package creates starts with the session prefix, so that one sweep of
-``/dev/shm`` (:func:`sweep`) removes whatever a session left, whichever rank made it.
+``/dev/shm`` (:func:`sweep`) removes whatever a session left, whichever rank made it; the
+prefix holds rank 0's pid, so names left by a program that died can be told from those of
+a live one (:func:`sweep_dead`). Segments are allocated in full when created
+(``posix_fallocate``): POSIX shared memory is otherwise allocated lazily, and touching a
+page that a full ``/dev/shm`` cannot back kills the process with SIGBUS.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import mmap
 import os
+import re
 import secrets
 
 import numpy as np
@@ -29,6 +35,27 @@ DTYPES = tuple(
 DTYPE_CODES = {d: i for i, d in enumerate(DTYPES)}
 MAX_NDIM = 8
 DESC_WORDS = 3 + MAX_NDIM  # dtype code, ndim, byte offset, shape
+
+
+class SharedMemoryFull(MemoryError):
+    """``/dev/shm`` has not enough free space for a segment synkhronos needs."""
+
+
+def free_bytes() -> int:
+    """Bytes free in ``/dev/shm`` for this user."""
+    stat = os.statvfs(SHM_DIR)
+    return stat.f_bavail * stat.f_frsize
+
+
+def _full_error(name: str, size: int, free: int) -> SharedMemoryFull:
+    return SharedMemoryFull(
+        f"synkhronos needs a shared-memory segment of {_mib(size)} ({name}) but {SHM_DIR} has "
+        f"{_mib(free)} free; free space there, enlarge it (e.g. docker run --shm-size=8g), "
+        f"or use smaller arrays")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def new_session_name() -> str:
@@ -81,6 +108,40 @@ def sweep(session: str) -> list[str]:
     return removed
 
 
+_OWNER = re.compile(rf"^(?:sem\.)?{NAME_PREFIX}_(\d+)_")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def sweep_dead() -> list[str]:
+    """Unlink every synkhronos name in ``/dev/shm`` whose owner (rank 0's pid) is gone.
+
+    Names of live processes are left alone, so programs running side by side are safe.
+    Returns the names removed.
+    """
+    try:
+        entries = os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return []
+    dead = set()
+    for entry in entries:
+        match = _OWNER.match(entry)
+        if match and not _pid_alive(int(match.group(1))):
+            dead.add(entry[4:] if entry.startswith("sem.") else entry)
+    removed = []
+    for stem in sorted({"_".join(name.split("_")[:3]) for name in dead}):
+        removed += sweep(stem)
+    return removed
+
+
 class Segment:
     """One mapped shared-memory segment.
 
@@ -95,14 +156,32 @@ class Segment:
     """
 
     def __init__(self, name: str, size: int = 0, create: bool = False):
+        size = max(int(size), ALIGN)
+        if create and size > free_bytes():
+            raise _full_error(name, size, free_bytes())
         flags = posix_ipc.O_CREX if create else 0
-        shm = posix_ipc.SharedMemory("/" + name, flags, size=max(int(size), ALIGN) if create else 0)
+        shm = posix_ipc.SharedMemory("/" + name, flags, size=size if create else 0)
         try:
+            if create:
+                self._allocate(shm, size)
             self.size = shm.size
             self.map = mmap.mmap(shm.fd, self.size)
         finally:
             shm.close_fd()
         self.name = name
+
+    @staticmethod
+    def _allocate(shm: posix_ipc.SharedMemory, size: int) -> None:
+        """Back every page now: an error here instead of a SIGBUS at first touch."""
+        try:
+            os.posix_fallocate(shm.fd, 0, size)
+        except OSError as error:
+            if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                return  # a file system without fallocate: the free-space check must do
+            shm.unlink()
+            if error.errno == errno.ENOSPC:
+                raise _full_error(shm.name.lstrip("/"), size, free_bytes()) from None
+            raise
 
     def array(self, dtype, shape, offset: int = 0) -> np.ndarray:
         """A numpy view of the segment's bytes starting at ``offset``."""
@@ -137,8 +216,11 @@ class GrowingSegment:
         if self.segment is not None and self.segment.size >= nbytes:
             return
         old = self.segment
+        # Create before counting the generation: a failure (a full /dev/shm) leaves the
+        # old segment in use.
+        self.segment = Segment(f"{self.base}_{self.generation + 1}", int(nbytes * oversize),
+                               True)
         self.generation += 1
-        self.segment = Segment(f"{self.base}_{self.generation}", int(nbytes * oversize), True)
         if old is not None:
             old.unlink()
 

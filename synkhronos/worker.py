@@ -17,24 +17,33 @@ from .channel import Aborted, Channel, ControlBlock
 from .shm import sweep
 
 PR_SET_PDEATHSIG = 1
+PARENT_DIED = signal.SIGUSR1  # the parent-death signal: SIGTERM stays a plain "exit now"
 
 
 def _die_with_parent(master_pid: int, prefix: str) -> None:
-    """Get SIGTERM when rank 0 dies; then remove the session's shared memory and exit."""
-    def on_term(signum, frame):
-        # The death signal can arrive before this process is re-parented, so give the
-        # kernel a moment before deciding that rank 0 is gone.
+    """Exit when rank 0 dies or sends SIGTERM; remove the session's names if rank 0 is gone.
+
+    Rank 0 killed by any signal, SIGKILL included, sends :data:`PARENT_DIED` here.
+    """
+    def on_parent_died(signum, frame):
+        # The signal can arrive before this process is re-parented (and is also sent
+        # when the thread that started the worker ends), so give the kernel a moment
+        # before deciding that rank 0 is gone.
         deadline = time.monotonic() + 1.0
         while os.getppid() == master_pid and time.monotonic() < deadline:
             time.sleep(0.01)
+        on_term(signum, frame)
+
+    def on_term(signum, frame):
         if os.getppid() != master_pid:
             sweep(prefix)  # rank 0 is gone and cannot clean up
         os._exit(1)
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(PARENT_DIED, on_parent_died)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, PARENT_DIED)
     except (OSError, AttributeError):
         pass  # not Linux: the parent check in every wait still ends the worker
     if os.getppid() != master_pid:
@@ -47,8 +56,12 @@ def main(argv: list[str]) -> None:
     _die_with_parent(master_pid, prefix)
     sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
                     if p not in sys.path]
+    control = ControlBlock(session, n_ranks, create=False)
+    heartbeat = control.heartbeat(rank)
 
     def check_parent() -> None:
+        """Polled by every blocked wait: tell rank 0 this rank is alive, and that rank 0 is."""
+        heartbeat[0] += 1
         if os.getppid() != master_pid:
             sweep(prefix)
             os._exit(1)
@@ -62,7 +75,6 @@ def main(argv: list[str]) -> None:
     from .rank import RankState, run_share
     from .rank_collectives import run_collective
 
-    control = ControlBlock(session, n_ranks, create=False)
     channel = Channel(session, rank, n_ranks, control, check_parent)
     backend = get_backend(backend_name)
     comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
