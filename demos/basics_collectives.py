@@ -32,7 +32,7 @@ def main(n_ranks: int) -> None:
 
     accumulate(x_np)
     np.testing.assert_allclose(synk.gather(w, nd_up=1), per_rank, rtol=1e-5)  # stacked
-    np.testing.assert_allclose(synk.gather(w), per_rank.reshape(-1), rtol=1e-5)  # concat
+    np.testing.assert_allclose(synk.gather(w, nd_up=0), per_rank.reshape(-1), rtol=1e-5)  # concat
     for rank in range(n_ranks):
         np.testing.assert_allclose(synk.get_value(rank, w), per_rank[rank], rtol=1e-5)
     print("gather, get_value: each rank has its own w")
@@ -63,7 +63,7 @@ def main(n_ranks: int) -> None:
     sizes = [len(p) for p in np.array_split(rows, n_ranks)]
     np.testing.assert_array_equal(synk.get_lengths(v), sizes)
     assert synk.get_shapes(v) == [(n, 3) for n in sizes]
-    np.testing.assert_array_equal(synk.gather(v), rows)
+    np.testing.assert_array_equal(synk.gather(v, nd_up=0), rows)
     assert sum(total_v()) == rows.sum()  # op None: one sum per rank, from its own rows
     # all_gather: every rank gets the concatenation.
     synk.all_gather(v)
