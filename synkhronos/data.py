@@ -165,7 +165,7 @@ class Data:
         Examples
         --------
         >>> import numpy as np, synkhronos as synk
-        >>> synk.data(ndim=1, dtype="float32").condition_data([1, 2]).dtype
+        >>> synk.data(ndim=1, dtype="float32").condition_data(np.int8([1, 2])).dtype
         dtype('float32')
         """
         value = _cast(np.asarray(value), self._dtype, force_cast, repr(self))

@@ -48,12 +48,12 @@ def _session() -> None:
         assert pytensor.config.floatX == "float32"
         reduce_ops = record_reduce_ops(comm)
 
-        # Outputs: reductions through NCCL, gather and None through the host.
+        # Outputs: reductions through NCCL, gather and "per_rank" through the host.
         x, y, s = pt.matrix("x"), pt.vector("y"), pt.scalar("s")
         w = pytensor.shared(np.zeros(3, "float32"), name="w")
         f = synk.function([x, y], [((x * s) ** 2).mean(), ((x.sum(axis=1) * y).sum(), "sum"),
                                    (x.max(axis=0), "max"), (x.min(), "min"),
-                                   (x.sum(axis=1) + y, "gather"), (x.shape[0], None)],
+                                   (x.sum(axis=1) + y, "gather"), (x.shape[0], "per_rank")],
                           bcast_inputs=[s], updates={w: w + x.sum(axis=0)})
         rng = np.random.default_rng(5)
         xv = rng.normal(size=(10, 3)).astype("float32")
