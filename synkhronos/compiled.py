@@ -47,6 +47,8 @@ class RankFunction:
         self.mode = spec.mode if spec.mode is not None else default_mode
         self.on_device = [device_outputs and reduces_in_place(op, var.dtype)
                           for var, op in zip(spec.outputs, spec.output_ops, strict=True)]
+        # Outputs of op None: rank 0's own result; the workers do not send theirs.
+        self.rank_0_only = {i for i, op in enumerate(spec.output_ops) if op is None}
         # JAX traces slices with static bounds only, so JAX ranks select rows by index.
         self.slices_by_index = is_jax(self.mode)
         if self.slices_by_index:

@@ -62,9 +62,8 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     """
     if not weight:
         outs = []
-    elif state.rank:
-        ops = fn.spec.output_ops
-        outs = [o if ops[i] is not None else None for o, i in zip(outs, subset, strict=True)]
+    elif state.rank and fn.rank_0_only:
+        outs = [None if i in fn.rank_0_only else o for o, i in zip(outs, subset, strict=True)]
     device = [] if state.n_ranks == 1 else [j for j, i in enumerate(subset) if fn.on_device[i]]
     if not device:
         return _host(outs), {}
