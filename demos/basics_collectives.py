@@ -22,7 +22,7 @@ def main(n_ranks: int) -> None:
     # Each rank adds the column sums of ITS rows to ITS copy of w: the copies diverge.
     accumulate = synk.function(inputs=[x], updates=[(w, w + x.sum(axis=0))])
     # A function of v only, so that the workers have v too.
-    total_v = synk.function(outputs=(v.sum(), None))
+    total_v = synk.function(outputs=(v.sum(), "per_rank"))
     synk.distribute()
 
     rng = np.random.default_rng(0)
@@ -32,7 +32,7 @@ def main(n_ranks: int) -> None:
 
     accumulate(x_np)
     np.testing.assert_allclose(synk.gather(w, nd_up=1), per_rank, rtol=1e-5)  # stacked
-    np.testing.assert_allclose(synk.gather(w), per_rank.reshape(-1), rtol=1e-5)  # concat
+    np.testing.assert_allclose(synk.gather(w, nd_up=0), per_rank.reshape(-1), rtol=1e-5)  # concat
     for rank in range(n_ranks):
         np.testing.assert_allclose(synk.get_value(rank, w), per_rank[rank], rtol=1e-5)
     print("gather, get_value: each rank has its own w")
@@ -63,8 +63,8 @@ def main(n_ranks: int) -> None:
     sizes = [len(p) for p in np.array_split(rows, n_ranks)]
     np.testing.assert_array_equal(synk.get_lengths(v), sizes)
     assert synk.get_shapes(v) == [(n, 3) for n in sizes]
-    np.testing.assert_array_equal(synk.gather(v), rows)
-    assert sum(total_v()) == rows.sum()  # op None: one sum per rank, from its own rows
+    np.testing.assert_array_equal(synk.gather(v, nd_up=0), rows)
+    assert sum(total_v()) == rows.sum()  # "per_rank": one sum per rank, from its own rows
     # all_gather: every rank gets the concatenation.
     synk.all_gather(v)
     for rank in range(n_ranks):

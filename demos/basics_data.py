@@ -55,19 +55,18 @@ def main(n_ranks: int) -> None:
     # set_length keeps the leading rows: here, the first 700.
     x_dat.set_length(700)
     y_dat.set_length(700)
-    assert len(x_dat) == 700 and x_dat.alloc_size >= 1500 * 5 * x_np.itemsize
+    assert len(x_dat) == 700 and x_dat.alloc_size >= 1500 * 5  # elements
     check(f(x_dat, y_dat), slice(0, 700))
     print("set_value and set_length")
 
-    # A minibatch Data holds only the rows one batch needs from a larger dataset, here
-    # rows 200..263. Batch indices are counted from the lowest one selected, so the same
-    # indices that address the whole dataset address the minibatch.
-    lo, hi = 200, 264
-    x_mb = synk.data(x_np[lo:hi], minibatch=True)
-    y_mb = synk.data(y_np[lo:hi], minibatch=True)
-    index = lo + rng.permutation(hi - lo)  # shuffled, lowest index is lo
-    check(f(x_mb, y_mb, batch=index), index)
-    check(f(x_mb, y_mb, batch=slice(lo, lo + 40)), slice(lo, lo + 40))
+    # A minibatch Data holds only the rows one batch needs, here those a shuffled index
+    # selects from the dataset. It is read by position: its row k pairs with the k-th
+    # selected row of the full inputs (as in the original Synkhronos).
+    index = rng.permutation(len(x_np))[:64]
+    x_mb = synk.data(x_np[index], minibatch=True)
+    y_mb = synk.data(y_np[index], minibatch=True)
+    check(f(x_np, y_mb, batch=index), index)  # full x, minibatch y
+    check(f(x_mb, y_mb, batch=40), index[:40])  # both minibatch: the first 40 positions
     print("minibatch Data")
 
 

@@ -27,7 +27,7 @@ def main(n_ranks: int) -> None:
             (z.max(axis=0), "max"),
             (z.min(axis=0), "min"),
             (z, "gather"),  # rows of every rank, concatenated in data order
-            (z.sum(), None),  # no reduction: one result per rank
+            (z.sum(), "per_rank"),  # no reduction: one result per rank
         ],
     )
     synk.distribute()
@@ -50,10 +50,10 @@ def main(n_ranks: int) -> None:
     np.testing.assert_array_equal(rows, ref_rows)
     assert len(per_rank) == n_ranks
     np.testing.assert_allclose(sum(per_rank), ref_sum, rtol=1e-5)
-    print(f"ops on {n_ranks} ranks: avg sum prod max min gather None")
+    print(f"ops on {n_ranks} ranks: avg sum prod max min gather per_rank")
 
     # num_slices: each rank runs its rows in 3 pieces and combines them itself first;
-    # the results are the same, the peak memory per rank is smaller. Op None has no
+    # the results are the same, the peak memory per rank is smaller. Op "per_rank" has no
     # meaning across slices, so output_subset leaves that output out.
     sliced = f(x_dat, y_dat, num_slices=3, output_subset=range(6))
     for got, want in zip(sliced, [mean, total, prod, high, low, rows], strict=True):

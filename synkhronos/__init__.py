@@ -11,7 +11,7 @@ The package's map (modules by audience, one call's path, where state lives, the 
 formats) is ``docs/internals.rst``.
 """
 
-from .channel import RemoteError, WorkerDied
+from .channel import RemoteError, WorkerDied, WorkerHung
 from .collectives import (
     all_gather,
     all_reduce,
@@ -26,30 +26,36 @@ from .collectives import (
 )
 from .data import Data
 from .function import Function, function
-from .launch import backend, close, distribute, fork
+from .launch import backend, close, distribute, fork, get_n_gpu
 
 __version__ = "0.1.0"
 
 
-def data(value=None, dtype=None, shape=None, minibatch: bool = False, force_cast: bool = False,
-         oversize: float = 1.0, name: str | None = None) -> Data:
+def data(value=None, var=None, dtype=None, ndim: int | None = None, shape=None,
+         minibatch: bool = False, force_cast: bool = False, oversize: float = 1.0,
+         name: str | None = None) -> Data:
     """An array in OS shared memory that every rank reads without copying.
 
     Parameters
     ----------
     value : array_like, optional
         Initial contents.
+    var : pytensor Variable, optional
+        Take ``dtype`` and ``ndim`` from this variable (the input the data is for).
     dtype : dtype, optional
         Default: ``value``'s dtype, or ``pytensor.config.floatX``.
+    ndim : int, optional
+        Fix the number of dimensions (else ``value``'s or ``shape``'s fixes it); a later
+        value with another number raises ``TypeError``.
     shape : tuple of int, optional
         Allocate zeros of this shape when no ``value`` is given.
     minibatch : bool
-        The array holds a minibatch of a larger set: ``batch`` indices in a call are
-        counted from the lowest selected one.
+        The array holds a minibatch: a call reads it by position within ``batch`` (its
+        row k pairs with the k-th selected row of the full inputs).
     force_cast : bool
         Allow an unsafe cast of ``value`` to ``dtype``.
     oversize : float
-        Allocate this multiple of the needed size, so later larger values fit.
+        In [1, 2]: allocate this multiple of the needed size, so later larger values fit.
     name : str, optional
 
     Examples
@@ -60,11 +66,11 @@ def data(value=None, dtype=None, shape=None, minibatch: bool = False, force_cast
     >>> float(x.data.sum())
     6.0
     """
-    return Data(value, dtype, shape, minibatch, force_cast, oversize, name)
+    return Data(value, var, dtype, ndim, shape, minibatch, force_cast, oversize, name)
 
 
 __all__ = [
-    "Data", "Function", "RemoteError", "WorkerDied", "all_gather", "all_reduce", "backend",
-    "broadcast", "close", "data", "distribute", "fork", "function", "gather", "get_lengths",
-    "get_shapes", "get_value", "reduce", "scatter", "set_value",
+    "Data", "Function", "RemoteError", "WorkerDied", "WorkerHung", "all_gather", "all_reduce",
+    "backend", "broadcast", "close", "data", "distribute", "fork", "function", "gather",
+    "get_lengths", "get_n_gpu", "get_shapes", "get_value", "reduce", "scatter", "set_value",
 ]

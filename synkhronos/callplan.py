@@ -6,7 +6,7 @@ command channel, and every worker decodes the same plan and picks its own rows.
 The first array is one int64 vector of *words*::
 
     fid, num_slices, n_subset, n_scatter, n_bcast,
-    subset[n_subset], offsets[n_scatter],
+    subset[n_subset], by_position[n_scatter],
     per scattered input:  n, descriptor[n]              (a Data descriptor)
     per broadcast input:  Arg.DATA, n, descriptor[n]    or  Arg.VALUE
     rows:                 a rows description (below)
@@ -21,7 +21,7 @@ Examples
 --------
 >>> import numpy as np
 >>> rows = RankRows.split(slice(0, 7), 2)
->>> plan = CallPlan(fid=3, num_slices=1, subset=np.array([0]), scatter=[], offsets=np.array(
+>>> plan = CallPlan(fid=3, num_slices=1, subset=np.array([0]), scatter=[], by_position=np.array(
 ...     [], np.int64), rows=rows, bcast=[np.float64(2.0)], bcast_kinds=np.array([Arg.VALUE]),
 ...     s_rows=None)
 >>> arrays = plan.encode()
@@ -73,6 +73,13 @@ class RankRows:
         return cls(indices=np.concatenate(parts).astype(np.int64),
                    bounds=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
 
+    def positions(self, rank: int) -> slice:
+        """Where ``rank``'s rows sit within the whole selection (0 is its first row)."""
+        if self.ranges is not None:
+            base = int(self.ranges[0, 0])
+            return slice(int(self.ranges[rank, 0]) - base, int(self.ranges[rank, 1]) - base)
+        return slice(int(self.bounds[rank]), int(self.bounds[rank + 1]))
+
     def for_rank(self, rank: int) -> Selection:
         if self.ranges is not None:
             return slice(int(self.ranges[rank, 0]), int(self.ranges[rank, 1]))
@@ -113,7 +120,7 @@ class CallPlan:
     num_slices: int
     subset: np.ndarray
     scatter: list
-    offsets: np.ndarray
+    by_position: np.ndarray  # per scattered input, 1: minibatch data read by position
     rows: RankRows | None
     bcast: list
     bcast_kinds: np.ndarray
@@ -124,7 +131,7 @@ class CallPlan:
         (a message of few arrays is cheaper to post and read), then index arrays and the
         broadcast values."""
         words = [self.fid, self.num_slices, len(self.subset), len(self.scatter),
-                 len(self.bcast), *self.subset.tolist(), *self.offsets.tolist()]
+                 len(self.bcast), *self.subset.tolist(), *self.by_position.tolist()]
         for d in self.scatter:
             desc = d.descriptor()
             words += [len(desc), *desc.tolist()]
@@ -156,7 +163,7 @@ class CallPlan:
         pos = 5
         subset = np.array(words[pos: pos + n_subset], np.int64)
         pos += n_subset
-        offsets = np.array(words[pos: pos + n_scatter], np.int64)
+        by_position = np.array(words[pos: pos + n_scatter], np.int64)
         pos += n_scatter
         scatter = []
         for _ in range(n_scatter):
@@ -183,5 +190,5 @@ class CallPlan:
                 found.append(rows)
         bcast = [rest.pop(0).copy() if k == _VALUE else b
                  for b, k in zip(bcast, kinds, strict=True)]
-        return cls(fid, num_slices, subset, scatter, offsets, found[0], bcast,
+        return cls(fid, num_slices, subset, scatter, by_position, found[0], bcast,
                    np.array(kinds, np.int64), found[1])

@@ -11,7 +11,7 @@ import pytensor.tensor as pt
 from pytensor.graph.replace import clone_replace
 
 from .distribute import GraphSpec
-from .partition import Selection, selection_length, shift, split_selection
+from .partition import Selection, selection_length, split_selection
 from .reduce import accumulate, combine, reduces_in_place
 
 
@@ -47,6 +47,8 @@ class RankFunction:
         self.mode = spec.mode if spec.mode is not None else default_mode
         self.on_device = [device_outputs and reduces_in_place(op, var.dtype)
                           for var, op in zip(spec.outputs, spec.output_ops, strict=True)]
+        # Outputs of op None: rank 0's own result; the workers do not send theirs.
+        self.rank_0_only = {i for i, op in enumerate(spec.output_ops) if op is None}
         # JAX traces slices with static bounds only, so JAX ranks select rows by index.
         self.slices_by_index = is_jax(self.mode)
         if self.slices_by_index:
@@ -60,8 +62,10 @@ class RankFunction:
         else:
             self._function("index" if self.slices_by_index else "slice")
 
-    def _function(self, variant: str):
-        fn = self._compiled.get(variant)
+    def _function(self, variant: str, sliced_updates: bool = False):
+        """The compiled ``variant`` ("plain", "slice" or "index"); with ``sliced_updates``
+        the update values are extra outputs and nothing is updated (``num_slices > 1``)."""
+        fn = self._compiled.get((variant, sliced_updates))
         if fn is None:
             spec = self.spec
             outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
@@ -82,20 +86,28 @@ class RankFunction:
                     outputs = replaced[:n]
                     updates = [(t, u) for (t, _), u in zip(updates, replaced[n:], strict=True)]
                 givens = [(s, s[rows]) for s in spec.sliceable]
+            if sliced_updates:
+                outputs, updates = list(outputs) + [u for _, u in updates], []
+            kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
             fn = pytensor.function(
                 spec.inputs + spec.bcast_inputs + extra, outputs, updates=updates,
-                givens=givens, mode=self.mode, on_unused_input="ignore", name=spec.name)
+                givens=givens, mode=self.mode, name=spec.name, **kwargs)
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
-            self._compiled[variant] = fn
+            self._compiled[(variant, sliced_updates)] = fn
         return fn
+
+    def get_shared(self) -> list:
+        """The shared variables the compiled function uses."""
+        return self._function("plain" if not self.spec.sliceable else (
+            "index" if self.slices_by_index else "slice")).get_shared()
 
     def sliceable_lengths(self) -> list[int]:
         """Rows of each sliceable shared variable on this rank."""
         return [int(np.shape(s.get_value(borrow=True))[0]) for s in self.spec.sliceable]
 
-    def run(self, scattered: list, rows: Selection | None, offsets: list[int],
-            bcast_values: list, s_rows: Selection | None, num_slices: int,
-            subset: list[int]) -> tuple[int, list | None]:
+    def run(self, scattered: list, rows: Selection | None, positions: Selection | None,
+            by_position: list[int], bcast_values: list, s_rows: Selection | None,
+            num_slices: int, subset: list[int]) -> tuple[int, list | None]:
         """Run this rank's share in ``num_slices`` chunks and combine the chunks.
 
         Parameters
@@ -104,14 +116,19 @@ class RankFunction:
             The whole arrays of the scattered inputs (shared-memory views).
         rows : Selection or None
             This rank's rows of the scattered inputs (None when there are none).
-        offsets : list of int
-            Per scattered input, the row at which its data starts (minibatch data).
+        positions : Selection or None
+            Where this rank's rows sit within the call's selection (a slice): the rows of
+            the inputs read by position (minibatch data).
+        by_position : list of int
+            Per scattered input, 1 when it is read at ``positions`` rather than ``rows``.
         bcast_values : list
             Values of the broadcast inputs.
         s_rows : Selection or None
             This rank's rows of the sliceable shared variables (None when there are none).
         num_slices : int
-            Number of sequential chunks.
+            Number of sequential chunks. With more than one, every chunk computes from the
+            same shared values, and each update's values are combined over the chunks with
+            its op and applied once at the end.
         subset : list of int
             Indices of the outputs to return.
 
@@ -132,19 +149,21 @@ class RankFunction:
             s_rows = np.arange(s_rows.start, s_rows.stop, dtype=np.int64)
         k = num_slices if (rows is not None or s_rows is not None) else 1
         row_chunks = split_selection(rows, k) if rows is not None else [None] * k
+        pos_chunks = split_selection(positions, k) if rows is not None else [None] * k
         s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
-        if s_rows is None:
-            fn = self._function("plain")
-        else:
-            fn = self._function("slice" if isinstance(s_rows, slice) else "index")
-        results, weights = [], []
-        for chunk, s_chunk in zip(row_chunks, s_chunks, strict=True):
+        variant = "plain" if s_rows is None else (
+            "slice" if isinstance(s_rows, slice) else "index")
+        sliced_updates = k > 1 and bool(self.spec.updates)
+        fn = self._function(variant, sliced_updates)
+        n_out = len(self.spec.outputs)
+        results, update_values, weights = [], [], []
+        for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
             w = selection_length(chunk) if chunk is not None else (
                 selection_length(s_chunk) if s_chunk is not None else 1)
             if w == 0:
                 continue
             args = [] if chunk is None else [
-                x[shift(chunk, off)] for x, off in zip(scattered, offsets, strict=True)]
+                x[pos if mb else chunk] for x, mb in zip(scattered, by_position, strict=True)]
             args += bcast_values
             if isinstance(s_chunk, slice):
                 # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
@@ -154,7 +173,13 @@ class RankFunction:
             outs = fn(*args)
             results.append([outs[i] if self.on_device[i] else np.asarray(outs[i])
                             for i in subset])
+            update_values.append(outs[n_out:])
             weights.append(w)
+        if sliced_updates:
+            for j, ((var, _), op) in enumerate(zip(self.spec.updates, self.spec.update_ops,
+                                                   strict=True)):
+                value = combine(op, [np.asarray(u[j]) for u in update_values], weights)
+                var.set_value(value.astype(var.dtype, copy=False))
         if len(results) == 1:
             return weight, results[0]
         ops = self.spec.output_ops

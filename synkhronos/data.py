@@ -27,6 +27,13 @@ def _release(segment: GrowingSegment, data_id: int) -> None:
     released_ids.append(data_id)
 
 
+def check_oversize(oversize) -> float:
+    """``oversize`` as a float; ``ValueError`` outside [1, 2] (the original's range)."""
+    if not 1.0 <= float(oversize) <= 2.0:
+        raise ValueError(f"oversize must be in [1, 2], got {oversize}")
+    return float(oversize)
+
+
 def _cast(value: np.ndarray, dtype: np.dtype, force_cast: bool, what: str) -> np.ndarray:
     """``value`` as ``dtype``: safe casts silently, others only with ``force_cast``."""
     if value.dtype == dtype:
@@ -42,7 +49,9 @@ class Data:
 
     Create it with :func:`synkhronos.data`. Indexing, ``len`` and ``numpy.asarray`` act on
     the current contents; :meth:`set_value` replaces them, reallocating only when the new
-    value does not fit the allocation.
+    value does not fit the allocation. Like a PyTensor variable it has a fixed dtype and,
+    once known (from ``var``, ``ndim``, ``value`` or ``shape``), a fixed number of
+    dimensions.
 
     Examples
     --------
@@ -54,10 +63,14 @@ class Data:
     (5, 2)
     """
 
-    def __init__(self, value=None, dtype=None, shape=None, minibatch: bool = False,
-                 force_cast: bool = False, oversize: float = 1.0, name: str | None = None):
+    def __init__(self, value=None, var=None, dtype=None, ndim: int | None = None, shape=None,
+                 minibatch: bool = False, force_cast: bool = False, oversize: float = 1.0,
+                 name: str | None = None):
         import pytensor
 
+        check_oversize(oversize)
+        if var is not None:
+            dtype, ndim = var.dtype, var.ndim
         self.name = name
         self.minibatch = bool(minibatch)
         self._id = next(_ids)
@@ -68,12 +81,13 @@ class Data:
             dtype = value.dtype if dtype is None else np.dtype(dtype)
         self._dtype = np.dtype(pytensor.config.floatX if dtype is None else dtype)
         dtype_code(self._dtype)
-        self._shape: tuple[int, ...] = (0,)
+        self._ndim = None if ndim is None else int(ndim)
+        self._shape: tuple[int, ...] = (0,) * (self._ndim or 1)
         self._view: np.ndarray | None = None
         if value is not None:
             self.set_value(value, force_cast=force_cast, oversize=oversize)
         elif shape is not None:
-            self._resize(tuple(int(s) for s in np.atleast_1d(shape)), oversize, keep=False)
+            self.set_shape(shape, oversize)
             self.data[...] = 0
 
     # ---- description ---------------------------------------------------------------------
@@ -95,8 +109,8 @@ class Data:
 
     @property
     def alloc_size(self) -> int:
-        """Bytes allocated in shared memory (at least the current value's size)."""
-        return self._segment.size
+        """Elements allocated in shared memory (at least :attr:`size`)."""
+        return self._segment.size // self._dtype.itemsize
 
     @property
     def data(self) -> np.ndarray:
@@ -124,18 +138,39 @@ class Data:
         return f"<synkhronos.Data{label} shape={self._shape} dtype={self._dtype}>"
 
     # ---- changing contents ---------------------------------------------------------------
+    def _fix_ndim(self, ndim: int, what: str) -> None:
+        if self._ndim is None:
+            self._ndim = ndim
+        elif ndim != self._ndim:
+            raise TypeError(f"{self!r}: {what} has {ndim} dimensions, but this Data has "
+                            f"{self._ndim}")
+
     def _resize(self, shape: tuple[int, ...], oversize: float, keep: bool) -> None:
         nbytes = int(np.prod(shape)) * self._dtype.itemsize
         old = self.data.reshape(-1) if keep and self._segment.segment is not None else None
         if self._segment.segment is None or nbytes > self._segment.size:
             generation = self._segment.generation
             old_copy = None if old is None else old.copy()
-            self._segment.reserve(nbytes, max(float(oversize), 1.0))
+            self._segment.reserve(nbytes, check_oversize(oversize))
             if old_copy is not None and generation >= 0:
                 n = min(old_copy.size, int(np.prod(shape)))
                 self._segment.segment.array(self._dtype, (n,))[...] = old_copy[:n]
         self._shape = shape
         self._view = None
+
+    def condition_data(self, value, force_cast: bool = False) -> np.ndarray:
+        """``value`` as :meth:`set_value` would store it: cast to :attr:`dtype` (unsafe casts
+        only with ``force_cast``), with the number of dimensions checked.
+
+        Examples
+        --------
+        >>> import numpy as np, synkhronos as synk
+        >>> synk.data(ndim=1, dtype="float32").condition_data(np.int8([1, 2])).dtype
+        dtype('float32')
+        """
+        value = _cast(np.asarray(value), self._dtype, force_cast, repr(self))
+        self._fix_ndim(value.ndim, "the value")
+        return value
 
     def set_value(self, value, force_cast: bool = False, oversize: float = 1.0) -> None:
         """Replace the contents (shape and values) with ``value``.
@@ -143,24 +178,29 @@ class Data:
         Parameters
         ----------
         value : array_like
-            New contents; its dtype must cast safely to :attr:`dtype` unless ``force_cast``.
+            New contents; its dtype must cast safely to :attr:`dtype` unless ``force_cast``,
+            and its number of dimensions match :attr:`ndim` once that is fixed.
         force_cast : bool
             Allow unsafe casts (e.g. float64 to float32).
         oversize : float
-            When a reallocation is needed, allocate this multiple of the needed bytes so that
-            later, larger values fit without another one.
+            In [1, 2]: when a reallocation is needed, allocate this multiple of the needed
+            size so that later, larger values fit without another one.
         """
-        value = _cast(np.asarray(value), self._dtype, force_cast, repr(self))
+        check_oversize(oversize)
+        value = self.condition_data(value, force_cast)
         self._resize(value.shape, oversize, keep=False)
         self.data[...] = value
 
     def set_length(self, length: int, oversize: float = 1.0) -> None:
         """Change the number of rows, keeping the leading rows' contents."""
+        check_oversize(oversize)
         self._resize((int(length),) + self._shape[1:], oversize, keep=True)
 
     def set_shape(self, shape, oversize: float = 1.0) -> None:
         """Change the shape, keeping the leading elements' contents (in C order)."""
+        check_oversize(oversize)
         shape = tuple(int(s) for s in np.atleast_1d(shape))
+        self._fix_ndim(len(shape), "the shape")
         self._resize(shape, oversize, keep=True)
 
     def free_memory(self) -> None:

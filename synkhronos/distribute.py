@@ -30,6 +30,8 @@ class GraphSpec:
     givens: list = field(default_factory=list)
     sliceable: list = field(default_factory=list)
     mode: object = None
+    update_ops: list = field(default_factory=list)  # combine each update over num_slices
+    function_kwargs: dict = field(default_factory=dict)  # more pytensor.function arguments
 
     def variables(self) -> list:
         """Every variable the spec refers to (for finding its shared variables)."""

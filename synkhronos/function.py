@@ -22,10 +22,10 @@ from .compiled import is_jax
 from .data import Data
 from .distribute import GraphSpec
 from .outputs import collect_outputs
-from .partition import Selection, selection_length
+from .partition import Selection, resolve_rows, selection_length
 from .protocol import Arg, Command
 from .rank import run_plan
-from .reduce import check_output_op
+from .reduce import check_output_op, check_update_op
 
 
 def _pairs(mapping, what: str) -> list[tuple]:
@@ -36,6 +36,25 @@ def _pairs(mapping, what: str) -> list[tuple]:
     if any(len(p) != 2 for p in pairs):
         raise TypeError(f"{what} must be a dict or a list of (variable, value) pairs")
     return pairs
+
+
+def _updates(updates) -> tuple[list[tuple], list]:
+    """``updates`` (a dict, or pairs and ``(var, update, op)`` triples) as pairs and the op
+    combining each over slices ("avg" for pairs)."""
+    if updates is None:
+        return [], []
+    items = updates.items() if hasattr(updates, "items") else updates
+    pairs, ops = [], []
+    for i, item in enumerate(items):
+        item = tuple(item)
+        if len(item) not in (2, 3):
+            raise TypeError("updates must be a dict or a list of (variable, update) pairs or "
+                            "(variable, update, op) triples")
+        op = item[2] if len(item) == 3 else "avg"
+        check_update_op(op, f"update {i} ({item[0]})")
+        pairs.append(item[:2])
+        ops.append(op)
+    return pairs, ops
 
 
 def _parse_outputs(outputs) -> tuple[list, list, bool]:
@@ -74,57 +93,6 @@ def _check_static_shape(var, shape, what: str, skip_first: bool) -> None:
             raise ValueError(f"{what}: axis {axis} must have length {want}, got {got}")
 
 
-def resolve_rows(spec, length: int | None, what: str) -> Selection:
-    """A ``batch``/``batch_s`` value as a selection of rows (slice or int64 indices).
-
-    ``length`` is the number of rows the selection refers to (None if unknown: then
-    slices need explicit bounds). Raises ``TypeError``/``ValueError`` naming ``what``.
-    """
-    if isinstance(spec, (bool, np.bool_)):
-        raise TypeError(f"{what} must be an int, a slice or an index array, not a bool")
-    if isinstance(spec, (int, np.integer)):
-        n = int(spec)
-        if n < 0 or (length is not None and n > length):
-            raise ValueError(f"{what}={n} is outside 0..{length}")
-        return slice(0, n)
-    if isinstance(spec, slice):
-        if length is None:
-            if spec.stop is None or (spec.start or 0) < 0 or spec.stop < 0:
-                raise ValueError(f"{what}: give explicit non-negative slice bounds for "
-                                 f"minibatch data")
-            length = spec.stop
-        for bound in (spec.start, spec.stop):
-            if bound is not None and not -length <= bound <= length:
-                raise ValueError(f"{what}: slice bound {bound} is outside the {length} rows")
-        start, stop, step = spec.indices(length)
-        if step == 1:
-            return slice(start, max(start, stop))
-        return np.arange(start, stop, step, dtype=np.int64)
-    try:
-        index = np.asarray(spec)
-    except Exception as e:  # noqa: BLE001 - any failure means an unusable index
-        raise TypeError(f"{what} must be an int, a slice or an index array") from e
-    if index.dtype == bool:
-        if index.ndim != 1 or (length is not None and len(index) != length):
-            raise ValueError(f"{what}: a boolean mask must be 1-D with {length} entries")
-        return np.flatnonzero(index).astype(np.int64)
-    if index.ndim != 1 or (index.size and index.dtype.kind not in "iu"):
-        raise TypeError(f"{what} must be a 1-D array of integer row indices, got dtype "
-                        f"{index.dtype} and {index.ndim} dimensions")
-    index = index.astype(np.int64)
-    if index.size and index.min() < 0:
-        raise ValueError(f"{what}: negative row indices are not supported")
-    if index.size and length is not None and index.max() >= length:
-        raise ValueError(f"{what}: row index {index.max()} is out of range for {length} rows")
-    return index
-
-
-def _first_row(sel: Selection) -> int:
-    if isinstance(sel, slice):
-        return sel.start
-    return int(sel.min()) if len(sel) else 0
-
-
 def _last_row(sel: Selection) -> int:
     if isinstance(sel, slice):
         return sel.stop - 1
@@ -142,11 +110,13 @@ class Function:
         Scattered inputs, then broadcast inputs (the call's argument order).
     output_modes : list
         The reduce op of each output.
+    update_modes : list
+        The op combining each update over ``num_slices`` ("avg" for pairs).
     """
 
     def __init__(self, session, inputs, outputs, bcast_inputs, updates, givens,
-                 sliceable_shareds, name, mode):
-        inputs, bcast_inputs = list(inputs), list(bcast_inputs)
+                 sliceable_shareds, name, mode, function_kwargs):
+        inputs, bcast_inputs = list(inputs), list(bcast_inputs or ())
         for i, var in enumerate(inputs + bcast_inputs):
             if not isinstance(var, Variable) or var.owner is not None:
                 raise TypeError(f"input {i} must be a free PyTensor variable, got {var!r}")
@@ -157,19 +127,25 @@ class Function:
             if var.ndim < 1:
                 raise TypeError(f"{_label(var, i, 'input')} is scattered along axis 0, so it "
                                 f"needs at least one dimension; pass scalars in bcast_inputs")
-        sliceable = list(sliceable_shareds)
+        sliceable = list(sliceable_shareds or ())
         for i, var in enumerate(sliceable):
             if not isinstance(var, SharedVariable) or var.ndim < 1:
                 raise TypeError(f"sliceable_shareds[{i}] must be a shared variable with at "
                                 f"least one dimension")
         variables, ops, self._single = _parse_outputs(outputs)
+        update_pairs, update_ops = _updates(updates)
         self._session = session
         self.name = name
         self.inputs = inputs + bcast_inputs
         self.output_modes = ops
+        self.update_modes = update_ops
+        self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
         self._spec = GraphSpec(len(session.functions), name, inputs, bcast_inputs, variables,
-                               ops, _pairs(updates, "updates"), _pairs(givens, "givens"),
-                               sliceable, mode)
+                               ops, update_pairs, _pairs(givens, "givens"), sliceable, mode,
+                               update_ops, dict(function_kwargs))
+        self._downcast = bool(function_kwargs.get("allow_input_downcast"))
+        # Compile rank 0's copy now: a graph error raises here, before anything is shipped.
+        session.state.compile(self._spec)
         self._all_outputs = np.arange(len(variables), dtype=np.int64)
         self._shipped = False
         self._scratch: dict[int, Data] = {}
@@ -201,24 +177,41 @@ class Function:
                 from . import jax_compat  # noqa: F401
             self._reference = pytensor.function(
                 spec.inputs + spec.bcast_inputs, spec.outputs, updates=spec.updates,
-                givens=spec.givens, mode=mode, on_unused_input="ignore")
+                givens=spec.givens, mode=mode,
+                **{"on_unused_input": "ignore", **spec.function_kwargs})
         outs = self._reference(*[np.asarray(a) for a in args])
         outs = [np.asarray(o) for o in outs]
         return outs[0] if self._single else outs
 
     as_theano = as_pytensor
 
-    def build_inputs(self, *args, force_cast: bool = False, oversize: float = 1.0) -> list[Data]:
-        """Shared-memory ``Data`` objects holding ``args``, typed for this function's inputs."""
+    def build_inputs(self, *args, force_cast: bool = False, oversize: float = 1.0,
+                     minibatch: bool | Sequence[bool] = False) -> Data | list[Data]:
+        """Shared-memory ``Data`` objects holding ``args``, typed for this function's inputs.
+
+        ``minibatch`` is one flag for every input or a list of one per input. Returns one
+        ``Data`` for a function of one input, else a list.
+        """
         if len(args) != len(self.inputs):
             raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, "
                             f"got {len(args)}")
-        return [Data(a, dtype=v.dtype, force_cast=force_cast, oversize=oversize)
-                for v, a in zip(self.inputs, args, strict=True)]
+        flags = list(minibatch) if isinstance(minibatch, (list, tuple)) else (
+            [minibatch] * len(args))
+        if len(flags) != len(args):
+            raise ValueError(f"{self._what}: got {len(flags)} minibatch flags for "
+                             f"{len(args)} inputs")
+        built = [Data(a, var=v, force_cast=force_cast, oversize=oversize, minibatch=mb)
+                 for v, a, mb in zip(self.inputs, args, flags, strict=True)]
+        return built[0] if len(built) == 1 else built
+
+    def get_shared(self) -> list:
+        """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``).
+        """
+        return self._session.state.functions[self._spec.fid].get_shared()
 
     # ---- a call --------------------------------------------------------------------------
     def __call__(self, *args, batch=None, batch_s=None, num_slices: int = 1,
-                 output_subset: Sequence[int] | None = None):
+                 output_subset: Sequence[int] | None = None, **kwargs):
         """Run data-parallel on every rank and return the reduced outputs.
 
         Parameters
@@ -228,17 +221,19 @@ class Function:
             Numpy arrays are copied into shared memory; ``Data`` is read in place.
         batch : int, slice or array of int, optional
             Rows of the scattered inputs to use (the first ``n``, a slice, or indices),
-            split across ranks in order. For ``Data`` made with ``minibatch=True`` the rows
-            are counted from the lowest selected row.
+            split across ranks in order. ``Data`` made with ``minibatch=True`` is read by
+            position: its row k pairs with the k-th selected row.
         batch_s : slice or array of int, or a list of them (one per rank), optional
             Rows of the sliceable shared variables each rank uses (default: all).
         num_slices : int
             Each rank computes in this many sequential chunks and combines them, which
-            bounds memory; outputs equal the unsliced call's. ``updates`` run once per
-            chunk, so updates meant to equal one unsliced step must accumulate (see
-            ``extensions.updates.two_phase(..., n_rows=...)``).
+            bounds memory; outputs equal the unsliced call's. Every chunk computes from
+            the same shared values; each update's values are combined over the chunks with
+            its op (see :func:`function`) and applied once, at the end.
         output_subset : sequence of int, optional
-            Indices of the outputs to return (a list is returned).
+            Indices of the outputs to return (one index: the value, else a list).
+        **kwargs : Data or array_like
+            Inputs by their variables' names, as ``pytensor`` functions take them.
 
         Returns
         -------
@@ -248,6 +243,8 @@ class Function:
         if session is not self._session:
             raise RuntimeError(f"{self._what} was built before the last synk.fork(); build it "
                                f"again")
+        if kwargs:
+            args = self._by_name(args, kwargs)
         if not self._shipped:
             session.distribute()
         plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
@@ -256,8 +253,24 @@ class Function:
             Command.CALL, arrays, lambda: run_plan(session.state, plan, lambda d: d.data))
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
-        return collect_outputs(session, self._spec, plan.subset, weight, host, reduced,
-                               output_subset is None and self._single)
+        single = self._single if output_subset is None else len(plan.subset) == 1
+        return collect_outputs(session, self._spec, plan.subset, weight, host, reduced, single)
+
+    def _by_name(self, args: tuple, kwargs: dict) -> tuple:
+        """The positional arguments, with those given by name put in their places."""
+        ordered = list(args) + [None] * (len(self.inputs) - len(args))
+        given = [True] * len(args) + [False] * (len(self.inputs) - len(args))
+        for name, value in kwargs.items():
+            i = self._positions.get(name)
+            if i is None:
+                raise TypeError(f"{self._what} has no input named {name!r}")
+            if given[i]:
+                raise TypeError(f"{self._what}: input {name!r} given twice")
+            ordered[i], given[i] = value, True
+        if not all(given):
+            missing = [_label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
+            raise TypeError(f"{self._what}: missing {', '.join(missing)}")
+        return tuple(ordered)
 
     def _plan(self, session, args, batch, batch_s, num_slices, output_subset) -> CallPlan:
         spec = self._spec
@@ -278,8 +291,9 @@ class Function:
                                                      < 0 or subset.max() >= n_out)):
                 raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")
             subset = subset.astype(np.int64)
-        if num_slices > 1 and any(spec.output_ops[i] is None for i in subset):
-            raise ValueError("outputs with reduce op None cannot be combined over num_slices > 1")
+        if num_slices > 1 and any(spec.output_ops[i] in (None, "per_rank") for i in subset):
+            raise ValueError("outputs with reduce op None or 'per_rank' cannot be combined "
+                             "over num_slices > 1")
         scatter = [self._scattered(i, var, arg)
                    for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))]
         bcast, kinds = [], []
@@ -293,28 +307,31 @@ class Function:
                 kinds.append(Arg.DATA)
             else:
                 try:
-                    value = np.asarray(var.type.filter(arg))
+                    value = np.asarray(var.type.filter(arg, allow_downcast=self._downcast
+                                                       or None))
                 except (TypeError, ValueError) as e:
                     raise type(e)(f"{what}: {e}") from None
                 bcast.append(value)
                 kinds.append(Arg.VALUE)
-        offsets, rows = np.zeros(n_in, np.int64), None
+        by_position = np.array([d.minibatch for d in scatter], np.int64)
+        rows = None
         if n_in:
             sel = self._batch_rows(scatter, batch)
             for i, d in enumerate(scatter):
-                offsets[i] = _first_row(sel) if d.minibatch else 0
-                if _last_row(sel) - offsets[i] >= len(d):
+                if d.minibatch and selection_length(sel) > len(d):
+                    raise ValueError(f"{self._what}: batch selects {selection_length(sel)} "
+                                     f"rows but {_label(spec.inputs[i], i, 'input')} (minibatch "
+                                     f"data, read by position) has {len(d)}")
+                if not d.minibatch and _last_row(sel) >= len(d):
                     raise ValueError(f"{self._what}: batch selects row {_last_row(sel)} but "
-                                     f"{_label(spec.inputs[i], i, 'input')} has {len(d)} rows"
-                                     + (" (minibatch: counted from the lowest selected row)"
-                                        if d.minibatch else ""))
+                                     f"{_label(spec.inputs[i], i, 'input')} has {len(d)} rows")
             rows = RankRows.split(sel, session.n_ranks)
         elif batch is not None:
             raise ValueError(f"{self._what} has no scattered inputs; batch does not apply")
         s_rows = None
         if batch_s is not None:
             s_rows = RankRows.per_rank(self._batch_s_rows(session, batch_s))
-        return CallPlan(spec.fid, int(num_slices), subset, scatter, offsets,
+        return CallPlan(spec.fid, int(num_slices), subset, scatter, by_position,
                         rows, bcast, np.array(kinds, np.int64), s_rows)
 
     def _scattered(self, i: int, var, arg) -> Data:
@@ -329,14 +346,15 @@ class Function:
         if value.dtype != var.dtype and not np.can_cast(value.dtype, var.dtype, "same_kind"):
             raise TypeError(f"{what}: cannot use an array of dtype {value.dtype} for an input "
                             f"of dtype {var.dtype}")
-        if value.dtype != var.dtype and not np.can_cast(value.dtype, var.dtype, "safe"):
+        if (value.dtype != var.dtype and not self._downcast
+                and not np.can_cast(value.dtype, var.dtype, "safe")):
             raise TypeError(f"{what}: casting {value.dtype} to {var.dtype} would lose "
                             f"precision; cast it first")
         _check_static_shape(var, value.shape, what, skip_first=True)
         scratch = self._scratch.get(i)
         if scratch is None:
-            scratch = self._scratch[i] = Data(dtype=var.dtype, name=f"{var.name or i} scratch")
-        scratch.set_value(value, oversize=1.25)
+            scratch = self._scratch[i] = Data(var=var, name=f"{var.name or i} scratch")
+        scratch.set_value(value, force_cast=self._downcast, oversize=1.25)
         return scratch
 
     def _batch_rows(self, scatter: list[Data], batch) -> Selection:
@@ -366,8 +384,9 @@ class Function:
         return [resolve_rows(s, lengths[r], f"batch_s (rank {r})") for r, s in enumerate(specs)]
 
 
-def function(inputs=(), outputs=None, bcast_inputs=(), updates=None, givens=None,
-             sliceable_shareds=(), name: str | None = None, mode=None) -> Function:
+def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=None,
+             sliceable_shareds=None, name: str | None = None, mode=None,
+             **kwargs) -> Function:
     """Build a function that runs data-parallel on every rank.
 
     Takes what :func:`pytensor.function` takes, split by how each input is distributed.
@@ -379,11 +398,18 @@ def function(inputs=(), outputs=None, bcast_inputs=(), updates=None, givens=None
     outputs : Variable, (Variable, op), or a list of them
         ``op`` reduces the ranks' results: "avg" (default; weighted by each rank's rows,
         so a per-sample mean equals the single-device mean), "sum", "prod", "max", "min",
-        "gather" (concatenate along axis 0 in data order) or None (list of every rank's).
+        "gather" (concatenate along axis 0 in data order), None (rank 0's own result;
+        the workers send nothing) or "per_rank" (the list of every rank's result). The
+        ``c_`` forms ("c_avg", "c_sum", "c_prod", "c_max", "c_min", "c_gather") give the
+        same result reduced from the ranks' replies on the host, never by the
+        communicator (NCCL on GPU ranks).
     bcast_inputs : list of Variable
         Inputs every rank receives whole.
-    updates : dict or list of (SharedVariable, Variable)
-        Applied on every rank to its own copy; nothing is synchronised implicitly.
+    updates : dict, or list of (SharedVariable, Variable) or (SharedVariable, Variable, op)
+        Applied on every rank to its own copy; nothing is synchronised implicitly. With
+        ``num_slices > 1`` every slice computes from the same values, and the update's
+        values are combined over the slices with ``op`` ("avg", row-weighted, for pairs;
+        "sum", "prod", "max", "min") and applied once at the end of the call.
     givens : dict or list of pairs
         As for :func:`pytensor.function`.
     sliceable_shareds : list of SharedVariable
@@ -391,6 +417,15 @@ def function(inputs=(), outputs=None, bcast_inputs=(), updates=None, givens=None
     name : str, optional
     mode : str or pytensor Mode, optional
         Compile mode; default: the backend's (PyTensor's default on CPU, "JAX" on GPU).
+    **kwargs
+        Passed to every underlying :func:`pytensor.function` (``allow_input_downcast``,
+        ``on_unused_input``, ...).
+
+    Raises
+    ------
+    Exception
+        Whatever :func:`pytensor.function` raises for the graph: rank 0 compiles its copy
+        here, before anything is shipped, and the session stays usable.
 
     Examples
     --------
@@ -404,5 +439,5 @@ def function(inputs=(), outputs=None, bcast_inputs=(), updates=None, givens=None
     >>> synk.close()
     """
     return Function(launch.current(), inputs, outputs, bcast_inputs, updates, givens,
-                    sliceable_shareds, name, mode)
+                    sliceable_shareds, name, mode, kwargs)
 

@@ -304,8 +304,32 @@ def backend() -> str:
     return current().backend.name
 
 
-def fork(n_parallel: int | None = None, backend: str = "auto",
-         gpus: list[int] | None = None, timeout: float | None = DEFAULT_TIMEOUT_S) -> int:
+def get_n_gpu() -> int:
+    """The number of GPUs this process may use, counted without initialising CUDA
+    (``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``; 0 when neither finds any).
+
+    Examples
+    --------
+    >>> import synkhronos as synk
+    >>> synk.get_n_gpu() >= 0
+    True
+    """
+    return len(gpu.visible_gpus())
+
+
+def _gpus_from(master_rank: int, n_parallel: int | None) -> list[int]:
+    """The visible GPUs with ``master_rank`` first (the one rank 0 drives)."""
+    visible = [int(g) for g in gpu.visible_gpus()]
+    if not 0 <= master_rank < len(visible):
+        raise ValueError(f"master_rank={master_rank}, but {len(visible)} GPUs are visible")
+    ordered = [visible[master_rank]] + visible[:master_rank] + visible[master_rank + 1:]
+    return ordered[:n_parallel]
+
+
+def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int = 0,
+         profile_workers: bool = False, max_n_var: int = 1000, max_dim: int = 16,
+         backend: str = "auto", gpus: list[int] | None = None,
+         timeout: float | None = DEFAULT_TIMEOUT_S) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
     Parameters
@@ -313,11 +337,21 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
     n_parallel : int, optional
         Number of ranks. Default: one per usable CPU core (``os.sched_getaffinity``) on
         CPU backends, one per visible GPU on "gpu".
+    use_gpu : bool
+        False: CPU ranks (with ``backend="auto"``, "cpu").
+    master_rank : int
+        Which visible GPU rank 0 drives (the others follow in order); ignored on CPU
+        ranks and when ``gpus`` is given.
+    profile_workers, max_n_var, max_dim
+        Accepted for programs written for the original Synkhronos, and ignored: there
+        is no worker profiling here, and nothing has a fixed number of variables or
+        dimensions.
     backend : {"auto", "cpu", "jax-cpu", "gpu"}
         "auto" picks "gpu" when GPUs are visible (counted with ``nvidia-smi``, without
         initialising CUDA here) and the GPU extra is installed, else "cpu".
     gpus : list of int, optional
-        GPU ids to use, one per rank (default: the first ``n_parallel`` visible).
+        GPU ids to use, one per rank (default: the first ``n_parallel`` visible, from
+        ``master_rank`` on).
     timeout : float or None
         Seconds a worker may go without progress, while rank 0 waits on it, before
         :class:`~synkhronos.channel.WorkerHung` is raised naming its rank and the session
@@ -341,11 +375,17 @@ def fork(n_parallel: int | None = None, backend: str = "auto",
     if _session is not None:
         raise RuntimeError("synkhronos is already forked; call synk.close() before forking "
                            "again")
+    if not use_gpu:
+        if backend == "gpu":
+            raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
+        backend = "cpu" if backend == "auto" else backend
     if backend == "auto":
         backend = _auto_backend()
     get_backend(backend)
     gpu_ids = None
     if backend == "gpu":
+        if gpus is None and master_rank:
+            gpus = _gpus_from(master_rank, n_parallel)
         gpu_ids = gpu.prepare_gpus(n_parallel, gpus)
         n_parallel = len(gpu_ids)
     if backend != "cpu":

@@ -1,11 +1,12 @@
 """How the ranks' outputs of a call come together in rank 0.
 
-Two paths, chosen per output, the same way on every rank:
+Two paths, chosen per output, the same way on every rank (outputs of op None take
+neither: rank 0 returns its own result, and the workers send nothing):
 
-- **Host** (CPU ranks, and on every backend "gather", None and integer "avg"): each
-  worker replies with its outputs as host arrays through the command channel, and rank 0
-  combines them with :func:`synkhronos.reduce.combine`. Nothing here waits on another
-  rank, so a failed worker never blocks the others.
+- **Host** (CPU ranks, and on every backend "gather", "per_rank", the ``c_*`` ops and
+  integer "avg"): each worker replies with its outputs as host arrays through the command
+  channel, and rank 0 combines them with :func:`synkhronos.reduce.combine`. Nothing here
+  waits on another rank, so a failed worker never blocks the others.
 - **Communicator** (backends with ``device_outputs``: "gpu", and "jax-cpu", which runs this
   path in CI): the other reductions go through ``comm.reduce``, which on GPU ranks is NCCL,
   so values stay on the devices and only rank 0's result is copied to the host, once.
@@ -30,7 +31,8 @@ from .reduce import combine
 
 
 def _host(values) -> list:
-    return [np.asarray(v) for v in values]
+    """Host arrays of ``values``, leaving out the None entries (op None on a worker)."""
+    return [np.asarray(v) for v in values if v is not None]
 
 
 def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict]:
@@ -52,13 +54,16 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     Returns
     -------
     host : list
-        The outputs of the host path, as host arrays, in order (empty when ``weight`` is 0).
+        The outputs of the host path, as host arrays, in order (empty when ``weight`` is 0);
+        on the workers without those of op None, which only rank 0's result gives.
     reduced : dict
         On rank 0, position in ``subset`` -> reduced value (backend array) of the outputs
         that took the communicator path; empty elsewhere.
     """
     if not weight:
         outs = []
+    elif state.rank and fn.rank_0_only:
+        outs = [None if i in fn.rank_0_only else o for o, i in zip(outs, subset, strict=True)]
     device = [] if state.n_ranks == 1 else [j for j, i in enumerate(subset) if fn.on_device[i]]
     if not device:
         return _host(outs), {}
@@ -97,16 +102,20 @@ def collect_outputs(session, spec, subset, weight: int, host: list, reduced: dic
         reply = session.channel.reply_arrays(rank)
         weights.append(int(reply[0][0]))
         per_rank.append(reply[1:] if weights[-1] else None)
-    results, k = [], 0
+    results, mine, theirs = [], 0, 0  # positions in rank 0's and in the workers' replies
     for j, i in enumerate(subset):
+        op = spec.output_ops[i]
         if j in reduced:
             results.append(np.array(reduced[j]))  # to the host (from a GPU), and writable
-            continue
-        values = [None if o is None else o[k] for o in per_rank]
-        k += 1
-        op = spec.output_ops[i]
-        if op is None:
-            results.append([None if v is None else np.array(v) for v in values])
+        elif op is None:
+            results.append(per_rank[0][mine] if weight else None)
+            mine += 1
         else:
-            results.append(combine(op, values, weights))
+            values = [None if o is None else o[theirs if rank else mine]
+                      for rank, o in enumerate(per_rank)]
+            mine, theirs = mine + 1, theirs + 1
+            if op == "per_rank":
+                results.append([None if v is None else np.array(v) for v in values])
+            else:
+                results.append(combine(op, values, weights))
     return results[0] if single else results

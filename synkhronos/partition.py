@@ -43,11 +43,46 @@ def split_selection(sel: Selection, parts: int) -> list[Selection]:
     return [sel[a:b] for a, b in pieces]
 
 
-def shift(sel: Selection, offset: int) -> Selection:
-    """The selection moved down by ``offset`` rows (minibatch data starts at its lowest row)."""
-    if offset == 0:
-        return sel
-    if isinstance(sel, slice):
-        return slice(sel.start - offset, sel.stop - offset)
-    return sel - offset
+def resolve_rows(spec, length: int | None, what: str) -> Selection:
+    """A ``batch``/``batch_s`` value as a selection of rows (slice or int64 indices).
 
+    ``length`` is the number of rows the selection refers to (None if unknown: then
+    slices need explicit bounds). Raises ``TypeError``/``ValueError`` naming ``what``.
+    """
+    if isinstance(spec, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an int, a slice or an index array, not a bool")
+    if isinstance(spec, (int, np.integer)):
+        n = int(spec)
+        if n < 0 or (length is not None and n > length):
+            raise ValueError(f"{what}={n} is outside 0..{length}")
+        return slice(0, n)
+    if isinstance(spec, slice):
+        if length is None:
+            if spec.stop is None or (spec.start or 0) < 0 or spec.stop < 0:
+                raise ValueError(f"{what}: give explicit non-negative slice bounds for "
+                                 f"minibatch data")
+            length = spec.stop
+        for bound in (spec.start, spec.stop):
+            if bound is not None and not -length <= bound <= length:
+                raise ValueError(f"{what}: slice bound {bound} is outside the {length} rows")
+        start, stop, step = spec.indices(length)
+        if step == 1:
+            return slice(start, max(start, stop))
+        return np.arange(start, stop, step, dtype=np.int64)
+    try:
+        index = np.asarray(spec)
+    except Exception as e:  # noqa: BLE001 - any failure means an unusable index
+        raise TypeError(f"{what} must be an int, a slice or an index array") from e
+    if index.dtype == bool:
+        if index.ndim != 1 or (length is not None and len(index) != length):
+            raise ValueError(f"{what}: a boolean mask must be 1-D with {length} entries")
+        return np.flatnonzero(index).astype(np.int64)
+    if index.ndim != 1 or (index.size and index.dtype.kind not in "iu"):
+        raise TypeError(f"{what} must be a 1-D array of integer row indices, got dtype "
+                        f"{index.dtype} and {index.ndim} dimensions")
+    index = index.astype(np.int64)
+    if index.size and index.min() < 0:
+        raise ValueError(f"{what}: negative row indices are not supported")
+    if index.size and length is not None and index.max() >= length:
+        raise ValueError(f"{what}: row index {index.max()} is out of range for {length} rows")
+    return index

@@ -25,7 +25,7 @@ class Command(IntEnum):
     STOP = 0  #: leave the worker loop
     DISTRIBUTE = 1  #: unpickle and compile functions (one uint8 array: the pickle)
     CALL = 2  #: run a share of a function call (arrays: an encoded CallPlan)
-    COLLECTIVE = 3  #: run a part of a collective (arrays: [kind, op, rank], indices)
+    COLLECTIVE = 3  #: run a part of a collective (arrays: [kind, op, rank, nccl], indices)
 
 
 FORGET_DATA = 1 << 8
@@ -44,6 +44,7 @@ class Collective(IntEnum):
     SET_VALUE = 6
     GET_VALUE = 7
     SHAPES = 8
+    REDUCE_RESULT = 9  #: reduce, leaving rank 0's variables unchanged (in_place=False)
 
 
 class Status(IntEnum):

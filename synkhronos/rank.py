@@ -32,12 +32,20 @@ class RankState:
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
 
+    def compile(self, spec: GraphSpec) -> RankFunction:
+        """Compile ``spec`` and keep it (rank 0 does so when the function is built, so
+        that a graph error raises there, before anything is shipped)."""
+        function = RankFunction(spec, self.backend.mode, self.backend.device_outputs)
+        function.compile()
+        self.functions[spec.fid] = function
+        return function
+
     def add_functions(self, specs: list[GraphSpec]) -> None:
-        """Compile and keep ``specs`` (their shared variables are registered already)."""
+        """Compile and keep those of ``specs`` not compiled yet (their shared variables are
+        registered already)."""
         for spec in specs:
-            function = RankFunction(spec, self.backend.mode, self.backend.device_outputs)
-            function.compile()
-            self.functions[spec.fid] = function
+            if spec.fid not in self.functions:
+                self.compile(spec)
 
     def shared(self, indices) -> list:
         """The shared variables with these registry indices."""
@@ -56,7 +64,9 @@ def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict
     data = int(Arg.DATA)
     bcast = [resolve(v) if k == data else v
              for v, k in zip(plan.bcast, plan.bcast_kinds.tolist(), strict=True)]
-    rows = plan.rows.for_rank(rank) if plan.rows is not None else None
+    rows = positions = None
+    if plan.rows is not None:
+        rows, positions = plan.rows.for_rank(rank), plan.rows.positions(rank)
     if plan.s_rows is not None:
         s_rows = plan.s_rows.for_rank(rank)
     elif fn.spec.sliceable:
@@ -64,8 +74,8 @@ def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict
     else:
         s_rows = None
     subset = [int(i) for i in plan.subset]
-    weight, outs = fn.run([resolve(d) for d in plan.scatter], rows,
-                          [int(o) for o in plan.offsets], bcast, s_rows, plan.num_slices, subset)
+    weight, outs = fn.run([resolve(d) for d in plan.scatter], rows, positions,
+                          plan.by_position.tolist(), bcast, s_rows, plan.num_slices, subset)
     return (weight, *share_outputs(state, fn, subset, weight, outs))
 
 

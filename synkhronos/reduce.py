@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-OUTPUT_OPS = ("avg", "sum", "prod", "max", "min", "gather", None)
 COLLECTIVE_OPS = ("avg", "sum", "prod", "max", "min")
+# "c_*" (the original's names) force the host path: same result, reduced by the replies
+# rather than the communicator. "per_rank" is the list of every rank's result.
+HOST_OPS = tuple(f"c_{op}" for op in (*COLLECTIVE_OPS, "gather"))
+OUTPUT_OPS = (*COLLECTIVE_OPS, "gather", None, "per_rank", *HOST_OPS)
+UPDATE_OPS = (*COLLECTIVE_OPS, *HOST_OPS[:-1])
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
            "min": np.minimum}
 
@@ -16,6 +20,23 @@ def check_output_op(op, what: str = "output") -> None:
     """``ValueError`` unless ``op`` is a known output reduce op."""
     if op not in OUTPUT_OPS:
         raise ValueError(f"unknown reduce op {op!r} for {what}; use one of {OUTPUT_OPS}")
+
+
+def check_update_op(op, what: str = "update") -> None:
+    """``ValueError`` unless ``op`` can combine an update's values over slices."""
+    if op not in UPDATE_OPS:
+        raise ValueError(f"unknown reduce op {op!r} for {what}; use one of {UPDATE_OPS}")
+
+
+def bare_op(op):
+    """The reduction an op names, without the host-forcing ``c_`` prefix.
+
+    Examples
+    --------
+    >>> bare_op("c_avg"), bare_op("avg"), bare_op(None)
+    ('avg', 'avg', None)
+    """
+    return op[2:] if isinstance(op, str) and op.startswith("c_") else op
 
 
 def check_collective_op(op) -> None:
@@ -48,9 +69,10 @@ def combine(op, values: list, weights: list[int]):
 
     Parameters
     ----------
-    op : str or None
+    op : str
         "avg" (weighted by ``weights``, the rows behind each value), "sum", "prod", "max",
-        "min", "gather" (concatenate along axis 0; scalars are stacked) or None (the list).
+        "min", "gather" (concatenate along axis 0; scalars are stacked), "per_rank" (the
+        list), or one of these with the ``c_`` prefix.
     values : list of array_like
         One result per piece, in data order; pieces with zero weight are skipped.
     weights : list of int
@@ -61,7 +83,8 @@ def combine(op, values: list, weights: list[int]):
     >>> float(combine("avg", [1.0, 4.0], [1, 2]))
     3.0
     """
-    if op is None:
+    op = bare_op(op)
+    if op == "per_rank":
         return list(values)
     kept = [(np.asarray(v), w) for v, w in zip(values, weights, strict=True) if w > 0]
     if not kept:
@@ -110,6 +133,7 @@ def accumulate(op: str, values: list, weights: list[int]):
     >>> float(accumulate("avg", [np.float64(1.0), np.float64(4.0)], [1, 2]))
     3.0
     """
+    op = bare_op(op)
     if op == "avg":
         total = sum(weights)
         values = [v * (w / total) for v, w in zip(values, weights, strict=True)]

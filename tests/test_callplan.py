@@ -61,8 +61,8 @@ def plans(draw):
         fid=draw(st.integers(0, 1000)), num_slices=draw(st.integers(1, 8)),
         subset=np.array(draw(st.lists(st.integers(0, 20), max_size=6)), np.int64),
         scatter=[FakeData(draw(words)) for _ in range(n_scatter)],
-        offsets=np.array(draw(st.lists(st.integers(0, 2**40), min_size=n_scatter,
-                                       max_size=n_scatter)), np.int64),
+        by_position=np.array(draw(st.lists(st.integers(0, 1), min_size=n_scatter,
+                                           max_size=n_scatter)), np.int64),
         rows=draw(rank_rows(n_ranks)) if n_scatter and draw(st.booleans()) else None,
         bcast=bcast, bcast_kinds=np.array(kinds, np.int64),
         s_rows=draw(rank_rows(n_ranks)) if draw(st.booleans()) else None)
@@ -76,7 +76,7 @@ def test_decode_inverts_encode(drawn):
     back = CallPlan.decode(plan.encode())
     assert (back.fid, back.num_slices) == (plan.fid, plan.num_slices)
     assert back.subset.tolist() == plan.subset.tolist()
-    assert back.offsets.tolist() == plan.offsets.tolist()
+    assert back.by_position.tolist() == plan.by_position.tolist()
     assert back.scatter == [d.words for d in plan.scatter]
     assert back.bcast_kinds.tolist() == plan.bcast_kinds.tolist()
     for got, sent, kind in zip(back.bcast, plan.bcast, plan.bcast_kinds, strict=True):

@@ -56,7 +56,7 @@ def test_scatter_uneven_and_gather(shipped, ranks, rng):
     synk.scatter(a, whole)
     assert synk.get_lengths(a).tolist() == [3, 3, 2]
     assert synk.get_shapes([a])[0] == [(3, 3), (3, 3), (2, 3)]
-    np.testing.assert_array_equal(synk.gather(a), whole)
+    np.testing.assert_array_equal(synk.gather(a, nd_up=0), whole)
     np.testing.assert_array_equal(synk.get_value(2, a), whole[6:])
     synk.all_gather(a)
     np.testing.assert_array_equal(synk.gather(a, nd_up=1), np.stack([whole] * ranks))

@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("sphinx")
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks", "limitations")
+PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks", "limitations",
+         "lasagne", "internals")
 API_IDS = (
     "synkhronos.fork",
     "synkhronos.function.Function",

@@ -75,16 +75,16 @@ def test_batch(fns, rng, batch):
     check_ops(f(xv, yv, 1.0, batch=batch), ref(xv[idx], yv[idx], 1.0))
 
 
-def test_minibatch_data_counts_from_lowest_row(fns, rng):
+def test_minibatch_data_is_read_by_position(fns, rng):
+    """Row k of minibatch data pairs with the k-th selected row of the full data."""
     f, ref = fns
     xv, yv = random_xy(rng, 40)
-    start = 17
-    xmb = synk.data(xv[start:start + 8], minibatch=True)
-    ymb = synk.data(yv[start:start + 8], minibatch=True)
-    idx = np.array([start + 5, start, start + 7, start + 2])
-    check_ops(f(xmb, ymb, 1.0, batch=idx), ref(xv[idx], yv[idx], 1.0))
-    check_ops(f(xmb, ymb, 1.0, batch=slice(start, start + 6)),
-              ref(xv[start:start + 6], yv[start:start + 6], 1.0))
+    ymb = synk.data(yv[:8], minibatch=True)
+    idx = np.array([22, 17, 24, 19])
+    check_ops(f(xv, ymb, 1.0, batch=idx), ref(xv[idx], yv[:4], 1.0))
+    check_ops(f(xv, ymb, 1.0, batch=slice(17, 23)), ref(xv[17:23], yv[:6], 1.0))
+    with pytest.raises(ValueError, match="by position"):
+        f(xv, ymb, 1.0, batch=slice(0, 9))
 
 
 @pytest.mark.parametrize("num_slices", [2, 3, 6])
@@ -138,7 +138,7 @@ def test_as_pytensor_and_introspection(fns, rng):
     for got, want in zip(f.as_theano(xv, yv, 1.0), ref(xv, yv, 1.0), strict=True):
         np.testing.assert_allclose(got, want)
     assert f.name == "ops" and f.inputs == [x, y, s]
-    assert f.output_modes == ["avg", "sum", "prod", "max", "min", "gather", None]
+    assert f.output_modes == ["avg", "sum", "prod", "max", "min", "gather", "per_rank"]
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +205,7 @@ def test_givens_onto_sliceable_shareds(ranks, rng):
 def test_random_generators_differ_between_ranks(ranks):
     rng_var = pytensor.shared(np.random.default_rng(7), name="rng")
     next_rng, draw = pt.random.normal(size=(4,), rng=rng_var, return_next_rng=True)
-    f = synk.function([], (draw, None), updates={rng_var: next_rng})
+    f = synk.function([], (draw, "per_rank"), updates={rng_var: next_rng})
     first, second = f()
     assert not np.allclose(first, second)
     again = f()
@@ -225,7 +225,7 @@ def test_deep_graph_ships(ranks, rng):
     for i in range(700):
         out = pt.tanh(out) * 0.5 + v * 1e-3 if i % 2 else out + 1.0
     add_default_update(scale, 1.0 + 0.01 * out)
-    f = synk.function([], (out, None), bcast_inputs=[v], mode="FAST_COMPILE")
+    f = synk.function([], (out, "per_rank"), bcast_inputs=[v], mode="FAST_COMPILE")
     scale_value = pt.vector("scale_value")
     ref = pytensor.function([v, scale_value], clone_replace(out, {scale: scale_value}),
                             mode="FAST_COMPILE")

@@ -48,12 +48,12 @@ def _session() -> None:
         assert pytensor.config.floatX == "float32"
         reduce_ops = record_reduce_ops(comm)
 
-        # Outputs: reductions through NCCL, gather and None through the host.
+        # Outputs: reductions through NCCL, gather and "per_rank" through the host.
         x, y, s = pt.matrix("x"), pt.vector("y"), pt.scalar("s")
         w = pytensor.shared(np.zeros(3, "float32"), name="w")
         f = synk.function([x, y], [((x * s) ** 2).mean(), ((x.sum(axis=1) * y).sum(), "sum"),
                                    (x.max(axis=0), "max"), (x.min(), "min"),
-                                   (x.sum(axis=1) + y, "gather"), (x.shape[0], None)],
+                                   (x.sum(axis=1) + y, "gather"), (x.shape[0], "per_rank")],
                           bcast_inputs=[s], updates={w: w + x.sum(axis=0)})
         rng = np.random.default_rng(5)
         xv = rng.normal(size=(10, 3)).astype("float32")
@@ -92,15 +92,21 @@ def _session() -> None:
         import jax  # after fork(), which must see to the GPUs before JAX loads
 
         assert isinstance(w.get_value(borrow=True), jax.Array)
+        def sliced(rows):  # num_slices=2: the slices' updates, row-weighted "avg"
+            return sum(len(p) / len(rows) * xv[p].sum(0) for p in np.array_split(rows, 2))
+
         per_rank = synk.gather(w, nd_up=1)
-        _close(per_rank, [xv[:4].sum(0) + xv[idx[:3]].sum(0) + xv[7], xv[4:7].sum(0) +
-                          xv[idx[3:6]].sum(0), xv[7:].sum(0) + xv[idx[6:]].sum(0)], "gather")
+        _close(per_rank, [xv[:4].sum(0) + sliced(idx[:3]) + xv[7], xv[4:7].sum(0) +
+                          sliced(idx[3:6]), xv[7:].sum(0) + sliced(idx[6:])], "gather")
         synk.all_reduce(w, op="avg")
         _close(synk.gather(w, nd_up=1), np.stack([per_rank.mean(axis=0)] * N_RANKS),
                "all_reduce avg")
         synk.broadcast(w, np.arange(3, dtype="float32"))
         synk.set_value(2, w, np.full(3, 7, "float32"))
         _close(synk.reduce(w, op="max"), [7, 7, 7], "reduce max")
+        reduce_ops.clear()
+        _close(synk.reduce(w, op="max", nccl=False), [7, 7, 7], "reduce max, host path")
+        assert reduce_ops == [], "nccl=False: NCCL's reduce is not used"
         _close(synk.get_value(1, w), np.arange(3), "get_value")
         data = pytensor.shared(np.zeros((1, 3), "float32"), name="data")
         g = synk.function([], (data.sum(axis=0), "sum"), sliceable_shareds=[data])

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synkhronos.partition import selection_length, shift, split_bounds, split_selection
+from synkhronos.partition import selection_length, split_bounds, split_selection
 from synkhronos.reduce import (
     BLOCK,
     accumulate,
@@ -40,13 +40,6 @@ def test_split_selection_keeps_rows_in_order(start, size, parts, as_index):
     np.testing.assert_array_equal(joined, rows[sel])
 
 
-def test_shift_moves_slices_and_indices():
-    assert shift(slice(5, 9), 5) == slice(0, 4)
-    assert shift(np.array([7, 5]), 5).tolist() == [2, 0]
-    sel = slice(2, 3)
-    assert shift(sel, 0) is sel
-
-
 @pytest.mark.parametrize("op", ["avg", "sum", "prod", "max", "min"])
 def test_combine_and_accumulate_match_numpy(op, rng):
     values = [rng.normal(size=(3, 2)) for _ in range(3)]
@@ -63,7 +56,8 @@ def test_combine_skips_empty_pieces_and_gathers(rng):
     np.testing.assert_array_equal(combine("gather", [a, np.zeros((0, 3)), b], [2, 0, 4]),
                                   np.concatenate([a, b]))
     assert combine("sum", [a], [0]) is None
-    assert combine(None, [1, 2], [1, 1]) == [1, 2]
+    assert combine("per_rank", [1, 2], [1, 1]) == [1, 2]
+    np.testing.assert_array_equal(combine("c_sum", [a, a], [2, 2]), 2 * a)
     assert combine("avg", [np.int64(3)], [1]).dtype == np.float64
 
 

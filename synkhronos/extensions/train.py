@@ -286,7 +286,9 @@ def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
                          "shared variable (the rows behind the loss are counted on the first)")
     rows = (inputs or sliceable)[0].shape[0]
     phases = two_phase(update_rule, loss, params, *args, n_rows=rows, **kwargs)
-    grad_function = synk.function(inputs=inputs, outputs=loss, updates=phases.grad_updates,
+    # "sum" over num_slices: every slice adds its rows' share to the cleared vector.
+    grad_function = synk.function(inputs=inputs, outputs=loss,
+                                  updates=[(*u, "sum") for u in phases.grad_updates],
                                   sliceable_shareds=sliceable,
                                   name=f"{name}_grad" if name else None, mode=mode)
     update_function = synk.function(updates=phases.param_updates,

@@ -34,11 +34,15 @@ Synkhronos, is exact only for even splits). Other ops (max, min, prod) are
 meaningless here. Every rank must have at least one row (a rank with none
 would not run phase one and keep its previous value).
 
-Phase one *overwrites* ``grad_shared``, as in the original. A call with
-``num_slices > 1`` runs a function's updates once per slice, one after the
-other, so only the last slice's gradient would remain: for sliced calls use
-:func:`two_phase` (or :func:`synkhronos.extensions.train.make_step_function`),
-whose phase one accumulates.
+Phase one *overwrites* ``grad_shared``, as in the original. In a call with
+``num_slices > 1`` every slice computes its update from the original values and
+the slices' values are combined once, by the update's op (default: the
+row-weighted ``"avg"``, which would weight ``n_rows * gradient`` twice). Give
+phase one the op ``"sum"`` for sliced calls, which keeps them exact::
+
+    f_grad = synk.function([x, y], loss, updates=[(*u, "sum") for u in grad_updates])
+
+(:func:`synkhronos.extensions.train.make_step_function` does this.)
 
 ``n_rows`` (keyword) is the number of rows behind ``loss`` on a rank. By
 default it is the length of the first non-shared input of ``loss`` (the rows
@@ -431,11 +435,11 @@ def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
     """Split a one-phase rule into phases whose phase one accumulates over calls.
 
     Like the rules above, but phase one *adds* to ``flat_grad``, and phase two
-    clears it. Several phase-one calls before one all-reduce (e.g. the chunks of a
-    call with ``num_slices > 1``, which run their updates one after the other) then
-    add up to the whole batch's gradient. The clearing is an update of phase two,
-    which is why this form is not returned by the rules (``apply_momentum`` on its
-    pairs would treat ``flat_grad`` as a parameter).
+    clears it. Several phase-one calls before one all-reduce then add up to the
+    whole batch's gradient (for ``num_slices > 1``, give phase one the op ``"sum"``,
+    as :func:`synkhronos.extensions.train.make_step_function` does). The clearing is
+    an update of phase two, which is why this form is not returned by the rules
+    (``apply_momentum`` on its pairs would treat ``flat_grad`` as a parameter).
 
     Parameters
     ----------

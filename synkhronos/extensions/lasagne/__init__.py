@@ -2,12 +2,21 @@
 ``from synkhronos.extensions import lasagne``.
 
 The subpackage mirrors Lasagne's module tree (``layers``, ``init``, ``nonlinearities``,
-``objectives``, ``regularization``, ``utils``, ``random``); the data-parallel pieces
-live beside it in :mod:`synkhronos.extensions.updates` and
-:mod:`synkhronos.extensions.train`.
+``objectives``, ``regularization``, ``updates``, ``utils``, ``random``); Synkhronos'
+own two-phase rules and training steps live beside it in
+:mod:`synkhronos.extensions.updates` and :mod:`synkhronos.extensions.train`.
 """
 
-from . import init, layers, nonlinearities, objectives, random, regularization, utils
+from . import (
+    init,
+    layers,
+    nonlinearities,
+    objectives,
+    random,
+    regularization,
+    updates,
+    utils,
+)
 
 __all__ = [
     "init",
@@ -16,5 +25,6 @@ __all__ = [
     "objectives",
     "random",
     "regularization",
+    "updates",
     "utils",
 ]

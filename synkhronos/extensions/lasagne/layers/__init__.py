@@ -70,6 +70,13 @@ from synkhronos.extensions.lasagne.layers.pool import (
     Upscale2DLayer,
     Upscale3DLayer,
 )
+from synkhronos.extensions.lasagne.layers.recurrent import (
+    CustomRecurrentLayer,
+    Gate,
+    GRULayer,
+    LSTMLayer,
+    RecurrentLayer,
+)
 from synkhronos.extensions.lasagne.layers.shape import (
     DimshuffleLayer,
     FlattenLayer,
@@ -94,6 +101,11 @@ from synkhronos.extensions.lasagne.layers.special import (
 )
 
 __all__ = [
+    "CustomRecurrentLayer",
+    "GRULayer",
+    "Gate",
+    "LSTMLayer",
+    "RecurrentLayer",
     "BaseConvLayer",
     "BatchNormLayer",
     "BiasLayer",

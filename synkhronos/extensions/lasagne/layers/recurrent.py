@@ -28,34 +28,13 @@ from synkhronos.extensions.lasagne.layers.base import (
     as_nonlinearity,
 )
 from synkhronos.extensions.lasagne.layers.dense import DenseLayer
+from synkhronos.extensions.lasagne.utils import unroll_scan
 
 __all__ = ["CustomRecurrentLayer", "GRULayer", "Gate", "LSTMLayer", "RecurrentLayer"]
 
 # An initial state: an initializer/array/shared variable (a parameter of the layer,
 # learnt when ``learn_init``) or a layer giving a ``(batch, units...)`` value.
 StateSpec = ParamSpec | Layer
-
-
-def _unroll_scan(
-    fn: Callable,
-    sequences: list[TensorVariable],
-    outputs_info: list[TensorVariable],
-    non_sequences: list[TensorVariable],
-    n_steps: int,
-    go_backwards: bool = False,
-) -> list[TensorVariable]:
-    """``pytensor.scan`` written out as ``n_steps`` copies of ``fn`` (no Scan op).
-
-    Returns each recurrent output stacked over the steps in the order they were
-    computed (reversed time when ``go_backwards``), as ``scan`` does.
-    """
-    steps = range(n_steps - 1, -1, -1) if go_backwards else range(n_steps)
-    states = list(outputs_info)
-    history: list[list[TensorVariable]] = []
-    for t in steps:
-        states = list(fn(*(s[t] for s in sequences), *states, *non_sequences))
-        history.append(states)
-    return [pt.stack([h[i] for h in history]) for i in range(len(outputs_info))]
 
 
 class Gate:
@@ -198,7 +177,7 @@ class _RecurrentBase(MergeLayer):
                 ]
 
         if self.unroll_scan:
-            over_time = _unroll_scan(
+            over_time = unroll_scan(
                 fn,
                 sequences,
                 initial,
@@ -289,6 +268,7 @@ class CustomRecurrentLayer(_RecurrentBase):
     Examples
     --------
     >>> from synkhronos.extensions.lasagne.layers.dense import DenseLayer
+from synkhronos.extensions.lasagne.utils import unroll_scan
     >>> l_in = InputLayer((None, 5, 4))
     >>> in_to_hid = DenseLayer(InputLayer((None, 4)), 6, nonlinearity=None)
     >>> hid_to_hid = DenseLayer(InputLayer((None, 6)), 6, nonlinearity=None)
