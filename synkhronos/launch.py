@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -256,7 +257,11 @@ class Session:
                     process.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     process.kill()
-                    process.wait()
+                    try:
+                        process.wait(STOP_GRACE_S)
+                    except subprocess.TimeoutExpired:  # e.g. stuck in a driver call
+                        warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
+                                      f"after SIGKILL; leaving it", stacklevel=2)
         finally:
             self.state.comm.close()
             sweep(self.name)
@@ -429,8 +434,10 @@ def close() -> None:
     session, _session = _session, None
     if session is not None:
         atexit.unregister(close)
-        _restore_sigterm()
-        session.close()
+        try:
+            _restore_sigterm()
+        finally:
+            session.close()
 
 
 _previous_sigterm = None  # the SIGTERM handler _close_on_sigterm replaced
@@ -440,32 +447,33 @@ def _close_on_sigterm() -> None:
     """Make SIGTERM close the session first, then act as it did before the fork.
 
     Python's default for SIGTERM is to die at once, skipping ``atexit``: the workers would
-    still exit (parent-death signal) and sweep, but later, and not if one is stopped.
+    still exit (parent-death signal) and sweep, but later, and not if one is stopped. A
+    program's own handler is left alone: it may still need the session (a checkpoint on
+    preemption), and ``atexit`` closes the session when that handler exits.
     """
     global _previous_sigterm
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers; the parent-death path remains
     previous = signal.getsignal(signal.SIGTERM)
-    if previous in (signal.SIG_IGN, None):
-        return  # SIGTERM is ignored, or handled outside Python: leave it so
+    if previous is not signal.SIG_DFL:
+        return  # ignored, handled by the program, or outside Python: leave it so
     _previous_sigterm = previous
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _restore_sigterm() -> None:
     global _previous_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; fork() set none from elsewhere
     if _previous_sigterm is not None and signal.getsignal(signal.SIGTERM) is _on_sigterm:
         signal.signal(signal.SIGTERM, _previous_sigterm)
     _previous_sigterm = None
 
 
 def _on_sigterm(signum, frame) -> None:
-    previous = _previous_sigterm
     if _session is not None:
         _session.broken = True  # a call may be under way: end the workers, send nothing
-    close()
-    if callable(previous):
-        previous(signum, frame)
-    else:  # SIG_DFL: die of the signal, as without synkhronos (atexit hooks do not run)
-        sweep(process_prefix())  # the Data segments too
-        os.kill(os.getpid(), signum)
+    close()  # restores SIG_DFL
+    # Die of the signal, as without synkhronos (atexit hooks do not run).
+    sweep(process_prefix())  # the Data segments too
+    os.kill(os.getpid(), signum)

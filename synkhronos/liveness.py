@@ -6,7 +6,8 @@ A worker counts as making progress while any of these holds:
   wait polls (every :data:`~synkhronos.channel.POLL_S`), so a rank waiting for another is
   alive;
 - its CPU time grows, or the kernel has it runnable (state ``R``): a rank inside a long
-  compute, in Python or in C, holding the GIL or not, is alive.
+  compute, in Python or in C, holding the GIL or not, is alive;
+- it has a running child process (PyTensor compiling C code, for example).
 
 A worker that does neither for ``timeout`` seconds (stopped by SIGSTOP or a debugger, or
 asleep in a deadlock outside synkhronos' waits) is declared hung: :class:`Watchdog.check`
@@ -38,6 +39,18 @@ def process_state(pid: int) -> tuple[str, int]:
         return "X", 0
     fields = text[text.rindex(b")") + 2:].split()  # the command name may hold spaces
     return fields[0].decode(), int(fields[11]) + int(fields[12])  # state, utime + stime
+
+
+def has_children(pid: int) -> bool:
+    """Whether process ``pid`` has a running child (a compiler PyTensor started, say).
+
+    A worker waiting for its child is as alive as the child, whose CPU time is not its own.
+    """
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+            return bool(children.read().strip())
+    except OSError:
+        return False
 
 
 class Watchdog:
@@ -99,7 +112,8 @@ class Watchdog:
                 self.beats[i], self.progress_at[i] = beat, now
                 continue
             state, ticks = process_state(pid)
-            if not self.armed or ticks != self.ticks[i] or state == "R":
+            if (not self.armed or ticks != self.ticks[i] or state == "R"
+                    or has_children(pid)):
                 self.beats[i], self.ticks[i], self.progress_at[i] = beat, ticks, now
             elif now - self.progress_at[i] > self.timeout:
                 raise WorkerHung(

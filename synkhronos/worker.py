@@ -32,6 +32,8 @@ def _die_with_parent(master_pid: int, prefix: str) -> None:
         deadline = time.monotonic() + 1.0
         while os.getppid() == master_pid and time.monotonic() < deadline:
             time.sleep(0.01)
+        if os.getppid() == master_pid:
+            return  # only the forking thread ended; rank 0 lives on
         on_term(signum, frame)
 
     def on_term(signum, frame):

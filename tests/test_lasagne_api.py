@@ -1493,21 +1493,10 @@ def test_signatures(module, name, entry):
     _check(module, name, entry)
 
 
-def _written_elsewhere(module: str, names) -> None:
-    """Skip until the branch writing these names is merged (then these tests run)."""
-    try:
-        package = importlib.import_module("synkhronos.extensions.lasagne." + module)
-    except ImportError:
-        pytest.skip(f"lasagne.{module} is written on another branch")
-    if not all(hasattr(package, n) for n in names):
-        pytest.skip(f"lasagne.{module} names are written on another branch")
-
-
 @pytest.mark.parametrize(
     ("module", "name", "entry"), LASAGNE_UPDATES_API, ids=_ids(LASAGNE_UPDATES_API)
 )
 def test_updates_signatures(module, name, entry):
-    _written_elsewhere(module, [name])
     _check(module, name, entry)
 
 
@@ -1515,7 +1504,6 @@ def test_updates_signatures(module, name, entry):
     ("module", "name", "entry"), LASAGNE_RECURRENT_API, ids=_ids(LASAGNE_RECURRENT_API)
 )
 def test_recurrent_signatures(module, name, entry):
-    _written_elsewhere(module, [name])
     _check(module, name, entry)
 
 

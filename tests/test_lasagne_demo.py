@@ -1,8 +1,4 @@
-"""demos/lasagne_mnist.py, a Lasagne-style script, trains to completion on one process.
-
-It needs ``lasagne.updates`` (Lasagne's one-phase rules), written on another branch:
-the test is skipped until that module is merged.
-"""
+"""demos/lasagne_mnist.py, a Lasagne-style script, trains to completion on one process."""
 
 from __future__ import annotations
 
@@ -18,7 +14,6 @@ DEMO = Path(__file__).resolve().parents[1] / "demos" / "lasagne_mnist.py"
 
 @pytest.mark.slow  # compiling the CNN's graphs with Numba takes about 100 s on a cold cache
 def test_lasagne_mnist_trains(tmp_path: Path) -> None:
-    pytest.importorskip("synkhronos.extensions.lasagne.updates")
     result = subprocess.run(
         [sys.executable, str(DEMO), "--epochs", "6", "--samples", "300", "--no-download",
          "--data-dir", str(tmp_path / "no_mnist")],

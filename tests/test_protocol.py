@@ -53,7 +53,8 @@ def test_control_block_regions_are_disjoint_and_shared(session):
     other = ControlBlock(session, n_ranks, create=False)
     regions = [owner.words[0:2], owner.command_header(), owner.result_header()]
     for r in range(n_ranks):
-        regions += [owner.status(r), owner.reply_header(r), owner.comm_header(r)]
+        regions += [owner.status(r), owner.heartbeat(r), owner.reply_header(r),
+                    owner.comm_header(r)]
     for i, region in enumerate(regions):
         region[...] = i + 1
     assert sum(len(r) for r in regions) == len(owner.words)

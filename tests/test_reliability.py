@@ -285,3 +285,42 @@ def test_full_dev_shm_is_a_clear_error(monkeypatch):
     with pytest.raises(shm.SharedMemoryFull):
         shm.Segment(f"{name}_b", stat.f_blocks * stat.f_frsize + 2**30, create=True)
     assert shm_entries() == before
+
+
+# ---- fork and close from other threads ------------------------------------------------------
+def test_fork_in_a_thread_that_ends_and_close_in_another():
+    # The parent-death signal also fires when the thread that started the workers ends:
+    # they must live on while rank 0 does, and close() must work from any thread.
+    forked = threading.Thread(target=synk.fork, args=(2,), kwargs={"backend": "cpu"})
+    forked.start()
+    forked.join()
+    session = launch.current()
+    time.sleep(1.5)  # past the workers' wait for re-parenting
+    assert not any(_gone(p.pid) for p in session.processes)
+    f = synk.function([x], ((x * 2.0).sum(), "sum"))
+    assert f(np.ones((7, 3))) == 42.0
+    closer = threading.Thread(target=synk.close)
+    closer.start()
+    closer.join()
+    assert launch._session is None
+    assert all(_gone(p.pid) for p in session.processes)
+    assert shm_entries(session.name) == []
+
+
+def test_own_sigterm_handler_keeps_the_session():
+    # A program's SIGTERM handler (a checkpoint on preemption) still finds its ranks.
+    script = textwrap.dedent("""
+        import signal, numpy as np, pytensor.tensor as pt, synkhronos as synk
+        caught = []
+        signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))
+        synk.fork(2, backend="cpu")
+        x = pt.vector("x")
+        f = synk.function([x], (x.sum(), "sum"))
+        signal.raise_signal(signal.SIGTERM)
+        print("handled", caught, f(np.arange(5.0)))
+        synk.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "handled [15] 10.0" in done.stdout

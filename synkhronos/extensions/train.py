@@ -57,6 +57,8 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
 import synkhronos as synk
+from synkhronos import launch
+from synkhronos.partition import resolve_rows, selection_length
 
 from .updates import TwoPhaseUpdates, two_phase
 
@@ -136,6 +138,7 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     state = running_state(loss)
 
     def train_minibatch(x_data: Any, y_data: Any, batch: Batch = None) -> np.ndarray:
+        _check_every_rank_has_rows(x_data, batch)
         train_loss = f_grad_shared(x_data, y_data, batch=batch)
         synk.all_reduce(grad_shared)
         _sync_state(state)
@@ -143,6 +146,17 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
         return train_loss
 
     return train_minibatch
+
+
+def _check_every_rank_has_rows(x_data: Any, batch: Batch) -> None:
+    """Refuse a batch with fewer rows than ranks: a rank without rows would skip phase one
+    and all-reduce its previous step's gradient (the three-part rules overwrite it)."""
+    n_ranks = launch.current().n_ranks
+    rows = len(x_data) if batch is None else selection_length(
+        resolve_rows(batch, len(x_data), "batch"))
+    if rows < n_ranks:
+        raise ValueError(f"batch selects {rows} rows for {n_ranks} ranks; every rank needs "
+                         f"at least one row (drop or pad the last short batch)")
 
 
 def make_train_function_theano(loss: TensorVariable, params: Sequence[SharedVariable],

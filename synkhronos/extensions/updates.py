@@ -32,7 +32,8 @@ the mean gradient over the whole batch, exactly, however unevenly the rows
 were split (a plain average of per-rank mean gradients, as in the original
 Synkhronos, is exact only for even splits). Other ops (max, min, prod) are
 meaningless here. Every rank must have at least one row (a rank with none
-would not run phase one and keep its previous value).
+would not run phase one and keep its previous value;
+:func:`~synkhronos.extensions.train.make_train_function` refuses such a batch).
 
 Phase one *overwrites* ``grad_shared``, as in the original. In a call with
 ``num_slices > 1`` every slice computes its update from the original values and

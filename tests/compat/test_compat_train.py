@@ -9,6 +9,7 @@ Lasagne's one-phase rule through ``pytensor.function`` on the selected rows.
 import numpy as np
 import pytensor
 import pytensor.tensor as T
+import pytest
 
 import synkhronos as synk
 from synkhronos.extensions import train as synk_train
@@ -65,6 +66,12 @@ def test_make_train_function(ranks):
     for stacked, want in zip(synk.gather(params, nd_up=1), want_params, strict=True):
         assert np.array_equal(stacked[0], stacked[1])
         np.testing.assert_allclose(stacked[0], want, rtol=1e-10)
+    # A batch with fewer rows than ranks would leave a rank's old gradient in the reduce.
+    before = [p.get_value() for p in params]
+    with pytest.raises(ValueError, match="1 rows for 2 ranks"):
+        train(x_data, y_data, batch=[3])
+    for param, value in zip(params, before, strict=True):
+        assert np.array_equal(param.get_value(), value)
 
 
 def test_make_train_function_theano():

@@ -268,7 +268,6 @@ class CustomRecurrentLayer(_RecurrentBase):
     Examples
     --------
     >>> from synkhronos.extensions.lasagne.layers.dense import DenseLayer
-from synkhronos.extensions.lasagne.utils import unroll_scan
     >>> l_in = InputLayer((None, 5, 4))
     >>> in_to_hid = DenseLayer(InputLayer((None, 4)), 6, nonlinearity=None)
     >>> hid_to_hid = DenseLayer(InputLayer((None, 6)), 6, nonlinearity=None)
