@@ -1,7 +1,7 @@
 """The original Synkhronos' ``extensions.train``, spelled as its programs spell it.
 
 One test per item of the spec's "extensions.train" section
-(/work/shared/synkhronos-api.md): the data-parallel step on 2 CPU ranks with uneven
+(``../shared/synkhronos-api.md``): the data-parallel step on 2 CPU ranks with uneven
 splits and ``batch=`` selections, and its single-process twin, each compared with
 Lasagne's one-phase rule through ``pytensor.function`` on the selected rows.
 """

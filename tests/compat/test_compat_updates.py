@@ -1,7 +1,7 @@
 """The original Synkhronos' ``extensions.updates``, spelled as its programs spell it.
 
 One test per item of the spec's "extensions.updates" section
-(/work/shared/synkhronos-api.md), each on 2 CPU ranks with uneven splits, compared
+(``../shared/synkhronos-api.md``), each on 2 CPU ranks with uneven splits, compared
 with plain PyTensor on the whole batch (Lasagne's one-phase rules) or numpy.
 """
 
