@@ -208,7 +208,7 @@ class Session:
         try:
             result = local()
         except BaseException as e:  # noqa: BLE001 - re-raised below, after the workers
-            error = e
+            error = _interrupt_behind(e)
             self.control.set_abort(True)
         try:
             failures = self.channel.wait_done()
@@ -284,6 +284,19 @@ def _weak(method):
     """
     ref = weakref.WeakMethod(method)
     return lambda: ref()()
+
+
+def _interrupt_behind(error: BaseException) -> BaseException:
+    """The ``KeyboardInterrupt`` that caused ``error``, else ``error``.
+
+    Ctrl-C while a Numba-compiled graph runs surfaces as a ``SystemError`` ("returned a
+    result with an exception set") caused by the interrupt; the user pressed Ctrl-C, so
+    that is what is raised.
+    """
+    cause = error
+    while cause is not None and not isinstance(cause, KeyboardInterrupt):
+        cause = cause.__cause__ or cause.__context__
+    return error if cause is None else cause
 
 
 def _describe(failures: list[tuple[int, str]]) -> str:

@@ -203,7 +203,7 @@ def test_rank0_killed_during_calls(tmp_path, signum):
         assert proc.returncode == -signal.SIGTERM
         assert "Traceback" not in err
     elif signum == signal.SIGINT:
-        assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err
+        assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err[-3000:]
     else:
         assert proc.returncode == -signal.SIGKILL
 
@@ -324,3 +324,16 @@ def test_own_sigterm_handler_keeps_the_session():
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "handled [15] 10.0" in done.stdout
+
+
+def test_ctrl_c_inside_a_compiled_graph_is_a_keyboard_interrupt():
+    # Numba reports an interrupt inside its code as a SystemError caused by it.
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise SystemError("returned a result with an exception set") from interrupt
+    except SystemError as error:
+        assert isinstance(launch._interrupt_behind(error), KeyboardInterrupt)
+    other = ValueError("x")
+    assert launch._interrupt_behind(other) is other
