@@ -118,8 +118,7 @@ class _SpatialTransformer(MergeLayer):
 
     def _output_sizes(self, input: TensorVariable):
         return tuple(
-            pt.cast(input.shape[2 + a] // f, "int64")
-            for a, f in enumerate(self.downsample_factor)
+            pt.cast(input.shape[2 + a] // f, "int64") for a, f in enumerate(self.downsample_factor)
         )
 
     def _warp(self, input, points, out_height, out_width):
