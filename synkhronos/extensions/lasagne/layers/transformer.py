@@ -52,7 +52,7 @@ def _source_index(index: TensorVariable, size: TensorVariable, border_mode: str)
     return index % size
 
 
-def bilinear_sample(
+def _bilinear_sample(
     image: TensorVariable, x: TensorVariable, y: TensorVariable, border_mode: str
 ) -> TensorVariable:
     """Read ``image`` (batch, channels, rows, cols) at normalized points, bilinearly.
@@ -123,7 +123,7 @@ class _SpatialTransformer(MergeLayer):
 
     def _warp(self, input, points, out_height, out_width):
         """``input`` read at ``points`` (batch, 2, P), shaped as the output."""
-        out = bilinear_sample(input, points[:, 0], points[:, 1], self.border_mode)
+        out = _bilinear_sample(input, points[:, 0], points[:, 1], self.border_mode)
         return out.reshape((input.shape[0], input.shape[1], out_height, out_width))
 
 
