@@ -1432,11 +1432,6 @@ LASAGNE_RECURRENT_API = [
     ),
 ]
 
-NOT_PROVIDED = {
-    "TransformerLayer": "spatial transformers need bilinear sampling Ops not written yet",
-    "TPSTransformerLayer": "spatial transformers need bilinear sampling Ops not written yet",
-    "NINLayer_c01b": "c01b (cuda-convnet) layouts are not supported; use NINLayer",
-}
 
 
 def _resolve(module: str, name: str):
@@ -1472,8 +1467,6 @@ def _check_signature(obj, expected) -> None:
 
 
 def _check(module: str, name: str, entry) -> None:
-    if name in NOT_PROVIDED:
-        pytest.skip(NOT_PROVIDED[name])
     obj = _resolve(module, name)
     kind, spec = entry
     if kind == "alias":
@@ -1505,11 +1498,3 @@ def test_updates_signatures(module, name, entry):
 )
 def test_recurrent_signatures(module, name, entry):
     _check(module, name, entry)
-
-
-def test_no_unexpected_gaps():
-    """The names skipped above are exactly the ones not provided (none provided silently)."""
-    from synkhronos.extensions.lasagne import layers
-
-    for name in NOT_PROVIDED:
-        assert not hasattr(layers, name) and not hasattr(layers.cuda_convnet, name), name

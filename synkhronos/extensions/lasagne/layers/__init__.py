@@ -99,8 +99,11 @@ from synkhronos.extensions.lasagne.layers.special import (
     rrelu,
     standardize,
 )
+from synkhronos.extensions.lasagne.layers.transformer import TPSTransformerLayer, TransformerLayer
 
 __all__ = [
+    "TPSTransformerLayer",
+    "TransformerLayer",
     "CustomRecurrentLayer",
     "GRULayer",
     "Gate",

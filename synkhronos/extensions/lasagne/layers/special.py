@@ -1,7 +1,7 @@
 """Layers of ``lasagne.layers.special``: bias, scale, PReLU/RReLU, expressions, inverses.
 
 :class:`NonlinearityLayer` is in :mod:`.dense`; ``TransformerLayer`` and
-``TPSTransformerLayer`` are not provided (see the docs' Lasagne page).
+``TPSTransformerLayer`` are in :mod:`.transformer`.
 """
 
 from collections.abc import Callable, Sequence
