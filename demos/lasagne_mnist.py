@@ -3,7 +3,10 @@
 This is Lasagne's classic tutorial script (convolution, max pooling, dropout, a dense
 layer, softmax, L2 weight decay, Nesterov momentum) with two changes only: the import
 line ``from synkhronos.extensions import lasagne`` in place of ``import lasagne``, and
-``pytensor`` in place of ``theano``.  It trains on one process.
+``pytensor`` in place of ``theano``.  It trains on one process, or with ``--ranks N`` on N
+(CPU) ranks: then the same model, loss and Lasagne update rule go to
+:func:`synkhronos.extensions.train.make_step_function` instead of ``pytensor.function``,
+and each minibatch is split over the ranks (one all-reduce of the gradient per step).
 
 Run ``python demos/lasagne_mnist.py --help`` for the options.  Without MNIST files and
 network access, scikit-learn's 8x8 digits stand in (see ``mnist_data.py``).
@@ -19,7 +22,9 @@ import pytensor
 import pytensor.tensor as T  # noqa: N812 (Theano's customary alias)
 from mnist_data import load_mnist
 
+import synkhronos as synk
 from synkhronos.extensions import lasagne
+from synkhronos.extensions.train import make_step_function
 
 
 def build_cnn(input_var=None):
@@ -57,9 +62,24 @@ def iterate_minibatches(inputs, targets, batchsize, shuffle=False):
         yield inputs[excerpt], targets[excerpt]
 
 
+def compile_train_fn(loss, params, inputs, ranks=1):
+    """Lasagne's training function; with ``ranks > 1`` the same rule, data-parallel.
+
+    Both take ``(inputs, targets)`` and return the minibatch's mean loss; the
+    data-parallel one scatters the rows over the ranks (call it after ``synk.fork``).
+    """
+    rule = lasagne.updates.nesterov_momentum
+    hyperparameters = {"learning_rate": 0.05, "momentum": 0.9}
+    if ranks == 1:
+        return pytensor.function(inputs, loss, updates=rule(loss, params, **hyperparameters))
+    return make_step_function(loss, params, inputs, rule, **hyperparameters)
+
+
 def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_dir="data/mnist",
-         download=True):  # fmt: skip
+         download=True, ranks=1):  # fmt: skip
     """Train, printing Lasagne's per-epoch report; return the final validation accuracy."""
+    if ranks > 1:
+        synk.fork(ranks, backend="cpu")
     x_train, y_train, x_val, y_val, _, _ = load_mnist(data_dir, download=download)
     x_train, y_train = x_train[:num_samples], y_train[:num_samples]
     x_val, y_val = x_val[: num_samples // 2], y_val[: num_samples // 2]
@@ -75,17 +95,18 @@ def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_di
         network, lasagne.regularization.l2
     )
     params = lasagne.layers.get_all_params(network, trainable=True)
-    updates = lasagne.updates.nesterov_momentum(loss, params, learning_rate=0.05, momentum=0.9)
 
     test_prediction = lasagne.layers.get_output(network, deterministic=True)
     test_loss = lasagne.objectives.categorical_crossentropy(test_prediction, target_var).mean()
     test_acc = T.mean(T.eq(T.argmax(test_prediction, axis=1), target_var),
                       dtype=pytensor.config.floatX)  # fmt: skip
 
-    train_fn = pytensor.function([input_var, target_var], loss, updates=updates)
+    train_fn = compile_train_fn(loss, params, [input_var, target_var], ranks)
+    # Parameters are identical on all ranks after every step, so rank 0 validates alone.
     val_fn = pytensor.function([input_var, target_var], [test_loss, test_acc])
 
-    print(f"{lasagne.layers.count_params(network, trainable=True)} trainable parameters")
+    print(f"{lasagne.layers.count_params(network, trainable=True)} trainable parameters, "
+          f"{ranks} rank{'s' if ranks > 1 else ''}")
     val_acc = 0.0
     for epoch in range(num_epochs):
         train_err, train_batches, start_time = 0.0, 0, time.time()
@@ -101,6 +122,8 @@ def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_di
         print(f"  training loss:\t\t{train_err / train_batches:.6f}")
         print(f"  validation loss:\t\t{val_err / val_batches:.6f}")
         print(f"  validation accuracy:\t\t{val_acc * 100:.2f} %")
+    if ranks > 1:
+        synk.close()
     return val_acc
 
 
@@ -111,8 +134,11 @@ if __name__ == "__main__":
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument("--data-dir", default="data/mnist")
     parser.add_argument("--no-download", action="store_true", help="never touch the network")
+    parser.add_argument("--ranks", type=int, default=1,
+                        help="1: one process (pytensor.function); N > 1: data-parallel on N "
+                             "CPU ranks, each minibatch split over them")  # fmt: skip
     args = parser.parse_args()
     np.random.seed(0)
     lasagne.random.set_rng(np.random.RandomState(0))
     main(args.epochs, args.samples, args.batch_size, data_dir=args.data_dir,
-         download=not args.no_download)  # fmt: skip
+         download=not args.no_download, ranks=args.ranks)  # fmt: skip

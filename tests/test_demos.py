@@ -8,6 +8,7 @@ fallback data, and never the network.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,10 @@ def test_resnet50(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert "images/s in total" in out
+    # Every BatchNormLayer's running mean and inv_std: identical on both ranks, and moved.
+    count, spread, moved = re.search(
+        r"batch-norm running state: (\d+) variables, largest difference between ranks (\S+), "
+        r"largest change since initialisation (\S+)", out
+    ).groups()
+    assert int(count) == 2 * 53  # ResNet-50's 53 BatchNormLayers: mean and inv_std each
+    assert float(spread) == 0.0 and float(moved) > 0.0
