@@ -1,0 +1,378 @@
+"""Data-parallel training step against the compute limit, hand-written MPI and torch DDP.
+
+The 784-512-512-10 MLP (ReLU, softmax cross-entropy, float32, SGD lr 0.01) trained in five
+ways, side by side in one run, samples/s at each global batch size:
+
+1. ``PyTensor 1 thread``: a plain ``pytensor.function`` step (default mode), one BLAS
+   thread, pinned to one core;
+2. ``synk 2 ranks``: ``extensions.train.make_step_function`` after
+   ``synk.fork(2, backend="cpu")``, the data in ``synk.data``;
+3. ``mpi4py 2 procs``: PyTensor gradient (one flat output) and update functions with an
+   in-place ``Allreduce`` between, under ``mpiexec -n 2``, each process pinned, 1 thread;
+4. ``DDP gloo 2 procs``: torch DistributedDataParallel, each process pinned, 1 thread;
+5. ``torch 2 threads``: torch, one process.
+
+The compute limit of 2 ranks at global batch B is twice column 1's samples/s at B/2 (each
+rank computing its half, nothing else). Also measured: column 1's step in PyTensor's JAX
+mode with XLA on one thread, against the default mode, at 128 and 1024 rows.
+
+Each column runs in its own processes (``step_peers.py``), all compiled before timing. At
+each batch size every point is warmed up, then the points take turns, block by block
+(each block at least ``--block-s`` seconds and 5 steps), so that load drifts hit all
+alike; a point's figure is the median over ``--repeats`` blocks. Before timing, every
+column runs the same first steps from the same initial values and their losses are
+compared (the run fails if they disagree beyond float32 rounding).
+
+torch, mpi4py (with ``mpiexec`` next to the Python executable) and JAX are optional: a
+column whose package is missing is skipped with a line saying so.
+
+Usage::
+
+    python bench/bench_step.py                 # the full run (a few minutes on 2 cores)
+    python bench/bench_step.py --quick         # smoke run: batches 256 and 2048, short blocks
+    python bench/bench_step.py --batches 256 2048 --json out.json --plot out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import platform
+import queue
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Listener
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+from step_peers import DATA_ROWS, KEY_VAR
+
+HERE = Path(__file__).resolve().parent
+BATCHES = (64, 128, 256, 512, 1024, 2048, 4096)
+JAX_ROWS = (128, 1024)
+CHECK_BATCH, CHECK_STEPS = 256, 3
+MIN_STEPS = 5
+START_TIMEOUT_S = 600
+LABELS = {
+    "pytensor": "PyTensor 1 thread",
+    "synk": "synk 2 ranks",
+    "mpi": "mpi4py + PyTensor 2 procs",
+    "ddp": "torch DDP gloo 2 procs",
+    "torch2": "torch 1 proc 2 threads",
+    "jax": "PyTensor 1 thread JAX mode",
+}
+WORLD = 2
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+@dataclass
+class Column:
+    """The connections to one column's processes; a command goes to all, time is the max."""
+
+    name: str
+    procs: list[subprocess.Popen]
+    conns: list = field(default_factory=list)
+
+    def ask(self, *command) -> list:
+        for conn in self.conns:
+            conn.send(command)
+        return [conn.recv() for conn in self.conns]
+
+    def seconds(self, batch: int, steps: int) -> float:
+        return max(self.ask("time", batch, steps))
+
+
+def missing(column: str) -> str | None:
+    """Why ``column`` cannot run here, or None."""
+    need = {"ddp": "torch", "torch2": "torch", "mpi": "mpi4py", "jax": "jax"}.get(column)
+    if need and importlib.util.find_spec(need) is None:
+        return f"{need} is not installed (pip install " + {
+            "torch": "torch==2.13.0", "mpi4py": "mpi4py mpich", "jax": "jax"}[need] + ")"
+    if column == "mpi" and mpiexec() is None:
+        return "no mpiexec next to the Python executable or on PATH (pip install mpich)"
+    return None
+
+
+def mpiexec() -> str | None:
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(column: str, key: str) -> dict:
+    """The environment of a column's processes: this tree importable, float32, thread caps."""
+    env = dict(os.environ, **{KEY_VAR: key})
+    root = str(HERE.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTENSOR_FLAGS"] = ",".join(
+        p for p in (env.get("PYTENSOR_FLAGS"), "floatX=float32") if p)
+    if column in ("pytensor", "jax", "mpi", "ddp"):  # one thread per process
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = "1"
+    if column == "jax":
+        env["XLA_FLAGS"] = XLA_ONE_THREAD
+    return env
+
+
+def start(column: str, address: str, key: str) -> Column:
+    script = [sys.executable, str(HERE / "step_peers.py"), column, address]
+    env = child_env(column, key)
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "env": env}
+    if column == "mpi":
+        procs = [subprocess.Popen([mpiexec(), "-n", str(WORLD), *script], **quiet)]
+    elif column == "ddp":
+        port = str(free_port())
+        procs = [subprocess.Popen([*script, str(rank), str(WORLD), port], **quiet)
+                 for rank in range(WORLD)]
+    else:
+        procs = [subprocess.Popen(script, **quiet)]
+    return Column(column, procs)
+
+
+def connect(listener: Listener, columns: dict[str, Column]) -> None:
+    """Wait until every process of every column has connected (each compiles first)."""
+    expected = {"mpi": WORLD, "ddp": WORLD}
+    arrivals: queue.Queue = queue.Queue()
+
+    def accept() -> None:
+        while True:
+            conn = listener.accept()
+            arrivals.put((conn, conn.recv()))
+
+    threading.Thread(target=accept, daemon=True).start()
+    pending = sum(expected.get(name, 1) for name in columns)
+    ranked: dict[str, dict[int, object]] = {name: {} for name in columns}
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while pending:
+        try:
+            conn, (_, name, rank) = arrivals.get(timeout=1)
+        except queue.Empty:
+            for column in columns.values():
+                if any(p.poll() is not None for p in column.procs):
+                    raise SystemExit(f"column {column.name!r} exited while starting") from None
+            if time.monotonic() > deadline:
+                raise SystemExit("columns did not start in time") from None
+            continue
+        ranked[name][rank] = conn
+        pending -= 1
+    for name, column in columns.items():
+        column.conns = [ranked[name][r] for r in sorted(ranked[name])]
+
+
+def stop(columns: dict[str, Column]) -> None:
+    for column in columns.values():
+        for conn in column.conns:
+            try:
+                conn.send(("stop",))
+            except OSError:
+                pass
+    for column in columns.values():
+        for proc in column.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def check(columns: dict[str, Column]) -> dict[str, list[float]]:
+    """Each column's losses over the same first steps from the same initial values."""
+    return {name: column.ask("check", CHECK_BATCH, CHECK_STEPS)[0]
+            for name, column in columns.items()}
+
+
+def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: int,
+            block_s: float) -> dict[tuple[str, int], float]:
+    """Median samples/s of each (column, rows) point, the points taking turns block by block."""
+    steps = {}
+    for name, rows in points:
+        columns[name].seconds(rows, 1)  # compiles in JAX mode, warms caches elsewhere
+        per_step = columns[name].seconds(rows, 2) / 2
+        steps[name, rows] = max(MIN_STEPS, math.ceil(block_s / per_step))
+    rates: dict[tuple[str, int], list[float]] = {point: [] for point in points}
+    for _ in range(repeats):
+        for name, rows in points:
+            n = steps[name, rows]
+            rates[name, rows].append(rows * n / columns[name].seconds(rows, n))
+    return {point: median(values) for point, values in rates.items()}
+
+
+def run(args: argparse.Namespace) -> dict:
+    wanted = ["pytensor", "synk", "mpi", "ddp", "torch2", "jax"]
+    skipped = {name: why for name in wanted if (why := missing(name))}
+    for name, why in skipped.items():
+        print(f"skipped: {LABELS[name]}: {why}")
+    key = secrets.token_hex(16)
+    listener = Listener(family="AF_UNIX", authkey=bytes.fromhex(key))
+    columns = {name: start(name, listener.address, key) for name in wanted
+               if name not in skipped}
+    try:
+        t0 = time.perf_counter()
+        connect(listener, columns)
+        print(f"columns compiled and connected in {time.perf_counter() - t0:.0f} s")
+        losses = check(columns)
+        by_batch, jax_groups = {}, {}
+        timed = [name for name in columns if name != "jax"]
+        for batch in args.batches:
+            points = [(name, batch) for name in timed] + [("pytensor", batch // 2)]
+            if "jax" in columns and batch in JAX_ROWS:
+                points.append(("jax", batch))
+            by_batch[batch] = measure(points, columns, args.repeats, args.block_s)
+            if ("jax", batch) in points:
+                jax_groups[batch] = by_batch[batch]
+            print(f"  batch {batch} measured", flush=True)
+        for rows in JAX_ROWS:
+            if "jax" in columns and rows not in jax_groups:
+                jax_groups[rows] = measure([("pytensor", rows), ("jax", rows)], columns,
+                                           args.repeats, args.block_s)
+    finally:
+        stop(columns)
+        listener.close()
+    return results(args, by_batch, jax_groups, losses, skipped)
+
+
+def results(args, by_batch: dict, jax_groups: dict, losses: dict, skipped: dict) -> dict:
+    """Figures by column and batch, the limit, the ratios, the loss check, as plain data.
+
+    ``by_batch[B]`` and ``jax_groups[rows]`` are :func:`measure`'s results for the points
+    measured together: every column at global batch B and column 1 at B/2, or column 1
+    and its JAX mode at ``rows``.
+    """
+    table = {name: {b: by_batch[b].get((name, b)) for b in args.batches}
+             for name in LABELS if name != "jax"}
+    table["limit"] = {b: 2 * by_batch[b][("pytensor", b // 2)] for b in args.batches}
+    synk, limit, mpi, ddp = (table[k] for k in ("synk", "limit", "mpi", "ddp"))
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    ratios = {"synk/limit": {b: ratio(synk[b], limit[b]) for b in args.batches},
+              "synk/mpi4py": {b: ratio(synk[b], mpi[b]) for b in args.batches},
+              "synk/DDP": {b: ratio(synk[b], ddp[b]) for b in args.batches}}
+    jax = {rows: {"default_ms": 1e3 * rows / group[("pytensor", rows)],
+                  "jax_ms": 1e3 * rows / group[("jax", rows)]}
+           for rows, group in sorted(jax_groups.items())}
+    reference = np.array(losses["pytensor"])
+    check_dev = {name: float(np.max(np.abs(np.array(v) - reference) / np.abs(reference)))
+                 for name, v in losses.items()}
+    return {"batches": list(args.batches), "samples_per_s": table, "ratios": ratios,
+            "jax_vs_default": jax, "check_losses": losses, "check_max_rel_dev": check_dev,
+            "skipped": skipped, "repeats": args.repeats, "block_s": args.block_s,
+            "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
+                        "python": platform.python_version()},
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+GOALS = (("synk/limit", 256, 0.90), ("synk/mpi4py", 256, 1.15),
+         ("synk/DDP", 2048, 1.0), ("synk/limit", 2048, 0.90))
+
+
+def report(res: dict, tolerance: float) -> bool:
+    """Print the tables; return whether the columns' losses agree."""
+    def fmt(v, spec=",.0f"):
+        return "—" if v is None else format(v, spec)
+
+    names = [n for n in ("pytensor", "synk", "mpi", "ddp", "torch2")]
+    print(f"\nLoss after each of the first {CHECK_STEPS} steps at batch {CHECK_BATCH}, "
+          "same init and data (max relative deviation from PyTensor 1 thread):")
+    agree = True
+    for name, values in res["check_losses"].items():
+        dev = res["check_max_rel_dev"][name]
+        agree &= dev <= tolerance
+        print(f"  {LABELS[name]:28s} " + " ".join(f"{v:.6f}" for v in values)
+              + f"   {dev:.1e}" + ("" if dev <= tolerance else "  MISMATCH"))
+    table, ratios = res["samples_per_s"], res["ratios"]
+    print("\nsamples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2\n")
+    print("| global batch | " + " | ".join(LABELS[n] for n in names)
+          + " | limit | synk/limit | synk/mpi4py | synk/DDP |")
+    print("|---" * (len(names) + 5) + "|")
+    for b in res["batches"]:
+        print(f"| {b} | " + " | ".join(fmt(table[n][b]) for n in names)
+              + f" | {fmt(table['limit'][b])} | "
+              + " | ".join(fmt(ratios[r][b], ".2f")
+                           for r in ("synk/limit", "synk/mpi4py", "synk/DDP")) + " |")
+    print()
+    for name, batch, goal in GOALS:
+        value = ratios[name].get(batch)
+        if value is not None:
+            print(f"goal {name} at batch {batch} >= {goal:.2f}: {value:.2f} "
+                  + ("met" if value >= goal else "NOT met"))
+    if res["jax_vs_default"]:
+        print("\nPyTensor step, 1 thread: default mode vs JAX mode (XLA on one thread)")
+        print("| rows | default ms | JAX ms | default / JAX |\n|---|---|---|---|")
+        for rows, t in res["jax_vs_default"].items():
+            print(f"| {rows} | {t['default_ms']:.2f} | {t['jax_ms']:.2f} | "
+                  f"{t['default_ms'] / t['jax_ms']:.2f} |")
+    return agree
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batches = res["batches"]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, values in res["samples_per_s"].items():
+        if all(values[b] is None for b in batches):
+            continue
+        style = {"linestyle": "--", "color": "gray"} if name == "limit" else {"marker": "o"}
+        label = "limit: 2 x 1 thread at batch/2" if name == "limit" else LABELS[name]
+        ax.plot(batches, [values[b] for b in batches], label=label, **style)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.set_xlabel("global batch")
+    ax.set_ylabel("samples / s")
+    ax.set_title("784-512-512-10 MLP, SGD, float32, 2 CPU cores")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES),
+                        help="global batch sizes (even, at most 8192)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed blocks per point")
+    parser.add_argument("--block-s", type=float, default=0.5,
+                        help="least seconds of a timed block (and at least 5 steps)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: batches 256 and 2048, 2 repeats of 0.1 s blocks")
+    parser.add_argument("--tolerance", type=float, default=1e-4,
+                        help="largest relative loss deviation between columns")
+    parser.add_argument("--json", type=Path, default=HERE / "out" / "step.json")
+    parser.add_argument("--plot", type=Path, default=HERE / "out" / "step.png")
+    args = parser.parse_args()
+    if args.quick:
+        args.batches, args.repeats, args.block_s = [256, 2048], 2, 0.1
+    if any(b % WORLD or b > DATA_ROWS for b in args.batches):
+        parser.error(f"each batch must be a multiple of {WORLD} and at most {DATA_ROWS}")
+    started = time.perf_counter()
+    res = run(args)
+    res["elapsed_s"] = time.perf_counter() - started
+    agree = report(res, args.tolerance)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(res, indent=1, default=str))
+    plot(res, args.plot)
+    print(f"\n{res['elapsed_s']:.0f} s; JSON: {args.json}; plot: {args.plot}")
+    if not agree:
+        raise SystemExit("the columns' losses disagree: they do not compute the same step")
+
+
+if __name__ == "__main__":
+    main()
