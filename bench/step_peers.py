@@ -113,6 +113,8 @@ def pytensor_column(mode: str | None) -> tuple[Step, Callable[[], None]]:
     import pytensor.tensor as pt
     from threadpoolctl import threadpool_limits
 
+    if mode == "JAX":  # synkhronos' fix to PyTensor's JAX arange, which overflows at 128 rows
+        import synkhronos.jax_compat  # noqa: F401
     pin(0)
     threadpool_limits(limits=1)  # stays in force: only leaving a with-block would undo it
     x, y, loss, params = pytensor_mlp(init_params())
