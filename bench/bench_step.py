@@ -195,8 +195,8 @@ def check(columns: dict[str, Column]) -> dict[str, list[float]]:
 
 
 def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: int,
-            block_s: float) -> dict[tuple[str, int], float]:
-    """Median samples/s of each (column, rows) point, the points taking turns block by block."""
+            block_s: float) -> dict[tuple[str, int], list[float]]:
+    """Samples/s in each block of each (column, rows) point, the points taking turns."""
     steps = {}
     for name, rows in points:
         columns[name].seconds(rows, 1)  # compiles in JAX mode, warms caches elsewhere
@@ -207,7 +207,7 @@ def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: 
         for name, rows in points:
             n = steps[name, rows]
             rates[name, rows].append(rows * n / columns[name].seconds(rows, n))
-    return {point: median(values) for point, values in rates.items()}
+    return rates
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -251,9 +251,12 @@ def results(args, by_batch: dict, jax_groups: dict, losses: dict, skipped: dict)
     measured together: every column at global batch B and column 1 at B/2, or column 1
     and its JAX mode at ``rows``.
     """
-    table = {name: {b: by_batch[b].get((name, b)) for b in args.batches}
+    def rate(group: dict, name: str, rows: int) -> float | None:
+        return median(group[name, rows]) if (name, rows) in group else None
+
+    table = {name: {b: rate(by_batch[b], name, b) for b in args.batches}
              for name in LABELS if name != "jax"}
-    table["limit"] = {b: 2 * by_batch[b][("pytensor", b // 2)] for b in args.batches}
+    table["limit"] = {b: 2 * rate(by_batch[b], "pytensor", b // 2) for b in args.batches}
     synk, limit, mpi, ddp = (table[k] for k in ("synk", "limit", "mpi", "ddp"))
 
     def ratio(a, b):
@@ -262,15 +265,20 @@ def results(args, by_batch: dict, jax_groups: dict, losses: dict, skipped: dict)
     ratios = {"synk/limit": {b: ratio(synk[b], limit[b]) for b in args.batches},
               "synk/mpi4py": {b: ratio(synk[b], mpi[b]) for b in args.batches},
               "synk/DDP": {b: ratio(synk[b], ddp[b]) for b in args.batches}}
-    jax = {rows: {"default_ms": 1e3 * rows / group[("pytensor", rows)],
-                  "jax_ms": 1e3 * rows / group[("jax", rows)]}
+    jax = {rows: {"default_ms": 1e3 * rows / rate(group, "pytensor", rows),
+                  "jax_ms": 1e3 * rows / rate(group, "jax", rows)}
            for rows, group in sorted(jax_groups.items())}
+    blocks = {f"batch {b}: {name} at {rows} rows": values
+              for b, group in by_batch.items() for (name, rows), values in group.items()}
+    blocks |= {f"JAX comparison: {name} at {rows} rows": values
+               for group in jax_groups.values() for (name, rows), values in group.items()}
     reference = np.array(losses["pytensor"])
     check_dev = {name: float(np.max(np.abs(np.array(v) - reference) / np.abs(reference)))
                  for name, v in losses.items()}
     return {"batches": list(args.batches), "samples_per_s": table, "ratios": ratios,
             "jax_vs_default": jax, "check_losses": losses, "check_max_rel_dev": check_dev,
-            "skipped": skipped, "repeats": args.repeats, "block_s": args.block_s,
+            "samples_per_s_of_each_block": blocks, "skipped": skipped,
+            "repeats": args.repeats, "block_s": args.block_s,
             "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
                         "python": platform.python_version()},
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
