@@ -98,7 +98,7 @@ def missing(column: str) -> str | None:
         return f"{need} is not installed (pip install " + {
             "torch": "torch==2.13.0", "mpi4py": "mpi4py mpich", "jax": "jax"}[need] + ")"
     if column == "mpi" and mpiexec() is None:
-        return "no mpiexec next to the Python executable or on PATH (pip install mpich)"
+        return "no mpiexec next to the Python executable (pip install mpich)"
     return None
 
 
@@ -146,15 +146,15 @@ def start(column: str, address: str, key: str) -> Column:
 def connect(listener: Listener, columns: dict[str, Column]) -> None:
     """Wait until every process of every column has connected (each compiles first)."""
     expected = {"mpi": WORLD, "ddp": WORLD}
+    pending = sum(expected.get(name, 1) for name in columns)
     arrivals: queue.Queue = queue.Queue()
 
-    def accept() -> None:
-        while True:
+    def accept() -> None:  # in a thread, so that a column dying while starting is noticed
+        for _ in range(pending):
             conn = listener.accept()
             arrivals.put((conn, conn.recv()))
 
     threading.Thread(target=accept, daemon=True).start()
-    pending = sum(expected.get(name, 1) for name in columns)
     ranked: dict[str, dict[int, object]] = {name: {} for name in columns}
     deadline = time.monotonic() + START_TIMEOUT_S
     while pending:
