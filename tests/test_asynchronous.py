@@ -34,8 +34,8 @@ PHASES = (7, 5)  # two phases: the second continues the first's minibatches and 
 
 
 @contextlib.contextmanager
-def forked(n_ranks: int):
-    synk.fork(n_ranks, backend="cpu")
+def forked(n_ranks: int, backend: str = "cpu"):
+    synk.fork(n_ranks, backend=backend)
     try:
         yield n_ranks
     finally:
@@ -48,11 +48,11 @@ def problem(rng):
     return x, y, rng.normal(size=N_FEATURES)
 
 
-def build_step(w0, rule=one_phase.sgd):
+def build_step(w0, rule=one_phase.sgd, mode="FAST_COMPILE"):
     x, y = pt.matrix("x"), pt.vector("y")
     w = pytensor.shared(w0.copy(), name="w")
     loss = pt.mean((x @ w - y) ** 2)
-    return LocalStep(loss, [w], [x, y], rule, learning_rate=LR, mode="FAST_COMPILE"), w
+    return LocalStep(loss, [w], [x, y], rule, learning_rate=LR, mode=mode), w
 
 
 # ---- numpy formulas ----------------------------------------------------------------------
@@ -105,13 +105,15 @@ def run_phases(trainer, data):
 
 # ---- exact trajectories ------------------------------------------------------------------
 
-@pytest.mark.parametrize("n_ranks", [1, 2, 3])
-def test_sync_easgd_matches_formula_step_for_step(n_ranks, rng):
+@pytest.mark.parametrize("n_ranks, backend", [(1, "cpu"), (2, "cpu"), (3, "cpu"),
+                                              (2, "jax-cpu")])
+def test_sync_easgd_matches_formula_step_for_step(n_ranks, backend, rng):
+    """(jax-cpu: parameters on the device, copied to the host only at exchanges.)"""
     x, y, w0 = problem(rng)
     tau, alpha = 3, 0.3
     beta = 0.5  # not n_ranks * alpha: the centre's own rate is used as given
-    with forked(n_ranks):
-        step, w = build_step(w0)
+    with forked(n_ranks, backend):
+        step, w = build_step(w0, mode=None if backend == "jax-cpu" else "FAST_COMPILE")
         data = [synk.data(x), synk.data(y)]
         with EASGD(step, BATCH, tau=tau, alpha=alpha, beta=beta) as trainer:
             losses, last = run_phases(trainer, data)
@@ -124,8 +126,8 @@ def test_sync_easgd_matches_formula_step_for_step(n_ranks, rng):
 
 @pytest.fixture
 def one_rank():
-    with forked(1) as n:
-        yield n
+    with forked(1):
+        yield
 
 
 def test_async_easgd_one_rank_matches_formula(one_rank, rng):
@@ -201,8 +203,8 @@ def check_centre_is_running_sum(logs, centre0, centre_end, n_params):
 
 @pytest.fixture
 def two_ranks():
-    with forked(2) as n:
-        yield n
+    with forked(2):
+        yield
 
 
 def test_async_easgd_centre_is_the_running_formula_of_the_exchanges(two_ranks, rng):

@@ -71,15 +71,13 @@ class Downpour(Trainer):
 
     Parameters
     ----------
-    step : LocalStep
-        The local step.
-    batch_size : int
-        Rows per local step on each rank.
+    step, batch_size
+        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`.
     n_push, n_pull : int
         Local steps between a rank's pushes, and between its pulls.
     log, seed
-        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`; the log rows
-        are ``[sequence, 0 (push) or 1 (pull), centre before, what was added]``.
+        As for the Trainer; the log rows are ``[sequence, 0 (push) or 1 (pull),
+        centre before, what was added]``.
 
     Examples
     --------

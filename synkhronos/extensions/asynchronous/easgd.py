@@ -90,10 +90,8 @@ class EASGD(Trainer):
 
     Parameters
     ----------
-    step : LocalStep
-        The local step.
-    batch_size : int
-        Rows per local step on each rank.
+    step, batch_size
+        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`.
     tau : int
         Local steps between exchanges.
     alpha : float
@@ -102,7 +100,7 @@ class EASGD(Trainer):
         The centre's moving rate; default ``n_ranks * alpha`` (the paper's symmetric
         choice).
     log, seed
-        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`.
+        As for the Trainer.
 
     Examples
     --------
@@ -132,17 +130,15 @@ class AsyncEASGD(Trainer):
 
     Parameters
     ----------
-    step : LocalStep
-        The local step.
-    batch_size : int
-        Rows per local step on each rank.
+    step, batch_size
+        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`.
     tau : int
         Local steps between a rank's exchanges.
     alpha : float
         The elastic force (on the rank and on the centre alike).
     log, seed
-        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`; the log rows
-        are ``[sequence, centre before, what was added to the centre]``.
+        As for the Trainer; the log rows are ``[sequence, centre before, what was added
+        to the centre]``.
 
     Examples
     --------

@@ -91,16 +91,13 @@ class Gossip(Trainer):
 
     Parameters
     ----------
-    step : LocalStep
-        The local step.
-    batch_size : int
-        Rows per local step on each rank.
+    step, batch_size
+        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`.
     p : float
         Probability of a send after each local step.
     log, seed
-        As for :class:`~synkhronos.extensions.asynchronous.phase.Trainer`. Each rank's
-        replies are ``[its weight, its log]``; log rows are ``[0 (send), peer, weight]``
-        or ``[1 (receive), -1, weight]``.
+        As for the Trainer. Each rank's replies are ``[its weight, its log]``; log rows
+        are ``[0 (send), peer, weight]`` or ``[1 (receive), -1, weight]``.
 
     Examples
     --------
