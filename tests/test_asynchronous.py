@@ -176,11 +176,16 @@ def test_downpour_one_rank_matches_formula(one_rank, rng, rule, n_push, n_pull):
 
 @pytest.mark.parametrize("n_ranks, p", [(1, 0.5), (2, 0.0)])
 def test_gossip_without_messages_is_local_sgd_and_mean(n_ranks, p, rng):
+    """(Also: numpy arrays as data, travelling with the command, and given row indices.)"""
     x, y, w0 = problem(rng)
+    order = rng.permutation(N_ROWS + 4)[:N_ROWS]  # rows 0..N_ROWS+3: 4 are never used
+    x_big, y_big = np.zeros((N_ROWS + 4, N_FEATURES)), np.zeros(N_ROWS + 4)
+    x_big[order], y_big[order] = x, y
     with forked(n_ranks):
         step, _ = build_step(w0)
         with Gossip(step, BATCH, p=p) as trainer:
-            losses, last = run_phases(trainer, [synk.data(x), synk.data(y)])
+            results = [trainer.run([x_big, y_big], n, rows=order) for n in PHASES]
+        losses, last = np.concatenate([r.losses for r in results], axis=1), results[-1]
     ws, expected_losses = local_steps(w0, x, y, n_ranks, lambda g, ws: None)
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
     np.testing.assert_allclose(last.centre[0], np.mean(ws, axis=0), rtol=1e-12)

@@ -3,9 +3,9 @@
 Rank 0 calls :meth:`Trainer.run`; that sends ONE routine command
 (:func:`synkhronos.routine.run`), and every rank, rank 0 included, runs
 :func:`run_phase`: ``n_steps`` local steps on minibatches cycling through its own
-contiguous share of the data rows, calling its algorithm's :class:`Exchange` after each
-step. Rank 0 gets every rank's losses (and, when asked, its log of exchanges) and reads
-the centre from shared memory.
+contiguous share of the data rows (or of given row indices), calling its algorithm's
+:class:`Exchange` after each step. Rank 0 gets every rank's losses (and, when asked,
+its log of exchanges) and reads the centre from shared memory.
 
 The centre is a :class:`~synkhronos.extensions.asynchronous.shared_block.SharedBlock`
 created by the trainer from rank 0's parameters. At the start of the trainer's first
@@ -101,10 +101,11 @@ class Exchange:
 
 def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
               fids: np.ndarray, param_indices: np.ndarray, names: np.ndarray,
-              *data: np.ndarray) -> list[np.ndarray]:
+              indices: np.ndarray, *data: np.ndarray) -> list[np.ndarray]:
     """(Every rank) run one phase; return ``[losses, *exchange.finish()]``.
 
-    Called by each algorithm's routine with its :class:`Exchange` class.
+    Called by each algorithm's routine with its :class:`Exchange` class. ``indices``: the
+    rows to share out (empty: all rows of ``data``).
     """
     settings = Settings.decode(config)
     step = RankStep(state, fids, param_indices)
@@ -112,11 +113,13 @@ def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
               for name in routine.from_text(names).split(",")]
     try:
         algorithm = exchange(state, step, settings, blocks)
-        share = rank_rows(len(data[0]), state.rank, state.n_ranks)
+        n_rows = len(indices) if len(indices) else len(data[0])
+        share = rank_rows(n_rows, state.rank, state.n_ranks)
         losses = np.empty(settings.n_steps)
         for k in range(settings.n_steps):
             g = settings.first_step + k
-            losses[k] = step(data, minibatch(share, settings.batch_size, g))
+            rows = minibatch(share, settings.batch_size, g)
+            losses[k] = step(data, indices[rows] if len(indices) else rows)
             algorithm.after_step(g)
         return [losses, *algorithm.finish()]
     finally:
@@ -180,7 +183,8 @@ class Trainer:
         """The algorithm's parameters, sent with each phase."""
         return ()
 
-    def run(self, data: Sequence[Data | np.ndarray], n_steps: int) -> PhaseResult:
+    def run(self, data: Sequence[Data | np.ndarray], n_steps: int,
+            rows: np.ndarray | None = None) -> PhaseResult:
         """Run ``n_steps`` local steps on every rank, exchanging as the algorithm says.
 
         Parameters
@@ -191,6 +195,9 @@ class Trainer:
             arrays are copied to the ranks with the command.
         n_steps : int
             Local steps per rank.
+        rows : array of int, optional
+            Train on these rows of ``data`` only (each rank on its contiguous share of
+            them, in this order), e.g. a shuffled subset; default all rows.
 
         Returns
         -------
@@ -199,12 +206,14 @@ class Trainer:
         settings = Settings(int(n_steps), self.batch_size, self.steps_done,
                             self.steps_done == 0, self.log, self.seed, self.hyper())
         names = routine.text(",".join(b.name for b in self.blocks))
+        indices = np.zeros(0, np.int64) if rows is None else np.asarray(rows, np.int64)
         replies = routine.run(self.routine, settings.encode(), self.fids,
-                              self.param_indices, names, *data)
+                              self.param_indices, names, indices, *data)
         self.steps_done += int(n_steps)
-        rows = [minibatch(rank_rows(len(data[0]), r, self.n_ranks), self.batch_size, 0)
-                for r in range(self.n_ranks)]
-        samples = int(n_steps) * sum(r.stop - r.start for r in rows)
+        n_rows = len(data[0]) if rows is None else len(indices)
+        batches = [minibatch(rank_rows(n_rows, r, self.n_ranks), self.batch_size, 0)
+                   for r in range(self.n_ranks)]
+        samples = int(n_steps) * sum(b.stop - b.start for b in batches)
         return PhaseResult(np.array([r[0] for r in replies]), self.centre(), samples,
                            [r[1:] for r in replies])
 
