@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from synkhronos.rank import RankState
+
 from .local import LocalStep
 from .phase import Exchange, Trainer, run_phase
 
@@ -61,7 +63,7 @@ class DownpourExchange(Exchange):
         return super().finish()
 
 
-def downpour_phase(state, *args) -> list[np.ndarray]:
+def downpour_phase(state: RankState, *args: np.ndarray) -> list[np.ndarray]:
     """(Every rank) a phase of Downpour."""
     return run_phase(state, DownpourExchange, *args)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from synkhronos.rank import RankState
+
 from .local import LocalStep
 from .phase import Exchange, Trainer, run_phase
 
@@ -75,12 +77,12 @@ class AsyncExchange(Exchange):
         self.step.set(x - d)
 
 
-def easgd_phase(state, *args) -> list[np.ndarray]:
+def easgd_phase(state: RankState, *args: np.ndarray) -> list[np.ndarray]:
     """(Every rank) a phase of synchronous EASGD."""
     return run_phase(state, SyncExchange, *args)
 
 
-def async_easgd_phase(state, *args) -> list[np.ndarray]:
+def async_easgd_phase(state: RankState, *args: np.ndarray) -> list[np.ndarray]:
     """(Every rank) a phase of asynchronous EASGD."""
     return run_phase(state, AsyncExchange, *args)
 

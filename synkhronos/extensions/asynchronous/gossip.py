@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from synkhronos.rank import RankState
+
 from .local import LocalStep
 from .phase import Exchange, Trainer, run_phase
 
@@ -80,7 +82,7 @@ class GossipExchange(Exchange):
         return [np.array([self.weight]), self.log_array()]
 
 
-def gossip_phase(state, *args) -> list[np.ndarray]:
+def gossip_phase(state: RankState, *args: np.ndarray) -> list[np.ndarray]:
     """(Every rank) a phase of gossip SGD."""
     return run_phase(state, GossipExchange, *args)
 
