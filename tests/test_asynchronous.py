@@ -204,6 +204,7 @@ def check_centre_is_running_sum(logs, centre0, centre_end, n_params):
     expected = centre0 + np.concatenate([np.zeros((1, n_params)), np.cumsum(added, axis=0)])
     np.testing.assert_allclose(before, expected[:-1], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(centre_end, expected[-1], rtol=1e-10, atol=1e-12)
+    return rows
 
 
 @pytest.fixture
@@ -220,7 +221,10 @@ def test_async_easgd_centre_is_the_running_formula_of_the_exchanges(two_ranks, r
         result = trainer.run([synk.data(x), synk.data(y)], 40)
     logs = [r[0] for r in result.replies]
     assert [len(log) for log in logs] == [20, 20]
-    check_centre_is_running_sum(logs, w0, result.centre[0], N_FEATURES)
+    rows = check_centre_is_running_sum(logs, w0, result.centre[0], N_FEATURES)
+    params, centre, added = (rows[:, 1 + i * N_FEATURES:1 + (i + 1) * N_FEATURES]
+                             for i in range(3))
+    np.testing.assert_allclose(added, alpha * (params - centre), rtol=1e-12)
 
 
 def test_downpour_centre_is_the_running_formula_of_the_pushes(two_ranks, rng):

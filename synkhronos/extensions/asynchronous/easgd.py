@@ -58,7 +58,8 @@ class SyncExchange(Exchange):
 class AsyncExchange(Exchange):
     """Every ``tau`` steps, alone under the lock: rank and centre move toward each other.
 
-    Log rows: ``[sequence, centre before, what was added to the centre]``.
+    Log rows: ``[sequence, the rank's parameters before, centre before, what was added
+    to the centre]``.
     """
 
     def __init__(self, *args):
@@ -72,7 +73,7 @@ class AsyncExchange(Exchange):
         x = self.step.get()
         with self.centre.locked(self.rank, self.check) as centre:
             d = self.alpha * (x - centre)
-            self.record(self.centre.sequence, centre, d)
+            self.record(self.centre.sequence, x, centre, d)
             centre += d
         self.step.set(x - d)
 
@@ -139,8 +140,8 @@ class AsyncEASGD(Trainer):
     alpha : float
         The elastic force (on the rank and on the centre alike).
     log, seed
-        As for the Trainer; the log rows are ``[sequence, centre before, what was added
-        to the centre]``.
+        As for the Trainer; the log rows are ``[sequence, the rank's parameters before,
+        centre before, what was added to the centre]``.
 
     Examples
     --------
