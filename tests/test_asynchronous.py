@@ -26,8 +26,9 @@ from synkhronos.extensions.asynchronous import (
     HolderDied,
     LocalStep,
 )
-from synkhronos.extensions.asynchronous.shared_block import DIE_HOLDING_LOCK
+from synkhronos.extensions.asynchronous.shared_block import DIE_HOLDING_LOCK, SharedBlock
 from synkhronos.extensions.lasagne import updates as one_phase
+from synkhronos.shm import new_session_name
 
 N_ROWS, N_FEATURES, BATCH, LR = 11, 3, 2, 0.05
 PHASES = (7, 5)  # two phases: the second continues the first's minibatches and centre
@@ -267,6 +268,32 @@ def test_routine_runs_on_every_rank_with_data_and_arrays(two_ranks):
     assert [r[0].tolist() for r in replies] == [[0.0, 20.0], [1.0, 20.0]]
     with pytest.raises(ValueError, match="module-level"):
         routine.run(lambda state: [])
+
+
+def test_a_busy_lock_polls_its_check_and_a_failed_holder_leaves_it_refused():
+    name = new_session_name() + "_block"
+    first = SharedBlock(name, 2, "float64", create=True)
+    second = SharedBlock(name, 0, "float64", create=False)  # another open file: another lock
+    assert second.values.shape == (2,)
+    calls = []
+
+    def give_up():
+        calls.append(1)
+        raise TimeoutError
+
+    with first.locked(0) as values:
+        values[:] = 3.0
+        with pytest.raises(TimeoutError), second.locked(1, give_up):
+            pass
+    assert calls == [1]
+    np.testing.assert_array_equal(second.read(1), [3.0, 3.0])
+    with pytest.raises(ZeroDivisionError), second.locked(1) as values:
+        values[0] = 1 / 0  # a holder that fails half-way
+    with pytest.raises(HolderDied, match="rank 1 died or failed"):
+        first.read(0)
+    first.unlink()
+    second.close()
+    assert not shm_entries(name)
 
 
 def test_a_rank_dying_inside_the_lock_is_named_and_nothing_leaks(monkeypatch, rng):

@@ -29,6 +29,7 @@ __all__ = ["HolderDied", "SharedBlock", "DIE_HOLDING_LOCK"]
 OWNER, DIRTY, SEQUENCE = 0, 1, 2  # header words
 HEADER_WORDS = ALIGN // 8
 LOCK_POLL_S = 50e-6  # between tries of a busy lock
+CHECK_S = 0.05  # between calls of a waiter's check (it reads /proc: not on every try)
 
 DIE_HOLDING_LOCK = "SYNK_TEST_DIE_HOLDING_LOCK"
 """Environment variable (a rank) for tests: that rank kills itself (SIGKILL) right after it
@@ -94,13 +95,15 @@ class SharedBlock:
         HolderDied
             If the previous holder did not release the block cleanly.
         """
+        next_check = time.monotonic() + CHECK_S
         while True:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if check is not None:
+                if check is not None and time.monotonic() >= next_check:
                     check()
+                    next_check = time.monotonic() + CHECK_S
                 time.sleep(LOCK_POLL_S)
         try:
             if self.header[DIRTY]:
