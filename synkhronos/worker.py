@@ -76,6 +76,7 @@ def main(argv: list[str]) -> None:
     from .protocol import FORGET_DATA, Command
     from .rank import RankState, run_share
     from .rank_collectives import run_collective
+    from .routine import run_routine
 
     channel = Channel(session, rank, n_ranks, control, check_parent)
     backend = get_backend(backend_name)
@@ -100,6 +101,8 @@ def main(argv: list[str]) -> None:
                 channel.reply(run_share(state, arrays, views.view))
             elif code == Command.COLLECTIVE:
                 channel.reply(run_collective(state, arrays))
+            elif code == Command.ROUTINE:
+                channel.reply(run_routine(state, arrays, views.view))
             else:
                 raise ValueError(f"unknown synkhronos command {code}")
         except Aborted:
