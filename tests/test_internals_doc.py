@@ -18,7 +18,7 @@ import synkhronos
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 EXTENSIONS = "synkhronos.extensions"
-USER_PAGES = ("api.rst", "lasagne.rst")
+USER_PAGES = ("api.rst", "lasagne.rst", "asynchronous.rst")
 
 
 def _modules() -> set[str]:
