@@ -26,6 +26,7 @@ class Command(IntEnum):
     DISTRIBUTE = 1  #: unpickle and compile functions (one uint8 array: the pickle)
     CALL = 2  #: run a share of a function call (arrays: an encoded CallPlan)
     COLLECTIVE = 3  #: run a part of a collective (arrays: [kind, op, rank, nccl], indices)
+    CHAIN = 4  #: run functions and collectives in turn (arrays: step table, CallPlan)
 
 
 FORGET_DATA = 1 << 8

@@ -75,6 +75,7 @@ def main(argv: list[str]) -> None:
     from .distribute import unpack
     from .protocol import FORGET_DATA, Command
     from .rank import RankState, run_share
+    from .rank_chain import run_chain
     from .rank_collectives import run_collective
 
     channel = Channel(session, rank, n_ranks, control, check_parent)
@@ -100,6 +101,8 @@ def main(argv: list[str]) -> None:
                 channel.reply(run_share(state, arrays, views.view))
             elif code == Command.COLLECTIVE:
                 channel.reply(run_collective(state, arrays))
+            elif code == Command.CHAIN:
+                channel.reply(run_chain(state, arrays, views.view))
             else:
                 raise ValueError(f"unknown synkhronos command {code}")
         except Aborted:
