@@ -50,7 +50,11 @@ def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
     name, shared_vars, op = (*entry, "avg") if len(entry) == 2 else entry
     if name in ("all_reduce", "reduce"):
         check_collective_op(op)
+    elif len(entry) == 3:
+        raise TypeError(f"{name} takes no op; write ({name!r}, shared variables)")
     variables, indices, _ = _registered(session, shared_vars)
+    if name == "all_gather" and any(v.ndim == 0 for v in variables):
+        raise ValueError("all_gather needs shared variables with a first axis")
     return CollectiveStep(CHAINABLE[name], indices, op, True), variables
 
 

@@ -136,6 +136,8 @@ def test_bad_chains_raise(ranks):
         synk.chain(f, ("gather", v))
     with pytest.raises(ValueError, match="unknown reduce op"):
         synk.chain(f, ("all_reduce", v, "mean"))
+    with pytest.raises(TypeError, match="broadcast takes no op"):
+        synk.chain(f, ("broadcast", v, "sum"))
     with pytest.raises(ValueError, match="not used by any synkhronos function"):
         synk.chain(f, ("all_reduce", pytensor.shared(np.zeros(2))))
     with pytest.raises(TypeError, match="no function to take arguments"):
