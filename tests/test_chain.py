@@ -126,6 +126,22 @@ def test_failing_step_names_rank_and_step(ranks, bad_rank):
     np.testing.assert_allclose(synk.gather(total, nd_up=1), [22.0] * ranks)
 
 
+def test_failing_collective_step(ranks):
+    """Shapes that differ over the ranks: every rank raises in the all-reduce step."""
+    x = pt.vector("x")
+    v = pytensor.shared(np.zeros(2), name="v_shapes")
+    f = synk.function([x], x.sum(), updates=[(v, pt.zeros_like(v) + x.sum())], mode=MODE)
+    step = synk.chain(f, ("all_reduce", v, "sum"))
+    synk.set_value(ranks - 1, v, np.zeros(3))
+    with pytest.raises(ValueError, match="equal shapes") as info:
+        step(np.ones(7))
+    assert ("in step 1 (all_reduce of 1 variable(s), op 'sum') of a synkhronos chain, on "
+            "rank 0") in info.value.__notes__
+    synk.set_value(ranks - 1, v, np.zeros(2))
+    step(np.ones(7))
+    np.testing.assert_allclose(synk.gather(v, nd_up=1), np.full((ranks, 2), 7.0))
+
+
 def test_bad_chains_raise(ranks):
     x = pt.vector("x")
     v = pytensor.shared(np.zeros(2), name="v_bad")
