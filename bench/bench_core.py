@@ -5,6 +5,8 @@
 2. ``all_reduce`` of a 25M-element float32 vector on 2 ranks vs one numpy copy of the same
    bytes (goal: within 3x).
 3. Zero-copy scatter: a call's time does not grow with rows the call does not select.
+4. A function, an ``all_reduce`` and a second function (a training step's shape) chained
+   into one command (``synk.chain``) vs sent as three commands, on a tiny graph.
 
 Run: ``.venv/bin/python bench/bench_core.py [--ranks 2] [--size 25000000]``.
 """
@@ -69,6 +71,30 @@ def scatter_zero_copy(n_ranks: int) -> tuple[float, float]:
     return t_small, t_large
 
 
+def chained_vs_separate(n_ranks: int) -> tuple[float, float]:
+    x = pt.vector("x")
+    synk.fork(n_ranks, backend="cpu")
+    try:
+        v = pytensor.shared(np.zeros(4, dtype=x.dtype), name="v")
+        f = synk.function([x], x.sum(), updates=[(v, v + x.sum())])
+        g = synk.function([], updates=[(v, v * 0.5)])
+        step = synk.chain(f, ("all_reduce", v, "sum"), g)
+        data = synk.data(np.ones(8, dtype=x.dtype))
+
+        def separate():
+            f(data)
+            synk.all_reduce(v, op="sum")
+            g()
+
+        step(data)
+        separate()
+        t_chain = best_of(lambda: step(data), 5, 500)
+        t_separate = best_of(separate, 5, 500)
+    finally:
+        synk.close()
+    return t_chain, t_separate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
@@ -87,6 +113,9 @@ def main() -> None:
     t_small, t_large = scatter_zero_copy(args.ranks)
     rows.append(("1000-row call: in 200k-row Data / in 1000-row Data", t_large / t_small,
                  f"{t_large * 1e6:.0f} us vs {t_small * 1e6:.0f} us"))
+    t_chain, t_separate = chained_vs_separate(args.ranks)
+    rows.append(("function, all_reduce, function: chained / 3 commands", t_chain / t_separate,
+                 f"{t_chain * 1e6:.0f} us vs {t_separate * 1e6:.0f} us"))
     print(f"{'measure':58s} {'value':>9s}  detail")
     for name, value, detail in rows:
         print(f"{name:58s} {value:9.2f}  {detail}")

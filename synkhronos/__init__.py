@@ -11,6 +11,7 @@ The package's map (modules by audience, one call's path, where state lives, the 
 formats) is ``docs/internals.rst``.
 """
 
+from .chain import Chain, chain
 from .channel import RemoteError, WorkerDied, WorkerHung
 from .collectives import (
     all_gather,
@@ -70,7 +71,8 @@ def data(value=None, var=None, dtype=None, ndim: int | None = None, shape=None,
 
 
 __all__ = [
-    "Data", "Function", "RemoteError", "WorkerDied", "WorkerHung", "all_gather", "all_reduce",
-    "backend", "broadcast", "close", "data", "distribute", "fork", "function", "gather",
-    "get_lengths", "get_n_gpu", "get_shapes", "get_value", "reduce", "scatter", "set_value",
+    "Chain", "Data", "Function", "RemoteError", "WorkerDied", "WorkerHung", "all_gather",
+    "all_reduce", "backend", "broadcast", "chain", "close", "data", "distribute", "fork",
+    "function", "gather", "get_lengths", "get_n_gpu", "get_shapes", "get_value", "reduce",
+    "scatter", "set_value",
 ]

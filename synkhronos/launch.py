@@ -13,6 +13,7 @@ which died left in ``/dev/shm``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import os
@@ -75,19 +76,75 @@ def _match_jax_precision() -> None:
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                "NUMBA_NUM_THREADS")
+# XLA on one core: no Eigen thread pool (its threads would contend with the rank's own).
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def _limit_threads(threads: int):
-    """Give rank 0's math libraries its share of the cores, as the workers get theirs.
+def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
+    """The cores each rank is pinned to, or None to pin none.
+
+    Rank ``r`` gets ``cores[r * k:(r + 1) * k]`` of the sorted ``available`` cores (default:
+    this process's affinity set), ``k = len(cores) // n_ranks``. None when there are fewer
+    cores than ranks, or when the environment variable ``SYNK_AFFINITY`` is ``0``.
+
+    Examples
+    --------
+    >>> rank_cores(2, {0, 1, 2, 3, 4})
+    [[0, 1], [2, 3]]
+    >>> rank_cores(3, {4, 6}) is None
+    True
+    """
+    cores = sorted(os.sched_getaffinity(0) if available is None else available)
+    if len(cores) < n_ranks or os.environ.get("SYNK_AFFINITY") == "0":
+        return None
+    k = len(cores) // n_ranks
+    return [cores[r * k:(r + 1) * k] for r in range(n_ranks)]
+
+
+def _xla_flags(flags: str, threads: int) -> str:
+    """``XLA_FLAGS`` for a rank with ``threads`` cores (XLA sizes its pool to the affinity
+    set; on one core it gets no pool at all)."""
+    if threads != 1 or "xla_cpu_multi_thread_eigen" in flags:
+        return flags
+    return f"{flags} {XLA_ONE_THREAD}".strip()
+
+
+class _RankZeroLimits:
+    """What :class:`Session` changed in rank 0's process: its math libraries' threads, its
+    CPU affinity, ``XLA_FLAGS``; :meth:`restore_original_limits` (at close) undoes it."""
+
+    def __init__(self, threads: int, cores: list[int] | None, backend: str):
+        import scipy.linalg  # noqa: F401 - load the BLAS that Numba-compiled graphs call
+        from threadpoolctl import threadpool_limits
+
+        self._blas = threadpool_limits(limits=threads)
+        self._affinity = os.sched_getaffinity(0)
+        self._xla_flags = os.environ.get("XLA_FLAGS")
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+        xla_flags = _xla_flags(self._xla_flags or "", threads)
+        if backend == "jax-cpu" and xla_flags:
+            # Effective only if JAX has not started its CPU client yet in this process.
+            os.environ["XLA_FLAGS"] = xla_flags
+
+    def restore_original_limits(self) -> None:
+        self._blas.restore_original_limits()
+        os.sched_setaffinity(0, self._affinity)
+        if self._xla_flags is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = self._xla_flags
+
+
+def _limit_threads(threads: int, cores: list[int] | None, backend: str) -> _RankZeroLimits:
+    """Give rank 0 its share of the cores, as the workers get theirs: pin it to ``cores``
+    and limit its math libraries to ``threads`` threads.
 
     Oversubscribed BLAS threads spin against each other and can make a step several
-    times slower. Limits numpy's and scipy's BLAS (the one Numba-compiled graphs call);
-    :meth:`Session.close` restores them.
+    times slower; a rank that migrates between cores loses its caches. Limits numpy's and
+    scipy's BLAS (the one Numba-compiled graphs call); :meth:`Session.close` restores all.
     """
-    import scipy.linalg  # noqa: F401 - load the BLAS that Numba-compiled graphs call
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=threads)
+    return _RankZeroLimits(threads, cores, backend)
 
 
 def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
@@ -101,6 +158,9 @@ def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     env["SYNK_SYS_PATH"] = json.dumps(sys.path)
     if backend == "jax-cpu":
         env["JAX_PLATFORMS"] = "cpu"
+        xla_flags = _xla_flags(env.get("XLA_FLAGS", ""), threads)
+        if xla_flags:
+            env["XLA_FLAGS"] = xla_flags
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
@@ -124,7 +184,10 @@ class Session:
                                  check_alive)
         self.state = RankState(0, n_ranks, comm, self.backend)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
-        self.thread_limits = _limit_threads(self.threads)
+        # GPU ranks are driven by their GPUs; pinning them would only starve their threads.
+        self.cores = rank_cores(n_ranks) if backend_name != "gpu" else None
+        self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
+                                            backend_name)
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
@@ -145,6 +208,11 @@ class Session:
                  str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
                 env=_worker_env(self.threads, backend_name, gpu),
                 stdin=subprocess.DEVNULL, start_new_session=True))
+            if self.cores is not None:
+                # Set on the fresh interpreter before it loads numpy: every thread it
+                # starts later inherits the set. (One that died is reported just below.)
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(self.processes[-1].pid, self.cores[rank])
             self.watchdog.pids.append(self.processes[-1].pid)
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:

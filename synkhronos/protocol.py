@@ -27,6 +27,7 @@ class Command(IntEnum):
     CALL = 2  #: run a share of a function call (arrays: an encoded CallPlan)
     COLLECTIVE = 3  #: run a part of a collective (arrays: [kind, op, rank, nccl], indices)
     ROUTINE = 4  #: run a module-level function on every rank (see synkhronos.routine)
+    CHAIN = 5  #: run functions and collectives in turn (arrays: step table, CallPlan)
 
 
 FORGET_DATA = 1 << 8

@@ -75,6 +75,7 @@ def main(argv: list[str]) -> None:
     from .distribute import unpack
     from .protocol import FORGET_DATA, Command
     from .rank import RankState, run_share
+    from .rank_chain import run_chain
     from .rank_collectives import run_collective
     from .routine import run_routine
 
@@ -103,6 +104,8 @@ def main(argv: list[str]) -> None:
                 channel.reply(run_collective(state, arrays))
             elif code == Command.ROUTINE:
                 channel.reply(run_routine(state, arrays, views.view))
+            elif code == Command.CHAIN:
+                channel.reply(run_chain(state, arrays, views.view))
             else:
                 raise ValueError(f"unknown synkhronos command {code}")
         except Aborted:

@@ -108,25 +108,48 @@ def test_flat_grad_is_whole_batch_grad(ranks):
     want = np.concatenate([g.ravel() for g in plain(xs[0][:11], ys[0][:11])])
     assert got[0][-1] == 11
     np.testing.assert_allclose(got[0][:-1] / got[0][-1], want, rtol=1e-12)
+    # Phase one overwrites the vector (phase two leaves it): a second call gives the same.
     train.update_function()
-    assert not np.any(synk.gather(flat, nd_up=1))
+    train.grad_function(x, y, batch=11, num_slices=2)
+    synk.all_reduce(flat, op="sum")
+    again = synk.gather(flat, nd_up=1)
+    assert again[0][-1] == 11
+    np.testing.assert_allclose(again[0][:-1] / again[0][-1],
+                               np.concatenate([g.ravel() for g in plain(xs[0][:11], ys[0][:11])]),
+                               rtol=1e-12)
     x.free_memory()
     y.free_memory()
 
 
-def test_one_all_reduce_per_step(ranks, monkeypatch):
-    # 50 parameter tensors, one collective per step.
+def test_one_command_and_one_all_reduce_per_step(ranks, monkeypatch):
+    # 50 parameter tensors: one command per step, holding one collective.
+    from synkhronos import launch, rank_collectives
+
     params = [pytensor.shared(np.full(2, 0.1 * i), name=f"p{i}") for i in range(50)]
     x = pt.matrix("x")
     # (A Python sum of 50 terms would be one 50-input add, which FAST_COMPILE cannot run.)
     loss = pt.mean(pt.sum(x, axis=1) * pt.sum(U.flatten_vars(params) ** 2))
     train = T.make_step_function(loss, params, [x], L.momentum, 0.01, mode=MODE)
-    calls = []
-    real = synk.all_reduce
-    monkeypatch.setattr(synk, "all_reduce", lambda *a, **k: (calls.append(a), real(*a, **k)))
+    train(np.ones((5, 2)))  # ships the functions (a command of its own)
+    session = launch.current()
+    commands, collectives = [], []
+    real_execute, real_run = session.execute, rank_collectives.run
+    monkeypatch.setattr(session, "execute",
+                        lambda code, *a: (commands.append(code), real_execute(code, *a))[1])
+    monkeypatch.setattr(rank_collectives, "run",
+                        lambda *a, **k: (collectives.append(a[1]), real_run(*a, **k))[1])
     for _ in range(3):
         train(np.ones((5, 2)))
-    assert len(calls) == 3
+    assert [c.name for c in commands] == ["CHAIN"] * 3
+    assert [c.name for c in collectives] == ["ALL_REDUCE"] * 3  # rank 0's parts
+
+
+def test_a_batch_leaving_a_rank_without_rows_raises(ranks):
+    params, inputs, loss = build_model()
+    train = T.make_step_function(loss, params, inputs, L.sgd, 0.1, mode=MODE)
+    xs, ys = step_data(1)
+    with pytest.raises(ValueError, match="every rank needs at least one row"):
+        train(xs[0], ys[0], batch=ranks - 1)
 
 
 def test_default_mode(ranks):

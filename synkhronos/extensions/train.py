@@ -15,14 +15,19 @@ sliceable shared variables (``batch_s``), ``num_slices``, and a one-phase rule o
     step = make_step_function(loss, params, [x, y], lasagne.updates.adam, learning_rate=1e-3)
     loss_value = step(x_data, y_data, batch=batch, num_slices=2)
 
-A step runs three things on every rank:
+A step runs three things on every rank, chained (:func:`synkhronos.chain`): rank 0
+sends one command per step, and every rank runs them back to back:
 
 1. the gradient function: each rank computes, on its rows, the gradient of
    ``loss`` times its row count, and writes it with the row count into one flat
-   shared vector (with ``num_slices > 1`` the slices add up into it);
-2. one ``synk.all_reduce`` of that vector, whatever the number of parameter tensors;
+   shared vector (with ``num_slices > 1`` the slices' values are summed into it);
+2. one all-reduce of that vector, whatever the number of parameter tensors;
 3. the update function: each rank divides by the total row count, which gives
    the mean gradient over the whole batch, and applies the rule.
+
+Every rank needs at least one row of the batch: a rank without rows would skip
+phase one and all-reduce its previous step's gradient, so both forms refuse such
+a batch.
 
 ``loss`` must be a mean over the rows of the scattered inputs. Because each
 rank's gradient is weighted by its rows, the trajectory equals the
@@ -34,7 +39,8 @@ Running state: shared variables that the loss graph updates by itself (a
 ``default_update``, e.g. the running mean and inverse standard deviation of
 :class:`~synkhronos.extensions.lasagne.layers.BatchNormLayer` in a training
 output) move on each rank with its own rows. After the gradient phase both
-forms average them over the ranks with a second, small ``synk.all_reduce``, so
+forms average them over the ranks with a second, small all-reduce (in the same
+chained command), so
 they too stay identical on all ranks. (An average of the ranks' running means
 equals the single-process one when the ranks have equal rows; the running
 inverse standard deviation is an average of the ranks' values, close to but not
@@ -58,6 +64,7 @@ from pytensor.tensor.variable import TensorVariable
 
 import synkhronos as synk
 from synkhronos import launch
+from synkhronos.collectives import sliceable_lengths
 from synkhronos.partition import resolve_rows, selection_length
 
 from .updates import TwoPhaseUpdates, two_phase
@@ -89,9 +96,12 @@ def running_state(loss: TensorVariable) -> list[SharedVariable]:
             and getattr(v, "default_update", None) is not None]
 
 
-def _sync_state(state: list[SharedVariable]) -> None:
-    if state:
-        synk.all_reduce(state, op="avg")
+def _chain(grad_function: synk.Function, flat_grad: SharedVariable, op: str,
+           state: list[SharedVariable], update_function: synk.Function) -> synk.Chain:
+    """Phase one, the all-reduce of ``flat_grad`` with ``op``, the running state's average
+    (if any), and phase two: one command per step."""
+    averaged = [("all_reduce", state, "avg")] if state else []
+    return synk.chain(grad_function, ("all_reduce", flat_grad, op), *averaged, update_function)
 
 
 def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
@@ -118,9 +128,9 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     -------
     callable
         ``train(x_data, y_data, batch=None)``: runs phase one on ``batch`` of the rows,
-        ``synk.all_reduce(grad_shared)`` (the default "avg": exact with the row count),
-        averages the running state (see the module docstring) and runs phase two; returns
-        the loss averaged over the batch.
+        the all-reduce of ``grad_shared`` (op "avg": exact with the row count), the
+        average of the running state (see the module docstring) and phase two, with one
+        command (:func:`synkhronos.chain`); returns the loss averaged over the batch.
 
     Examples
     --------
@@ -135,28 +145,37 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     grad_updates, param_updates, grad_shared = update_rule(loss, params, *args, **kwargs)
     f_grad_shared = synk.function(inputs=[x, y], outputs=loss, updates=grad_updates)
     f_param_update = synk.function(inputs=[], updates=param_updates)
-    state = running_state(loss)
+    step = _chain(f_grad_shared, grad_shared, "avg", running_state(loss), f_param_update)
 
     def train_minibatch(x_data: Any, y_data: Any, batch: Batch = None) -> np.ndarray:
-        _check_every_rank_has_rows(x_data, batch)
-        train_loss = f_grad_shared(x_data, y_data, batch=batch)
-        synk.all_reduce(grad_shared)
-        _sync_state(state)
-        f_param_update()
-        return train_loss
+        _check_every_rank_has_rows(len(x_data), batch)
+        return step(x_data, y_data, batch=batch)[0]
 
     return train_minibatch
 
 
-def _check_every_rank_has_rows(x_data: Any, batch: Batch) -> None:
-    """Refuse a batch with fewer rows than ranks: a rank without rows would skip phase one
-    and all-reduce its previous step's gradient (the three-part rules overwrite it)."""
+def _check_every_rank_has_rows(length: int, batch: Batch) -> None:
+    """Refuse a batch with fewer rows than ranks (of scattered inputs of ``length`` rows):
+    a rank without rows would skip phase one and all-reduce its previous step's gradient
+    (phase one overwrites the flat vector)."""
     n_ranks = launch.current().n_ranks
-    rows = len(x_data) if batch is None else selection_length(
-        resolve_rows(batch, len(x_data), "batch"))
+    rows = length if batch is None else selection_length(resolve_rows(batch, length, "batch"))
     if rows < n_ranks:
         raise ValueError(f"batch selects {rows} rows for {n_ranks} ranks; every rank needs "
                          f"at least one row (drop or pad the last short batch)")
+
+
+def _check_every_rank_has_s_rows(function: synk.Function, batch_s: Any) -> None:
+    """As :func:`_check_every_rank_has_rows`, for rows of sliceable shared variables."""
+    session = launch.current()
+    if batch_s is None:
+        counts = sliceable_lengths(session, function._spec.sliceable)
+    else:
+        counts = [selection_length(s) for s in function._batch_s_rows(session, batch_s)]
+    empty = [r for r, n in enumerate(counts) if n == 0]
+    if empty:
+        raise ValueError(f"batch_s selects no rows on rank(s) {empty}; every rank needs at "
+                         f"least one row")
 
 
 def make_train_function_theano(loss: TensorVariable, params: Sequence[SharedVariable],
@@ -197,15 +216,17 @@ class StepFunction:
     Attributes
     ----------
     grad_function : synkhronos.Function
-        Phase one: returns the loss and accumulates the weighted gradient.
+        Phase one: returns the loss and writes the weighted gradient into the flat vector.
     update_function : synkhronos.Function
-        Phase two: applies the rule and clears the flat vector.
+        Phase two: applies the rule.
     phases : TwoPhaseUpdates
         The updates both functions were built from; ``phases.flat_grad`` is
         the vector all-reduced between them.
     state : list of SharedVariable
         The running state averaged over the ranks after each gradient phase
         (see :func:`running_state`).
+    chain : synkhronos.Chain
+        The whole step, one command: phase one, the all-reduces, phase two.
     """
 
     def __init__(self, grad_function: synk.Function, update_function: synk.Function,
@@ -214,6 +235,7 @@ class StepFunction:
         self.update_function = update_function
         self.phases = phases
         self.state = state
+        self.chain = _chain(grad_function, phases.flat_grad, "sum", state, update_function)
 
     def __call__(self, *data: Any, batch: Batch = None, batch_s: Any = None,
                  num_slices: int = 1) -> np.ndarray:
@@ -235,11 +257,13 @@ class StepFunction:
         numpy.ndarray
             The loss, averaged over all selected rows.
         """
-        loss = self.grad_function(*data, batch=batch, batch_s=batch_s, num_slices=num_slices)
-        synk.all_reduce(self.phases.flat_grad, op="sum")
-        _sync_state(self.state)
-        self.update_function()
-        return loss
+        if self.grad_function._spec.inputs and data:
+            # Minibatch Data is read by position; the other inputs bound the selection.
+            full = [len(d) for d in data if not getattr(d, "minibatch", False)]
+            _check_every_rank_has_rows(min(full) if full else len(data[0]), batch)
+        else:
+            _check_every_rank_has_s_rows(self.grad_function, batch_s)
+        return self.chain(*data, batch=batch, batch_s=batch_s, num_slices=num_slices)[0]
 
 
 def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
@@ -299,8 +323,10 @@ def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
         raise ValueError("make_step_function needs at least one scattered input or sliceable "
                          "shared variable (the rows behind the loss are counted on the first)")
     rows = (inputs or sliceable)[0].shape[0]
-    phases = two_phase(update_rule, loss, params, *args, n_rows=rows, **kwargs)
-    # "sum" over num_slices: every slice adds its rows' share to the cleared vector.
+    # Phase one overwrites the flat vector, so phase two need not clear it.
+    phases = two_phase(update_rule, loss, params, *args, n_rows=rows, accumulate=False,
+                       **kwargs)
+    # "sum" over num_slices: the vector gets the sum of the slices' row-weighted values.
     grad_function = synk.function(inputs=inputs, outputs=loss,
                                   updates=[(*u, "sum") for u in phases.grad_updates],
                                   sliceable_shareds=sliceable,

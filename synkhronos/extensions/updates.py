@@ -230,14 +230,22 @@ def flat_unflat_grads(loss: TensorVariable, params: Sequence[SharedVariable],
     one_phase._check_shared(params)
     dtype = one_phase._common_dtype(params, "params")
     size = vars_flat_size(params)
-    grads = flatten_vars(pytensor.grad(loss, list(params)))
     if n_rows is None:
         grad_shared = pytensor.shared(np.zeros(size, dtype=dtype), name="flat_grad_s")
+        grads = flatten_vars(pytensor.grad(loss, list(params)))
         return grad_shared, grads, unflatten_vars(grad_shared, params)
     rows = _row_count(n_rows, dtype)
     grad_shared = pytensor.shared(np.zeros(size + 1, dtype=dtype), name="flat_grad_s")
-    flat_grad = pt.concatenate([grads * rows, rows[None]])
-    return grad_shared, flat_grad, unflatten_vars(grad_shared[:-1] / grad_shared[-1], params)
+    # The gradient of rows * loss is rows * gradient, by linearity: the weighting costs one
+    # scalar product at the top of the backward pass, not a pass over the flat vector, and
+    # the gradients and the row count go into the vector in one concatenation.
+    weighted = pytensor.grad(loss * rows, list(params))
+    flat_grad = pt.concatenate([*(g.ravel() for g in weighted), rows[None]])
+    # Divided after the reshape: the division then fuses with the rule's element-wise
+    # update of each parameter, one pass over it (a division of the flat vector first
+    # would be a pass, and an allocation, of its own).
+    count = grad_shared[-1]
+    return grad_shared, flat_grad, [g / count for g in unflatten_vars(grad_shared, params)]
 
 
 def nonflat_grads(loss: TensorVariable, params: Sequence[SharedVariable]
@@ -432,7 +440,7 @@ class TwoPhaseUpdates(NamedTuple):
 
 def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
               params: Sequence[SharedVariable], *args: Any, n_rows: Rows = None,
-              **kwargs: Any) -> TwoPhaseUpdates:
+              accumulate: bool = True, **kwargs: Any) -> TwoPhaseUpdates:
     """Split a one-phase rule into phases whose phase one accumulates over calls.
 
     Like the rules above, but phase one *adds* to ``flat_grad``, and phase two
@@ -476,6 +484,8 @@ def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
     (grad_updates, param_updates, flat_grad) = _phases(rule, loss, params, n_rows, *args,
                                                        **kwargs)
     ((_, flat_value),) = grad_updates
+    if not accumulate:
+        return TwoPhaseUpdates([(flat_grad, flat_value)], OrderedDict(param_updates), flat_grad)
     cleared = OrderedDict(param_updates)
     cleared[flat_grad] = pt.zeros_like(flat_grad)
     return TwoPhaseUpdates([(flat_grad, flat_grad + flat_value)], cleared, flat_grad)

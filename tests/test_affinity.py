@@ -1,0 +1,44 @@
+"""Each rank pinned to its own cores, its math libraries' threads sized to match."""
+
+import os
+
+import pytest
+
+import synkhronos as synk
+from synkhronos import launch
+
+CORES = sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores")
+def test_ranks_pinned_to_their_own_cores_and_restored():
+    from threadpoolctl import threadpool_info
+
+    before = os.sched_getaffinity(0)
+    synk.fork(2, backend="cpu")
+    try:
+        session = launch.current()
+        k = len(CORES) // 2
+        assert os.sched_getaffinity(0) == set(CORES[:k])
+        assert os.sched_getaffinity(session.processes[0].pid) == set(CORES[k:2 * k])
+        assert all(p["num_threads"] == k for p in threadpool_info()
+                   if p["user_api"] == "blas")
+    finally:
+        synk.close()
+    assert os.sched_getaffinity(0) == before
+
+
+def test_no_pinning_when_asked_or_with_more_ranks_than_cores(monkeypatch):
+    assert launch.rank_cores(len(CORES) + 1) is None
+    monkeypatch.setenv("SYNK_AFFINITY", "0")
+    assert launch.rank_cores(1) is None
+
+
+def test_xla_gets_one_thread_on_one_core(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    env = launch._worker_env(1, "jax-cpu", None)
+    assert env["XLA_FLAGS"] == launch.XLA_ONE_THREAD
+    assert "XLA_FLAGS" not in launch._worker_env(2, "jax-cpu", None)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
+    assert launch._worker_env(1, "jax-cpu", None)["XLA_FLAGS"] == (
+        "--xla_cpu_multi_thread_eigen=true")  # the user's choice stands
