@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .nodes import current as current_nodes
 from .reduce import combine
 
 
@@ -118,4 +119,8 @@ def collect_outputs(session, spec, subset, weight: int, host: list, reduced: dic
                 results.append([None if v is None else np.array(v) for v in values])
             else:
                 results.append(combine(op, values, weights))
+    world = current_nodes()
+    if world.n_nodes > 1:  # the same global result on every node
+        results = world.combine_outputs([spec.output_ops[i] for i in subset], results,
+                                        sum(weights), set(reduced))
     return results[0] if single else results
