@@ -72,8 +72,8 @@ class World:
         per_node = sorted(set(self.local_ranks))
         local = per_node[0] if len(per_node) == 1 else self.local_ranks
         return (f"synkhronos: {self.n_nodes} nodes (MPI), {local} local ranks each, "
-                f"{self.n_global} global ranks; this is node {self.node}, global ranks "
-                f"{self.offset}..{self.offset + self.local_ranks[self.node] - 1}")
+                f"{self.n_global} global ranks; this is node {self.node} (pid {os.getpid()}), "
+                f"global ranks {self.offset}..{self.offset + self.local_ranks[self.node] - 1}")
 
     def node_share(self, sel: Selection) -> Selection:
         """This node's rows of a call's selection: those its global ranks would take."""
