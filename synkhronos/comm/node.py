@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Communicator
+from .shm import ShmCommunicator
 
 _MPI_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
 
@@ -62,37 +63,60 @@ class NodeCommunicator(Communicator):
     def close(self) -> None:
         self.local.close()
 
-    def _node_reduce(self, arrays, op: str) -> list[np.ndarray] | None:
-        """Every node's reduction, as host arrays on the leaders (None on the workers)."""
-        local_op = "sum" if op == "avg" else op
-        if self.spread:
-            reduced = self.local.reduce(arrays, local_op)
-            if not self.leader:
-                return None
-            part = [np.require(np.asarray(a), requirements=["C", "W"]) for a in reduced]
-        else:
-            part = [np.array(a) for a in arrays]  # a copy: the caller's arrays stay as given
+    def _allreduce_leaders(self, buffers: list[np.ndarray], op: str) -> None:
+        """(Leaders) MPI Allreduce of this node's partial results, in place; "avg"
+        arrives as the node's sum and leaves as the mean over every global rank."""
         from mpi4py import MPI  # only the leaders load MPI
 
-        mpi_op = getattr(MPI, _MPI_OPS[local_op])
-        for a in part:
+        mpi_op = getattr(MPI, _MPI_OPS["sum" if op == "avg" else op])
+        for a in buffers:
             self.world.mpi.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
         if op == "avg":
-            _divide(part, self.n_ranks)
-        return part
+            _divide(buffers, self.n_ranks)
 
     def reduce(self, arrays, op, root=0):
         _root_0(root)
-        return self._node_reduce(arrays, op)
+        if self.spread:
+            reduced = self.local.reduce(arrays, "sum" if op == "avg" else op)
+            if not self.leader:
+                return None
+            result = [np.require(np.asarray(a), requirements=["C", "W"]) for a in reduced]
+        else:
+            result = [np.array(a) for a in arrays]  # a copy: the caller's arrays stay as given
+        self._allreduce_leaders(result, op)
+        return result
 
     def all_reduce(self, arrays, op, out=None):
-        result = self._node_reduce(arrays, op)
-        if self.spread:
-            result = self.local.broadcast(result)
+        if not self.spread:
+            if out is None:
+                out = [np.array(a) for a in arrays]
+            else:
+                for o, a in zip(out, arrays, strict=True):
+                    if o is not a:
+                        np.copyto(o, np.reshape(a, np.shape(o)))
+            self._allreduce_leaders(out, op)
+            return out
+        if type(self.local) is ShmCommunicator:  # NCCL keeps the general path
+            return self._all_reduce_shared(arrays, op, out)
+        result = self.local.broadcast(self.reduce(arrays, op))
         if out is None:
             return result
         for o, r in zip(out, result, strict=True):
             np.copyto(o, np.reshape(r, np.shape(o)))
+        return out
+
+    def _all_reduce_shared(self, arrays, op, out):
+        """CPU ranks: the node's ranks reduce in parallel into the shared result segment,
+        the leader all-reduces that segment over MPI in place, and after a barrier every
+        rank copies the result out: one copy, and no broadcast."""
+        if out is None:
+            out = [np.empty(np.shape(a), np.asarray(a).dtype) for a in arrays]
+        result = self.local._reduce_to_result(arrays, "sum" if op == "avg" else op)
+        if self.leader:
+            self._allreduce_leaders(result, op)
+        self.local.barrier()
+        for o, r in zip(out, result, strict=True):
+            np.copyto(o.reshape(-1), r)
         return out
 
     def broadcast(self, arrays, root=0):
