@@ -38,7 +38,7 @@ from synkhronos import nodes
 from synkhronos.extensions import train as T
 from synkhronos.extensions import updates as U
 
-synk.fork(int(sys.argv[1]), backend="cpu")
+synk.fork(int(sys.argv[1]), backend=sys.argv[2])
 world = nodes.current()
 N = world.n_global
 failed = []
@@ -172,11 +172,14 @@ def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("local", [1, 2])
-def test_calls_and_collectives_span_every_node(tmp_path, local):
+@pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "jax-cpu")])
+def test_calls_and_collectives_span_every_node(tmp_path, local, backend):
     """2 nodes x ``local`` ranks: outputs, batch selections, collectives and a training
-    trajectory equal one process on the whole batch."""
-    proc, _ = _launch(tmp_path, CHECKS, str(local))
+    trajectory equal one process on the whole batch. On "jax-cpu" the outputs take the
+    communicator path (GPU ranks' path) across the nodes."""
+    if backend == "jax-cpu" and importlib.util.find_spec("jax") is None:
+        pytest.skip("needs jax")
+    proc, _ = _launch(tmp_path, CHECKS, str(local), backend)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert f"2 nodes (MPI), {local} local ranks each, {2 * local} global ranks; this is " \
