@@ -78,6 +78,12 @@ check("batch int", f(xd, batch=5)[1], X[:5].sum())
 sliced_mean, sliced_max = f(xd, batch=slice(1, 10), num_slices=2, output_subset=[0, 2])
 check("num_slices avg", sliced_mean, X[1:10].mean())
 check("num_slices gather", sliced_max, X[1:10].max(axis=1))
+# One shard per node: each node holds only the rows it computes, as minibatch Data.
+lo, hi = nodes.node_rows(11)
+check("node rows", [lo, hi], [starts[world.offset], starts[world.offset + int(sys.argv[1])]])
+shard = synk.data(X[lo:hi], minibatch=True)
+check("shard avg", f(shard, batch=11, output_subset=[0]), X.mean())
+check("shard gather", f(shard, batch=11, output_subset=[2]), X.max(axis=1))
 
 # ---- collectives over all global ranks ---------------------------------------------------
 v = pytensor.shared(np.zeros(3), name="v")
