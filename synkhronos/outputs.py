@@ -18,6 +18,10 @@ neither: rank 0 returns its own result, and the workers send nothing):
   remain; a rank failing there (out of GPU memory, say) would leave the others waiting, as
   in any NCCL program.
 
+Across several nodes (:mod:`synkhronos.nodes`) the communicator spans every node, and each
+node's rank 0 then combines its host-path results with the other nodes' over MPI
+(:meth:`World.combine_outputs <synkhronos.nodes.World.combine_outputs>`).
+
 The communicator path sums in the outputs' own dtype, where the host path averages in
 float64: float32 results may differ from a single device's in the last digits, float16
 ones more.
