@@ -15,6 +15,8 @@ import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 
 from . import launch, rank_collectives
+from .nodes import abort_on_error
+from .nodes import current as current_nodes
 from .partition import resolve_rows
 from .protocol import Collective, Command
 from .reduce import COLLECTIVE_OPS, check_collective_op, join_rows
@@ -73,14 +75,16 @@ def _checked_values(variables: list, values, single: bool, batch) -> list:
     return checked
 
 
+@abort_on_error("a synkhronos collective")
 def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, values=None,
                 nd_up: int = 0, nccl: bool = True, batch=None):
     session = launch.current()
     variables, indices, single = _registered(session, shared_vars)
     if kind in (Collective.REDUCE, Collective.REDUCE_RESULT, Collective.ALL_REDUCE):
         check_collective_op(op)
-    if kind in (Collective.SET_VALUE, Collective.GET_VALUE) and not 0 <= rank < session.n_ranks:
-        raise ValueError(f"rank must be in 0..{session.n_ranks - 1}, got {rank}")
+    n_ranks = current_nodes().n_global  # ranks name global ranks under MPI
+    if kind in (Collective.SET_VALUE, Collective.GET_VALUE) and not 0 <= rank < n_ranks:
+        raise ValueError(f"rank must be in 0..{n_ranks - 1}, got {rank}")
     if nd_up not in (0, 1):
         raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
     if values is not None:
@@ -110,12 +114,13 @@ def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, v
 
 
 def sliceable_lengths(session, variables: list) -> list[int]:
-    """Per rank, the rows the sliceable shared ``variables`` have in common (cached)."""
+    """Per rank (global rank under MPI), the rows the sliceable shared ``variables`` have
+    in common (cached)."""
     key = tuple(id(v) for v in variables)
     lengths = session.lengths_cache.get(key)
     if lengths is None:
         shapes = _collective(Collective.SHAPES, list(variables))
-        lengths = [min(s[r][0] for s in shapes) for r in range(session.n_ranks)]
+        lengths = [min(s[r][0] for s in shapes) for r in range(len(shapes[0]))]
         session.lengths_cache[key] = lengths
     return lengths
 

@@ -21,6 +21,8 @@ from .collectives import sliceable_lengths
 from .compiled import is_jax
 from .data import Data
 from .distribute import GraphSpec
+from .nodes import abort_on_error
+from .nodes import current as current_nodes
 from .outputs import collect_outputs
 from .partition import Selection, resolve_rows, selection_length
 from .protocol import Arg, Command
@@ -210,6 +212,7 @@ class Function:
         return self._session.state.functions[self._spec.fid].get_shared()
 
     # ---- a call --------------------------------------------------------------------------
+    @abort_on_error("a synkhronos function call")
     def __call__(self, *args, batch=None, batch_s=None, num_slices: int = 1,
                  output_subset: Sequence[int] | None = None, **kwargs):
         """Run data-parallel on every rank and return the reduced outputs.
@@ -316,7 +319,7 @@ class Function:
         by_position = np.array([d.minibatch for d in scatter], np.int64)
         rows = None
         if n_in:
-            sel = self._batch_rows(scatter, batch)
+            sel = current_nodes().node_share(self._batch_rows(scatter, batch))
             for i, d in enumerate(scatter):
                 if d.minibatch and selection_length(sel) > len(d):
                     raise ValueError(f"{self._what}: batch selects {selection_length(sel)} "
@@ -376,12 +379,14 @@ class Function:
     def _batch_s_rows(self, session, batch_s) -> list[Selection]:
         if not self._spec.sliceable:
             raise ValueError(f"{self._what} has no sliceable_shareds; batch_s does not apply")
-        lengths = sliceable_lengths(session, self._spec.sliceable)
-        n = session.n_ranks
+        lengths = sliceable_lengths(session, self._spec.sliceable)  # per global rank
+        world = current_nodes()
+        n = world.n_global
         per_rank = (isinstance(batch_s, (list, tuple)) and len(batch_s) == n and all(
             isinstance(b, (slice, list, tuple, np.ndarray)) for b in batch_s))
         specs = list(batch_s) if per_rank else [batch_s] * n
-        return [resolve_rows(s, lengths[r], f"batch_s (rank {r})") for r, s in enumerate(specs)]
+        return [resolve_rows(specs[r], lengths[r], f"batch_s (rank {r})")
+                for r in range(world.offset, world.offset + session.n_ranks)]
 
 
 def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=None,

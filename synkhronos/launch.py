@@ -33,6 +33,9 @@ from .comm import make_communicator
 from .data import released_ids
 from .distribute import pack
 from .liveness import Watchdog
+from .nodes import LAYOUT_VAR
+from .nodes import start as start_nodes
+from .nodes import stop as stop_nodes
 from .protocol import FORGET_DATA, Command
 from .rank import RankState
 from .shm import process_prefix, sweep, sweep_dead
@@ -415,7 +418,7 @@ def _gpus_from(master_rank: int, n_parallel: int | None) -> list[int]:
 def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int = 0,
          profile_workers: bool = False, max_n_var: int = 1000, max_dim: int = 16,
          backend: str = "auto", gpus: list[int] | None = None,
-         timeout: float | None = DEFAULT_TIMEOUT_S) -> int:
+         timeout: float | None = DEFAULT_TIMEOUT_S, nodes: bool | None = None) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
     Parameters
@@ -444,6 +447,11 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         is broken (:func:`close` then ends the workers). A worker computing, or waiting
         for another rank, is making progress however long a call takes; one stopped or
         deadlocked is not. ``None`` waits forever. Default 300.
+    nodes : bool, optional
+        Several machines over MPI (see :doc:`nodes`): None (default) when started by an
+        MPI launcher (``mpiexec``, ``srun``) with more than one process; True to require
+        MPI (``mpi4py``); False for this machine only. Under MPI the ranks started here
+        are this node's local ranks, and the count returned is theirs.
 
     Notes
     -----
@@ -484,7 +492,16 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         raise ValueError(f"timeout must be a positive number of seconds or None, got "
                          f"{timeout!r}")
     sweep_dead()  # names left by programs that died (their workers could not sweep)
-    session = Session(n_parallel, backend, gpu_ids, timeout)
+    world = start_nodes(nodes, n_parallel, close)
+    if world.n_nodes > 1:
+        os.environ[LAYOUT_VAR] = world.layout  # read by every rank's make_communicator
+    try:
+        session = Session(n_parallel, backend, gpu_ids, timeout)
+    except BaseException:
+        stop_nodes()
+        raise
+    finally:
+        os.environ.pop(LAYOUT_VAR, None)
     _session = session
     atexit.register(close)
     _close_on_sigterm()
@@ -518,6 +535,7 @@ def close() -> None:
         try:
             _restore_sigterm()
         finally:
+            stop_nodes()
             session.close()
 
 

@@ -18,6 +18,10 @@ neither: rank 0 returns its own result, and the workers send nothing):
   remain; a rank failing there (out of GPU memory, say) would leave the others waiting, as
   in any NCCL program.
 
+Across several nodes (:mod:`synkhronos.nodes`) the communicator spans every node, and each
+node's rank 0 then combines its host-path results with the other nodes' over MPI
+(:meth:`World.combine_outputs <synkhronos.nodes.World.combine_outputs>`).
+
 The communicator path sums in the outputs' own dtype, where the host path averages in
 float64: float32 results may differ from a single device's in the last digits, float16
 ones more.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .nodes import current as current_nodes
 from .reduce import combine
 
 
@@ -118,4 +123,8 @@ def collect_outputs(session, spec, subset, weight: int, host: list, reduced: dic
                 results.append([None if v is None else np.array(v) for v in values])
             else:
                 results.append(combine(op, values, weights))
+    world = current_nodes()
+    if world.n_nodes > 1:  # the same global result on every node
+        results = world.combine_outputs([spec.output_ops[i] for i in subset], results,
+                                        sum(weights), set(reduced))
     return results[0] if single else results

@@ -26,6 +26,7 @@ class _HostPath:
 
     def __init__(self, comm: ShmCommunicator):
         self._comm = comm
+        self.rank, self.n_ranks = comm.rank, comm.n_ranks
 
     def __getattr__(self, name: str):
         method = getattr(ShmCommunicator, name)
@@ -57,7 +58,7 @@ def _values(state, variables: list) -> list:
 
 
 def _broadcast(state, comm, variables, op, rank, values):
-    root = state.rank == 0
+    root = comm.rank == 0
     if root and values is not None:
         _set_all(state, variables, values)
     got = comm.broadcast(_values(state, variables) if root else None)
@@ -67,10 +68,10 @@ def _broadcast(state, comm, variables, op, rank, values):
 
 def _scatter(state, comm, variables, op, rank, values):
     parts = None
-    if state.rank == 0:
-        bounds = [split_bounds(len(v), state.n_ranks) for v in values]
+    if comm.rank == 0:
+        bounds = [split_bounds(len(v), comm.n_ranks) for v in values]
         parts = [[v[b[r]:b[r + 1]] for v, b in zip(values, bounds, strict=True)]
-                 for r in range(state.n_ranks)]
+                 for r in range(comm.n_ranks)]
     _set_all(state, variables, comm.scatter(parts))
 
 
@@ -79,7 +80,7 @@ def _gather(state, comm, variables, op, rank, values):
 
 
 def _get_value(state, comm, variables, op, rank, values):
-    return comm.gather(_values(state, variables) if state.rank == rank else [])
+    return comm.gather(_values(state, variables) if comm.rank == rank else [])
 
 
 def _shapes(state, comm, variables, op, rank, values):
@@ -116,8 +117,8 @@ def _all_reduce(state, comm, variables, op, rank, values):
 
 
 def _set_value(state, comm, variables, op, rank, values):
-    got = comm.broadcast(values if state.rank == 0 else None)
-    if state.rank == rank:
+    got = comm.broadcast(values if comm.rank == 0 else None)
+    if comm.rank == rank:
         _set_all(state, variables, got)
 
 

@@ -1,22 +1,36 @@
 """Communicators: the collectives every rank calls together (SPMD, as in MPI).
 
 :class:`~synkhronos.comm.base.Communicator` is the interface; ``shm`` implements it over
-shared memory for CPU ranks, ``nccl`` over NCCL for GPU ranks.
+shared memory for CPU ranks, ``nccl`` over NCCL for GPU ranks; ``node`` spans several
+nodes on top of either (MPI among the nodes' rank 0).
 """
 
+import os
+
+from ..nodes import LAYOUT_VAR, current
 from .base import Communicator
 
 
 def make_communicator(backend: str, session: str, rank: int, n_ranks: int, control,
                       check_alive) -> Communicator:
-    """The communicator for ranks of ``backend`` (NCCL for "gpu", shared memory else)."""
+    """The communicator for ranks of ``backend`` (NCCL for "gpu", shared memory else),
+    over every node's ranks when the :data:`~synkhronos.nodes.LAYOUT_VAR` environment
+    variable (set by :func:`synkhronos.fork` under MPI) gives their layout."""
     if backend == "gpu":
         from .nccl import NcclCommunicator
 
-        return NcclCommunicator(session, rank, n_ranks, control, check_alive)
-    from .shm import ShmCommunicator
+        comm = NcclCommunicator(session, rank, n_ranks, control, check_alive)
+    else:
+        from .shm import ShmCommunicator
 
-    return ShmCommunicator(session, rank, n_ranks, control, check_alive)
+        comm = ShmCommunicator(session, rank, n_ranks, control, check_alive)
+    layout = os.environ.get(LAYOUT_VAR)
+    if not layout:
+        return comm
+    from .node import NodeCommunicator
+
+    offset, n_global = (int(x) for x in layout.split(","))
+    return NodeCommunicator(comm, offset, n_global, current() if rank == 0 else None)
 
 
 __all__ = ["Communicator", "make_communicator"]

@@ -1,0 +1,167 @@
+"""Collectives over every rank of every node: the node's own communicator, then MPI.
+
+Used when :func:`synkhronos.fork` runs under MPI on several nodes (see
+:mod:`synkhronos.nodes`). Each collective is hierarchical: the node's ranks meet first
+through their own communicator (shared memory, or NCCL on GPU ranks) at local rank 0, the
+leaders combine over MPI, and local rank 0 hands the result back to its node. Only the
+leaders call MPI; the workers know just their global rank and the global count.
+
+``rank`` and ``n_ranks`` are global. ``root`` must be 0, and what the methods return "on
+root" they return on every node's local rank 0 (each node's script sees the result).
+Between nodes the arrays travel through the host: reductions with MPI ``Allreduce`` in
+place, the rest as mpi4py's pickled objects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Communicator
+from .shm import ShmCommunicator
+
+_MPI_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
+
+
+def _root_0(root: int) -> None:
+    if root != 0:
+        raise ValueError(f"collectives over several nodes take root 0, got {root}")
+
+
+def _divide(arrays: list[np.ndarray], n: int) -> None:
+    """Sums into means, in place, as the shared-memory "avg" does (integers truncate)."""
+    for a in arrays:
+        if a.dtype.kind in "fc":
+            a *= a.dtype.type(1.0 / n)
+        else:
+            np.copyto(a, a / n, casting="unsafe")
+
+
+class NodeCommunicator(Communicator):
+    """Hierarchical collectives over all nodes (see the module docstring).
+
+    Parameters
+    ----------
+    local : Communicator
+        The node's own communicator (local ranks).
+    offset, n_global : int
+        The global rank of the node's rank 0, and the number of ranks over all nodes.
+    world : synkhronos.nodes.World or None
+        On local rank 0, the nodes' world (its MPI communicator among the leaders); None on
+        the workers.
+    """
+
+    def __init__(self, local: Communicator, offset: int, n_global: int, world=None):
+        self.local, self.world = local, world
+        self.rank, self.n_ranks = offset + local.rank, n_global
+        self.leader = local.rank == 0
+        self.spread = local.n_ranks > 1  # whether the node's own step has anyone to meet
+
+    def reset(self) -> None:
+        """(Local rank 0, all ranks idle) forget what an aborted collective left."""
+        self.local.reset()
+
+    def close(self) -> None:
+        self.local.close()
+
+    def _allreduce_leaders(self, buffers: list[np.ndarray], op: str) -> None:
+        """(Leaders) MPI Allreduce of this node's partial results, in place; "avg"
+        arrives as the node's sum and leaves as the mean over every global rank."""
+        from mpi4py import MPI  # only the leaders load MPI
+
+        mpi_op = getattr(MPI, _MPI_OPS["sum" if op == "avg" else op])
+        for a in buffers:
+            self.world.mpi.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
+        if op == "avg":
+            _divide(buffers, self.n_ranks)
+
+    def reduce(self, arrays, op, root=0):
+        _root_0(root)
+        if self.spread:
+            reduced = self.local.reduce(arrays, "sum" if op == "avg" else op)
+            if not self.leader:
+                return None
+            result = [np.require(np.asarray(a), requirements=["C", "W"]) for a in reduced]
+        else:
+            result = [np.array(a) for a in arrays]  # a copy: the caller's arrays stay as given
+        self._allreduce_leaders(result, op)
+        return result
+
+    def all_reduce(self, arrays, op, out=None):
+        if not self.spread:
+            if out is None:
+                out = [np.array(a) for a in arrays]
+            else:
+                for o, a in zip(out, arrays, strict=True):
+                    if o is not a:
+                        np.copyto(o, np.reshape(a, np.shape(o)))
+            self._allreduce_leaders(out, op)
+            return out
+        if type(self.local) is ShmCommunicator:  # NCCL keeps the general path
+            return self._all_reduce_shared(arrays, op, out)
+        result = self.local.broadcast(self.reduce(arrays, op))
+        if out is None:
+            return result
+        for o, r in zip(out, result, strict=True):
+            np.copyto(o, np.reshape(r, np.shape(o)))
+        return out
+
+    def _all_reduce_shared(self, arrays, op, out):
+        """CPU ranks: the node's ranks reduce in parallel into the shared result segment,
+        the leader all-reduces that segment over MPI in place, and after a barrier every
+        rank copies the result out: one copy, and no broadcast."""
+        if out is None:
+            out = [np.empty(np.shape(a), np.asarray(a).dtype) for a in arrays]
+        result = self.local._reduce_to_result(arrays, "sum" if op == "avg" else op)
+        if self.leader:
+            self._allreduce_leaders(result, op)
+        self.local.barrier()
+        for o, r in zip(out, result, strict=True):
+            np.copyto(o.reshape(-1), r)
+        return out
+
+    def broadcast(self, arrays, root=0):
+        _root_0(root)
+        if self.leader:
+            mine = [np.asarray(a) for a in arrays] if self.rank == 0 else None
+            arrays = self.world.mpi.bcast(mine, root=0)
+        if self.spread:
+            arrays = self.local.broadcast(arrays if self.leader else None)
+        return list(arrays)
+
+    def gather(self, arrays, root=0):
+        _root_0(root)
+        if self.spread:
+            boxes = self.local.gather(arrays)
+            if not self.leader:
+                return None
+        else:
+            boxes = [[np.asarray(a) for a in arrays]]
+        return [box for node in self.world.mpi.allgather(boxes) for box in node]
+
+    def all_gather(self, arrays):
+        boxes = self.gather(arrays)
+        if not self.spread:
+            return boxes
+        flat = None
+        if self.leader:  # one message: the arrays per rank, then every rank's arrays
+            flat = [np.array([len(b) for b in boxes], np.int64), *(a for b in boxes for a in b)]
+        flat = self.local.broadcast(flat)
+        counts, rest = np.asarray(flat[0]).tolist(), flat[1:]
+        bounds = np.cumsum([0, *counts]).tolist()
+        return [list(rest[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def scatter(self, parts, root=0):
+        _root_0(root)
+        if self.leader:
+            chunks = None
+            if self.rank == 0:
+                bounds = np.cumsum([0, *self.world.local_ranks]).tolist()
+                chunks = [[[np.asarray(a) for a in p] for p in parts[a:b]]
+                          for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            parts = self.world.mpi.scatter(chunks, root=0)
+        if self.spread:
+            return self.local.scatter(parts if self.leader else None)
+        return list(parts[0])
+
+
+__all__ = ["NodeCommunicator"]
