@@ -15,6 +15,7 @@ import numpy as np
 from . import launch
 from .collectives import _registered
 from .function import Function
+from .nodes import abort_on_error
 from .outputs import collect_outputs
 from .protocol import Command
 from .rank_chain import CHAINABLE, CollectiveStep, encode_table, run_steps
@@ -89,6 +90,7 @@ class Chain:
     def __repr__(self) -> str:
         return f"<synkhronos.Chain of {len(self._steps)} steps>"
 
+    @abort_on_error("a synkhronos chained call")
     def __call__(self, *args, batch=None, batch_s=None, num_slices: int = 1,
                  output_subset: Sequence[int] | None = None, **kwargs) -> list:
         """Run every step on every rank, in order, with one command.
