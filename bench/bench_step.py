@@ -13,8 +13,13 @@ ways, side by side in one run, samples/s at each global batch size:
 5. ``torch 2 threads``: torch, one process.
 
 The compute limit of 2 ranks at global batch B is twice column 1's samples/s at B/2 (each
-rank computing its half, nothing else). Also measured: column 1's step in PyTensor's JAX
-mode with XLA on one thread, against the default mode, at 128 and 1024 rows.
+rank computing its half, nothing else). A sixth, diagnostic column, ``2 x PyTensor
+concurrent``, runs column 1's step in two processes at once, each pinned to its own core
+on its half of the batch, with no communication at all: what both cores deliver together
+when they compete for memory bandwidth and cache, the limit this machine can reach
+(it trains two independent models, so it is left out of the loss check). Also
+measured: column 1's step in PyTensor's JAX mode with XLA on one thread, against the
+default mode, at 128 and 1024 rows.
 
 Each column runs in its own processes (``step_peers.py``), all compiled before timing. At
 each batch size every point is warmed up, then the points take turns, block by block
@@ -68,6 +73,7 @@ LABELS = {
     "mpi": "mpi4py + PyTensor 2 procs",
     "ddp": "torch DDP gloo 2 procs",
     "torch2": "torch 1 proc 2 threads",
+    "pair": "2 x PyTensor concurrent",
     "jax": "PyTensor 1 thread JAX mode",
 }
 WORLD = 2
@@ -120,7 +126,7 @@ def child_env(column: str, key: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTENSOR_FLAGS"] = ",".join(
         p for p in (env.get("PYTENSOR_FLAGS"), "floatX=float32") if p)
-    if column in ("pytensor", "jax", "mpi", "ddp"):  # one thread per process
+    if column in ("pytensor", "jax", "mpi", "ddp", "pair"):  # one thread per process
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
     if column == "jax":
@@ -134,9 +140,9 @@ def start(column: str, address: str, key: str) -> Column:
     quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "env": env}
     if column == "mpi":
         procs = [subprocess.Popen([mpiexec(), "-n", str(WORLD), *script], **quiet)]
-    elif column == "ddp":
-        port = str(free_port())
-        procs = [subprocess.Popen([*script, str(rank), str(WORLD), port], **quiet)
+    elif column in ("ddp", "pair"):
+        extra = [str(free_port())] if column == "ddp" else []
+        procs = [subprocess.Popen([*script, str(rank), str(WORLD), *extra], **quiet)
                  for rank in range(WORLD)]
     else:
         procs = [subprocess.Popen(script, **quiet)]
@@ -145,7 +151,7 @@ def start(column: str, address: str, key: str) -> Column:
 
 def connect(listener: Listener, columns: dict[str, Column]) -> None:
     """Wait until every process of every column has connected (each compiles first)."""
-    expected = {"mpi": WORLD, "ddp": WORLD}
+    expected = {"mpi": WORLD, "ddp": WORLD, "pair": WORLD}
     pending = sum(expected.get(name, 1) for name in columns)
     arrivals: queue.Queue = queue.Queue()
 
@@ -191,7 +197,7 @@ def stop(columns: dict[str, Column]) -> None:
 def check(columns: dict[str, Column]) -> dict[str, list[float]]:
     """Each column's losses over the same first steps from the same initial values."""
     return {name: column.ask("check", CHECK_BATCH, CHECK_STEPS)[0]
-            for name, column in columns.items()}
+            for name, column in columns.items() if name != "pair"}
 
 
 def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: int,
@@ -211,7 +217,7 @@ def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: 
 
 
 def run(args: argparse.Namespace) -> dict:
-    wanted = ["pytensor", "synk", "mpi", "ddp", "torch2", "jax"]
+    wanted = ["pytensor", "synk", "mpi", "ddp", "torch2", "pair", "jax"]
     skipped = {name: why for name in wanted if (why := missing(name))}
     for name, why in skipped.items():
         print(f"skipped: {LABELS[name]}: {why}")
@@ -257,14 +263,15 @@ def results(args, by_batch: dict, jax_groups: dict, losses: dict, skipped: dict)
     table = {name: {b: rate(by_batch[b], name, b) for b in args.batches}
              for name in LABELS if name != "jax"}
     table["limit"] = {b: 2 * rate(by_batch[b], "pytensor", b // 2) for b in args.batches}
-    synk, limit, mpi, ddp = (table[k] for k in ("synk", "limit", "mpi", "ddp"))
+    synk, limit, mpi, ddp, pair = (table[k] for k in ("synk", "limit", "mpi", "ddp", "pair"))
 
     def ratio(a, b):
         return a / b if a and b else None
 
     ratios = {"synk/limit": {b: ratio(synk[b], limit[b]) for b in args.batches},
               "synk/mpi4py": {b: ratio(synk[b], mpi[b]) for b in args.batches},
-              "synk/DDP": {b: ratio(synk[b], ddp[b]) for b in args.batches}}
+              "synk/DDP": {b: ratio(synk[b], ddp[b]) for b in args.batches},
+              "synk/concurrent": {b: ratio(synk[b], pair[b]) for b in args.batches}}
     jax = {rows: {"default_ms": 1e3 * rows / rate(group, "pytensor", rows),
                   "jax_ms": 1e3 * rows / rate(group, "jax", rows)}
            for rows, group in sorted(jax_groups.items())}
@@ -293,7 +300,8 @@ def report(res: dict, tolerance: float) -> bool:
     def fmt(v, spec=",.0f"):
         return "—" if v is None else format(v, spec)
 
-    names = [n for n in ("pytensor", "synk", "mpi", "ddp", "torch2")]
+    names = ["pytensor", "synk", "mpi", "ddp", "torch2", "pair"]
+    shown = ("synk/limit", "synk/mpi4py", "synk/DDP", "synk/concurrent")
     print(f"\nLoss after each of the first {CHECK_STEPS} steps at batch {CHECK_BATCH}, "
           "same init and data (max relative deviation from PyTensor 1 thread):")
     agree = True
@@ -305,13 +313,13 @@ def report(res: dict, tolerance: float) -> bool:
     table, ratios = res["samples_per_s"], res["ratios"]
     print("\nsamples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2\n")
     print("| global batch | " + " | ".join(LABELS[n] for n in names)
-          + " | limit | synk/limit | synk/mpi4py | synk/DDP |")
-    print("|---" * (len(names) + 5) + "|")
+          + " | limit | " + " | ".join(shown) + " |")
+    print("|---" * (len(names) + len(shown) + 2) + "|")
     for b in res["batches"]:
         print(f"| {b} | " + " | ".join(fmt(table[n][b]) for n in names)
               + f" | {fmt(table['limit'][b])} | "
               + " | ".join(fmt(ratios[r][b], ".2f")
-                           for r in ("synk/limit", "synk/mpi4py", "synk/DDP")) + " |")
+                           for r in shown) + " |")
     print()
     for name, batch, goal in GOALS:
         value = ratios[name].get(batch)

@@ -107,15 +107,17 @@ def torch_mlp(params: list[np.ndarray]):
     return torch.nn.Sequential(*layers[:-1])
 
 
-def pytensor_column(mode: str | None) -> tuple[Step, Callable[[], None]]:
-    """Plain single-process step: one ``pytensor.function`` with the SGD updates."""
+def pytensor_column(mode: str | None, rank: int = 0,
+                    world: int = 1) -> tuple[Step, Callable[[], None]]:
+    """Plain single-process step: one ``pytensor.function`` with the SGD updates, on rank
+    ``rank``'s share of each batch (``world`` such processes, independent of each other)."""
     import pytensor
     import pytensor.tensor as pt
     from threadpoolctl import threadpool_limits
 
     if mode == "JAX":  # synkhronos' fix to PyTensor's JAX arange, which overflows at 128 rows
         import synkhronos.jax_compat  # noqa: F401
-    pin(0)
+    pin(rank)
     threadpool_limits(limits=1)  # stays in force: only leaving a with-block would undo it
     x, y, loss, params = pytensor_mlp(init_params())
     grads = pt.grad(loss, params)
@@ -124,7 +126,8 @@ def pytensor_column(mode: str | None) -> tuple[Step, Callable[[], None]]:
     xs, ys = dataset(DATA_ROWS)
 
     def step(rows: slice, want_loss: bool):
-        return fn(xs[rows], ys[rows])
+        mine = rank_rows(rows, rank, world)
+        return fn(xs[mine], ys[mine])
 
     def finish() -> None:
         if mode == "JAX":  # XLA runs asynchronously: wait for the last step's results
@@ -264,6 +267,9 @@ def main(argv: list[str]) -> None:
     rank = 0
     if column in ("pytensor", "jax"):
         step, finish = pytensor_column("JAX" if column == "jax" else None)
+    elif column == "pair":
+        rank, world = map(int, rest)
+        step, finish = pytensor_column(None, rank, world)
     elif column == "synk":
         step = synk_column()
     elif column == "mpi":
