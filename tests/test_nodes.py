@@ -34,10 +34,13 @@ import pytensor
 import pytensor.tensor as pt
 
 import synkhronos as synk
-from synkhronos import nodes
+from synkhronos import launch, nodes
 from synkhronos.extensions import train as T
 from synkhronos.extensions import updates as U
 
+if sys.argv[2] == "gpu":  # tests/fake_cupy stands in for CuPy and NCCL, on CPU ranks
+    from synkhronos.backends import gpu
+    gpu.gpu_table = lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(int(sys.argv[1]))]
 synk.fork(int(sys.argv[1]), backend=sys.argv[2])
 world = nodes.current()
 N = world.n_global
@@ -46,12 +49,14 @@ failed = []
 
 def check(name, got, want):
     got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-10, atol=1e-12):
+    if got.shape != want.shape or not np.allclose(got, want, rtol=TOL, atol=TOL):
         failed.append(f"{name}: got {got.tolist()}, want {want.tolist()}")
 
 
+FX = pytensor.config.floatX  # float32 on GPU ranks
+TOL = 1e-10 if FX == "float64" else 1e-4
 rng = np.random.default_rng(0)  # the same data on every node
-X = rng.normal(size=(11, 3))
+X = rng.normal(size=(11, 3)).astype(FX)
 sizes = [11 // N + (r < 11 % N) for r in range(N)]
 starts = np.concatenate(([0], np.cumsum(sizes)))
 
@@ -86,10 +91,10 @@ check("shard avg", f(shard, batch=11, output_subset=[0]), X.mean())
 check("shard gather", f(shard, batch=11, output_subset=[2]), X.max(axis=1))
 
 # ---- collectives over all global ranks ---------------------------------------------------
-v = pytensor.shared(np.zeros(3), name="v")
+v = pytensor.shared(np.zeros(3, FX), name="v")
 g = synk.function([x], (x.sum() + v.sum(), "sum"), sliceable_shareds=[v])
 for r in range(N):
-    synk.set_value(r, v, np.full(3, 10.0 + r))
+    synk.set_value(r, v, np.full(3, 10.0 + r, FX))
 values = 10.0 + np.arange(N)[:, None] * np.ones(3)
 check("gather stacked", synk.gather(v, nd_up=1), values)
 check("get_value", synk.get_value(N - 1, v), values[-1])
@@ -97,27 +102,30 @@ check("reduce sum", synk.reduce(v, "sum", in_place=False), values.sum(axis=0))
 synk.all_reduce(v, "max")
 check("all_reduce max", synk.gather(v, nd_up=1), np.broadcast_to(values.max(axis=0), (N, 3)))
 for r in range(N):
-    synk.set_value(r, v, np.full(3, 10.0 + r))
+    synk.set_value(r, v, np.full(3, 10.0 + r, FX))
 synk.all_reduce(v, "avg")
 check("all_reduce avg", synk.gather(v, nd_up=1), np.broadcast_to(values.mean(axis=0), (N, 3)))
-synk.broadcast(v, np.arange(3.0) + 100 * world.node)  # node 0's value wins
+synk.broadcast(v, np.arange(3, dtype=FX) + 100 * world.node)  # node 0's value wins
 check("broadcast", synk.gather(v, nd_up=1), np.broadcast_to(np.arange(3.0), (N, 3)))
-synk.scatter(v, np.arange(2.0 * N))
+synk.scatter(v, np.arange(2 * N, dtype=FX))
 check("scatter", synk.gather(v, nd_up=0), np.arange(2.0 * N))
 synk.all_gather(v)
 check("all_gather", synk.get_value(N - 1, v), np.arange(2.0 * N))
 check("lengths", synk.get_lengths(v), [2 * N] * N)
+if sys.argv[2] == "gpu":  # the collectives above went through one NCCL communicator
+    nccl = launch.current().state.comm.local._comm
+    check("NCCL size and rank", [nccl.size(), nccl.rank_id()], [N, world.offset])
 # batch_s: one selection for every rank, then one per global rank.
 check("batch_s", g(X, batch_s=slice(1, 4)), X.sum() + N * np.arange(1.0, 4.0).sum())
 per = [slice(r, r + 1) for r in range(N)]
 check("batch_s per rank", g(X, batch_s=per), X.sum() + np.arange(float(N)).sum())
 
 # ---- extensions.train: the trajectory of single-process PyTensor --------------------------
-y_data = X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=11)
+y_data = (X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=11)).astype(FX)
 trajectories = []
 for make in (T.make_train_function, T.make_train_function_theano):
     xv, yv = pt.matrix("x"), pt.vector("y")
-    w = pytensor.shared(np.zeros(3), name="w")
+    w = pytensor.shared(np.zeros(3, FX), name="w")
     loss = pt.mean((xv @ w - yv) ** 2)
     step = make(loss, [w], xv, yv, U.momentum, learning_rate=0.1)
     path = []
@@ -164,12 +172,16 @@ while True:
 """
 
 
-def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120):
+def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120,
+            fake_cupy: bool = False):
     path = tmp_path / "script.py"
     path.write_text(script)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-        "PYTENSOR_FLAGS": "mode=FAST_COMPILE"}  # small graphs compile in a blink
+    paths = [str(ROOT / "tests" / "fake_cupy")] if fake_cupy else []
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env.update(PYTHONPATH=os.pathsep.join(paths + [str(ROOT)] + (
+        [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+        PYTENSOR_FLAGS="mode=FAST_COMPILE",  # small graphs compile in a blink
+        JAX_PLATFORMS="cpu", FAKE_NCCL_PREFIX=f"fakenccl{os.getpid()}")
     start = time.monotonic()
     proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(path), *args],
                           capture_output=True, text=True, timeout=timeout, env=env,
@@ -178,14 +190,16 @@ def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "jax-cpu")])
+@pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "jax-cpu"),
+                                                (2, "gpu")])
 def test_calls_and_collectives_span_every_node(tmp_path, local, backend):
     """2 nodes x ``local`` ranks: outputs, batch selections, collectives and a training
     trajectory equal one process on the whole batch. On "jax-cpu" the outputs take the
-    communicator path (GPU ranks' path) across the nodes."""
-    if backend == "jax-cpu" and importlib.util.find_spec("jax") is None:
+    communicator path (GPU ranks' path) across the nodes; "gpu" runs GPU ranks with
+    ``tests/fake_cupy`` standing in for CuPy: one NCCL communicator over all 4 ranks."""
+    if backend != "cpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
-    proc, _ = _launch(tmp_path, CHECKS, str(local), backend)
+    proc, _ = _launch(tmp_path, CHECKS, str(local), backend, fake_cupy=backend == "gpu")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert f"2 nodes (MPI), {local} local ranks each, {2 * local} global ranks; this is " \

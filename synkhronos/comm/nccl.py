@@ -6,6 +6,11 @@ pieces may differ in shape between ranks, go through the host with the shared-me
 communicator this class extends. NCCL starts on the first collective: rank 0 makes the
 unique id and every rank receives it through shared memory.
 
+Across several nodes (:mod:`synkhronos.comm.node`) the NCCL communicator spans every GPU
+of every node (:attr:`NcclCommunicator.span`): NCCL ranks are global ranks, and the unique
+id and the shapes a broadcast needs travel by the nodes' host broadcast (MPI between the
+nodes), so a reduction stays one NCCL call.
+
 Not yet run on GPU hardware (see docs/limitations.rst); ``bench/gpu_check.py`` is what to
 run on the first machine with one.
 """
@@ -25,9 +30,24 @@ _NCCL_OPS = {"sum": "NCCL_SUM", "avg": "NCCL_SUM", "prod": "NCCL_PROD", "max": "
 
 
 class NcclCommunicator(ShmCommunicator):
-    """NCCL collectives over one GPU per rank (arguments as for ShmCommunicator)."""
+    """NCCL collectives over one GPU per rank (arguments as for ShmCommunicator).
+
+    Attributes
+    ----------
+    span : tuple or None
+        Set before the first collective to span several nodes: ``(rank, n_ranks,
+        host_broadcast)``, this rank's NCCL rank, the NCCL size, and a function
+        ``host_broadcast(arrays, root)`` giving host arrays from that NCCL rank to every
+        NCCL rank. None (default): NCCL ranks are this node's ranks, and the host
+        broadcast is this class's shared-memory one.
+    """
 
     _comm = None
+    span = None
+
+    def _nccl_span(self):
+        """(NCCL rank, NCCL size, host broadcast), as :attr:`span` says."""
+        return self.span or (self.rank, self.n_ranks, super().broadcast)
 
     def _nccl(self):
         """The NCCL communicator, created collectively on first use."""
@@ -38,9 +58,10 @@ class NcclCommunicator(ShmCommunicator):
             if not getattr(nccl, "available", False):
                 raise ImportError("CuPy cannot load NCCL; install it (for cupy-cuda13x: "
                                   "pip install nvidia-nccl-cu13)")
-            uid = [np.array(nccl.get_unique_id(), np.int64)] if self.rank == 0 else None
-            uid = tuple(int(c) for c in super().broadcast(uid)[0])
-            self._comm = nccl.NcclCommunicator(self.n_ranks, uid, self.rank)
+            rank, size, host_broadcast = self._nccl_span()
+            uid = [np.array(nccl.get_unique_id(), np.int64)] if rank == 0 else None
+            uid = tuple(int(c) for c in host_broadcast(uid, 0)[0])
+            self._comm = nccl.NcclCommunicator(size, uid, rank)
         return self._comm
 
     @staticmethod
@@ -88,6 +109,7 @@ class NcclCommunicator(ShmCommunicator):
         import jax
 
         comm = self._nccl()
+        rank, size, _ = self._nccl_span()
         arrays = self._on_device(arrays)
         codes = [self._codes(a, op) for a in arrays]
         outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
@@ -100,18 +122,18 @@ class NcclCommunicator(ShmCommunicator):
                 comm.reduce(src.data.ptr, dst.data.ptr, src.size, dtype, nccl_op, root, stream)
 
         result = self._run(comm, arrays, outputs, codes, call)
-        if op != "avg" or root not in (None, self.rank):
+        if op != "avg" or root not in (None, rank):
             return result
         # Same dtype out as in, as on CPU ranks: integers divide exactly, toward zero.
-        return [r / self.n_ranks if np.dtype(r.dtype).kind == "f"
-                else jax.lax.div(r, np.asarray(self.n_ranks, r.dtype)) for r in result]
+        return [r / size if np.dtype(r.dtype).kind == "f"
+                else jax.lax.div(r, np.asarray(size, r.dtype)) for r in result]
 
     def all_reduce(self, arrays, op, out=None):
         return self._reduction(arrays, op, None)
 
     def reduce(self, arrays, op, root=0):
         result = self._reduction(arrays, op, root)
-        return result if self.rank == root else None
+        return result if self._nccl_span()[0] == root else None
 
     def broadcast(self, arrays, root=0):
         import cupy
@@ -119,13 +141,14 @@ class NcclCommunicator(ShmCommunicator):
         from cupy.cuda import nccl
 
         comm = self._nccl()
-        # Non-roots learn shapes and dtypes through shared memory, then NCCL moves the data.
+        rank, _, host_broadcast = self._nccl_span()
+        # Non-roots learn shapes and dtypes through the host, then NCCL moves the data.
         meta = None
-        if self.rank == root:
+        if rank == root:
             arrays = self._on_device(arrays)
             meta = [np.array([dtype_code(a.dtype), *a.shape], np.int64) for a in arrays]
-        meta = super().broadcast(meta, root)
-        if self.rank != root:
+        meta = host_broadcast(meta, root)
+        if rank != root:
             arrays = [jnp.empty(tuple(int(s) for s in m[1:]), DTYPES[int(m[0])]) for m in meta]
         outputs = [cupy.empty(a.shape, a.dtype) for a in arrays]
 

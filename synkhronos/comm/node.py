@@ -1,10 +1,13 @@
 """Collectives over every rank of every node: the node's own communicator, then MPI.
 
 Used when :func:`synkhronos.fork` runs under MPI on several nodes (see
-:mod:`synkhronos.nodes`). Each collective is hierarchical: the node's ranks meet first
-through their own communicator (shared memory, or NCCL on GPU ranks) at local rank 0, the
-leaders combine over MPI, and local rank 0 hands the result back to its node. Only the
-leaders call MPI; the workers know just their global rank and the global count.
+:mod:`synkhronos.nodes`). On CPU ranks each collective is hierarchical: the node's ranks
+meet first through shared memory at local rank 0, the leaders combine over MPI, and local
+rank 0 hands the result back to its node. On GPU ranks the reductions and broadcasts are
+NCCL calls of one communicator over every GPU of every node (the unique id and the
+broadcast shapes go out through the hierarchical host broadcast); gathers and scatters
+take the host path. Only the leaders call MPI; the workers know just their global rank
+and the global count.
 
 ``rank`` and ``n_ranks`` are global. ``root`` must be 0, and what the methods return "on
 root" they return on every node's local rank 0 (each node's script sees the result).
@@ -17,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Communicator
+from .nccl import NcclCommunicator
 from .shm import ShmCommunicator
 
 _MPI_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
@@ -55,6 +59,9 @@ class NodeCommunicator(Communicator):
         self.rank, self.n_ranks = offset + local.rank, n_global
         self.leader = local.rank == 0
         self.spread = local.n_ranks > 1  # whether the node's own step has anyone to meet
+        self.nccl = isinstance(local, NcclCommunicator)
+        if self.nccl:
+            local.span = (self.rank, n_global, self._host_broadcast)
 
     def reset(self) -> None:
         """(Local rank 0, all ranks idle) forget what an aborted collective left."""
@@ -76,6 +83,9 @@ class NodeCommunicator(Communicator):
 
     def reduce(self, arrays, op, root=0):
         _root_0(root)
+        if self.nccl:  # one NCCL all-reduce: every node's rank 0 needs the result
+            result = self.local.all_reduce(arrays, op)
+            return result if self.leader else None
         if self.spread:
             reduced = self.local.reduce(arrays, "sum" if op == "avg" else op)
             if not self.leader:
@@ -87,6 +97,8 @@ class NodeCommunicator(Communicator):
         return result
 
     def all_reduce(self, arrays, op, out=None):
+        if self.nccl:
+            return self.local.all_reduce(arrays, op)
         if not self.spread:
             if out is None:
                 out = [np.array(a) for a in arrays]
@@ -96,19 +108,9 @@ class NodeCommunicator(Communicator):
                         np.copyto(o, np.reshape(a, np.shape(o)))
             self._allreduce_leaders(out, op)
             return out
-        if type(self.local) is ShmCommunicator:  # NCCL keeps the general path
-            return self._all_reduce_shared(arrays, op, out)
-        result = self.local.broadcast(self.reduce(arrays, op))
-        if out is None:
-            return result
-        for o, r in zip(out, result, strict=True):
-            np.copyto(o, np.reshape(r, np.shape(o)))
-        return out
-
-    def _all_reduce_shared(self, arrays, op, out):
-        """CPU ranks: the node's ranks reduce in parallel into the shared result segment,
-        the leader all-reduces that segment over MPI in place, and after a barrier every
-        rank copies the result out: one copy, and no broadcast."""
+        # The node's ranks reduce in parallel into the shared result segment, the leader
+        # all-reduces that segment over MPI in place, and after a barrier every rank copies
+        # the result out: one copy, and no broadcast.
         if out is None:
             out = [np.empty(np.shape(a), np.asarray(a).dtype) for a in arrays]
         result = self.local._reduce_to_result(arrays, "sum" if op == "avg" else op)
@@ -121,11 +123,19 @@ class NodeCommunicator(Communicator):
 
     def broadcast(self, arrays, root=0):
         _root_0(root)
+        if self.nccl:
+            return self.local.broadcast(arrays, root)
+        return self._host_broadcast(arrays, root)
+
+    def _host_broadcast(self, arrays, root=0):
+        """Global rank 0's host arrays on every rank: MPI among the leaders, then shared
+        memory within each node."""
+        _root_0(root)
         if self.leader:
             mine = [np.asarray(a) for a in arrays] if self.rank == 0 else None
             arrays = self.world.mpi.bcast(mine, root=0)
         if self.spread:
-            arrays = self.local.broadcast(arrays if self.leader else None)
+            arrays = ShmCommunicator.broadcast(self.local, arrays if self.leader else None)
         return list(arrays)
 
     def gather(self, arrays, root=0):
@@ -145,7 +155,7 @@ class NodeCommunicator(Communicator):
         flat = None
         if self.leader:  # one message: the arrays per rank, then every rank's arrays
             flat = [np.array([len(b) for b in boxes], np.int64), *(a for b in boxes for a in b)]
-        flat = self.local.broadcast(flat)
+        flat = ShmCommunicator.broadcast(self.local, flat)
         counts, rest = np.asarray(flat[0]).tolist(), flat[1:]
         bounds = np.cumsum([0, *counts]).tolist()
         return [list(rest[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
