@@ -296,6 +296,27 @@ def test_two_phase_n_rows_accumulates(rule, data):
     assert_traj_close(traj, np_trajectory(rule, RULE_KWARGS[rule], *data))
 
 
+@pytest.mark.parametrize("rule", ["momentum", "adam"])
+def test_two_phase_without_accumulating_overwrites(rule, data):
+    """accumulate=False: phase one overwrites the vector, phase two leaves it; the
+    trajectory is numpy's."""
+    params, inputs, loss = build_model()
+    tp = U.two_phase(getattr(L, rule), loss, params, accumulate=False, **RULE_KWARGS[rule])
+    assert tp.flat_grad not in tp.param_updates
+    grad_step = compile_fn(inputs, loss, updates=tp.grad_updates)
+    apply_step = compile_fn([], [], updates=tp.param_updates)
+    traj = []
+    for x, y in zip(*data, strict=True):
+        grad_step(x[:3], y[:3])  # overwritten by the next call
+        grad_step(x, y)
+        flat = tp.flat_grad.get_value()
+        assert flat[-1] == BATCH
+        apply_step()
+        np.testing.assert_array_equal(tp.flat_grad.get_value(), flat)
+        traj.append([p.get_value() for p in params])
+    assert_traj_close(traj, np_trajectory(rule, RULE_KWARGS[rule], *data))
+
+
 def test_flatten_unflatten_roundtrip():
     values = [np.arange(6.0).reshape(2, 3), np.asarray(7.0), np.arange(4.0).reshape(1, 4)]
     shared = [pytensor.shared(v) for v in values]

@@ -462,6 +462,12 @@ def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
         The rule's hyperparameters.
     n_rows : symbolic or int scalar, optional
         Rows behind ``loss`` (default: :func:`loss_rows`).
+    accumulate : bool
+        True (default): as above. False: phase one overwrites ``flat_grad`` and phase
+        two leaves it, which saves a pass over the vector in each phase; every rank
+        must then run phase one before each all-reduce (with at least one row), or it
+        would reduce its previous gradient. A sliced call with the op ``"sum"`` still
+        sums its slices (each computes from the same values).
 
     Returns
     -------
