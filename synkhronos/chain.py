@@ -13,25 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import launch
-from .collectives import _registered
+from .collectives import registered
 from .function import Function
 from .nodes import abort_on_error
 from .outputs import collect_outputs
 from .protocol import Command
 from .rank_chain import CHAINABLE, CollectiveStep, encode_table, run_steps
 from .reduce import check_collective_op
-
-
-class _Replies:
-    """One function step's part of every worker's reply, shaped as
-    :func:`~synkhronos.outputs.collect_outputs` reads a session's replies."""
-
-    def __init__(self, n_ranks: int, parts: list[list[np.ndarray]]):
-        self.n_ranks, self._parts = n_ranks, parts
-        self.channel = self
-
-    def reply_arrays(self, rank: int) -> list[np.ndarray]:
-        return self._parts[rank]
 
 
 def _split_reply(arrays: list[np.ndarray], n_functions: int) -> list[list[np.ndarray]]:
@@ -53,7 +41,7 @@ def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
         check_collective_op(op)
     elif len(entry) == 3:
         raise TypeError(f"{name} takes no op; write ({name!r}, shared variables)")
-    variables, indices, _ = _registered(session, shared_vars)
+    variables, indices, _ = registered(session, shared_vars)
     if name == "all_gather" and any(v.ndim == 0 for v in variables):
         raise ValueError("all_gather needs shared variables with a first axis")
     return CollectiveStep(CHAINABLE[name], indices, op, True), variables
@@ -136,9 +124,8 @@ class Chain:
                                                               strict=True)):
             subset = plan.subset if j == 0 else f._all_outputs
             single = f._single if j or output_subset is None else len(subset) == 1
-            view = _Replies(session.n_ranks, [None, *(r[j] for r in replies)])
-            outputs.append(collect_outputs(view, f._spec, subset, weight, host, reduced,
-                                           single))
+            outputs.append(collect_outputs([r[j] for r in replies], f._spec, subset, weight,
+                                           host, reduced, single))
         return outputs
 
 

@@ -36,7 +36,7 @@ def _by_name(session, name: str) -> SharedVariable:
     return matches[0]
 
 
-def _registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
+def registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
     """The variables (found by name where given a string), their registry indices, and
     whether one variable was given."""
     single = isinstance(shared_vars, (SharedVariable, str))
@@ -79,7 +79,7 @@ def _checked_values(variables: list, values, single: bool, batch) -> list:
 def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, values=None,
                 nd_up: int = 0, nccl: bool = True, batch=None):
     session = launch.current()
-    variables, indices, single = _registered(session, shared_vars)
+    variables, indices, single = registered(session, shared_vars)
     if kind in (Collective.REDUCE, Collective.REDUCE_RESULT, Collective.ALL_REDUCE):
         check_collective_op(op)
     n_ranks = current_nodes().n_global  # ranks name global ranks under MPI

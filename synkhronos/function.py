@@ -257,7 +257,8 @@ class Function:
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         single = self._single if output_subset is None else len(plan.subset) == 1
-        return collect_outputs(session, self._spec, plan.subset, weight, host, reduced, single)
+        replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
+        return collect_outputs(replies, self._spec, plan.subset, weight, host, reduced, single)
 
     def _by_name(self, args: tuple, kwargs: dict) -> tuple:
         """The positional arguments, with those given by name put in their places."""

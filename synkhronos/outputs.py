@@ -99,12 +99,12 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     return _host(o for j, o in enumerate(outs) if j not in ops), reduced
 
 
-def collect_outputs(session, spec, subset, weight: int, host: list, reduced: dict,
-                    single: bool):
-    """(Rank 0) Put together the call's results from its own share and the replies."""
+def collect_outputs(replies: list[list[np.ndarray]], spec, subset, weight: int, host: list,
+                    reduced: dict, single: bool):
+    """(Rank 0) Put together the call's results from its own share and the workers'
+    ``replies`` (rank 1 onwards, each ``[weight, *host outputs]``)."""
     weights, per_rank = [weight], [host if weight else None]
-    for rank in range(1, session.n_ranks):
-        reply = session.channel.reply_arrays(rank)
+    for reply in replies:
         weights.append(int(reply[0][0]))
         per_rank.append(reply[1:] if weights[-1] else None)
     results, mine, theirs = [], 0, 0  # positions in rank 0's and in the workers' replies

@@ -63,7 +63,7 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
 import synkhronos as synk
-from synkhronos import launch
+from synkhronos import launch, nodes
 from synkhronos.collectives import sliceable_lengths
 from synkhronos.partition import resolve_rows, selection_length
 
@@ -158,7 +158,7 @@ def _check_every_rank_has_rows(length: int, batch: Batch) -> None:
     """Refuse a batch with fewer rows than ranks (of scattered inputs of ``length`` rows):
     a rank without rows would skip phase one and all-reduce its previous step's gradient
     (phase one overwrites the flat vector)."""
-    n_ranks = launch.current().n_ranks
+    n_ranks = nodes.current().n_global  # every rank of every node (one node: the fork's)
     rows = length if batch is None else selection_length(resolve_rows(batch, length, "batch"))
     if rows < n_ranks:
         raise ValueError(f"batch selects {rows} rows for {n_ranks} ranks; every rank needs "
