@@ -7,6 +7,7 @@ rows (uneven shares on 2 and 3 ranks), minibatches of 2 rows cycling through eac
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import numpy as np
@@ -266,8 +267,36 @@ def test_routine_runs_on_every_rank_with_data_and_arrays(two_ranks):
     values = synk.data(np.arange(5.0))
     replies = routine.run(rank_sum, values, np.array([2.0]))
     assert [r[0].tolist() for r in replies] == [[0.0, 20.0], [1.0, 20.0]]
-    with pytest.raises(ValueError, match="module-level"):
-        routine.run(lambda state: [])
+    def nested(state):
+        return []
+
+    for refused in (lambda state: [], nested, functools.partial(rank_sum, scale=[1.0])):
+        with pytest.raises(ValueError, match="module-level"):
+            routine.run(refused)
+
+
+def fail_on_rank(state, failing_rank):
+    """A routine for the test below: ``failing_rank`` raises while the others all-reduce."""
+    if state.rank == int(failing_rank[0]):
+        raise ArithmeticError(f"rank {state.rank} fails mid-phase")
+    state.comm.all_reduce([np.ones(3)], "sum")
+    return []
+
+
+@pytest.mark.parametrize("failing_rank", [0, 2])
+def test_a_rank_failing_mid_phase_aborts_the_others_waiting_in_an_all_reduce(failing_rank):
+    """The existing abort reaches ranks blocked in a collective: nothing hangs, the error
+    names the failing rank, and the session still runs the next routine."""
+    with forked(3):
+        if failing_rank == 0:
+            with pytest.raises(ArithmeticError, match="rank 0 fails"):
+                routine.run(fail_on_rank, np.array([0.0]))
+        else:
+            with pytest.raises(synk.RemoteError, match="rank 2") as raised:
+                routine.run(fail_on_rank, np.array([2.0]))
+            assert "rank 2 fails mid-phase" in str(raised.value)
+        replies = routine.run(rank_sum, np.arange(3.0), np.array([1.0]))
+        assert [r[0].tolist() for r in replies] == [[r, 3.0] for r in range(3)]
 
 
 def test_a_busy_lock_polls_its_check_and_a_failed_holder_leaves_it_refused():

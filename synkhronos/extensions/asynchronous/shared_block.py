@@ -66,6 +66,7 @@ class SharedBlock:
     """
 
     def __init__(self, name: str, size: int, dtype, create: bool):
+        self._fd = -1  # set first: __del__ runs even when attaching fails
         dtype = np.dtype(dtype)
         self.name = name
         self.segment = Segment(name, ALIGN + size * dtype.itemsize, create)
