@@ -251,9 +251,22 @@ def test_gossip_conserves_weight_and_delivers_every_message(two_ranks, rng):
     weights = [float(r[0][0]) for r in second.replies]
     assert sum(weights) == 1.0  # halvings and sums of powers of two are exact
     logs = np.concatenate([r[1] for r in result.replies + second.replies if r[1].size])
-    sent = logs[logs[:, 0] == 0, 2].sum()
-    received = logs[logs[:, 0] == 1, 2].sum()
-    assert sent > 0 and sent == received
+    n = N_FEATURES
+    weight, own, x_before, mass, x_after = (logs[:, 2], logs[:, 3], logs[:, 4:4 + n],
+                                            logs[:, 4 + n:4 + 2 * n], logs[:, 4 + 2 * n:])
+    sends, receives = logs[:, 0] == 0, logs[:, 0] == 1
+    assert sends.sum() > 0 and receives.sum() > 0
+    # A send halves the sender's weight and carries w * x; a receive merges (GoSGD):
+    # x <- (w x + sum_s w_s x_s) / (w + sum_s w_s).
+    np.testing.assert_array_equal(weight[sends], own[sends] / 2)
+    np.testing.assert_allclose(mass[sends], weight[sends, None] * x_before[sends], rtol=1e-12)
+    expected = ((own[receives, None] * x_before[receives] + mass[receives])
+                / (own[receives] + weight[receives])[:, None])
+    np.testing.assert_allclose(x_after[receives], expected, rtol=1e-12)
+    # Every message is delivered, weight and parameters alike, none twice.
+    assert weight[sends].sum() == weight[receives].sum()
+    np.testing.assert_allclose(mass[sends].sum(axis=0), mass[receives].sum(axis=0),
+                               rtol=1e-10)
 
 
 # ---- the routine command and the lock -------------------------------------------------------
