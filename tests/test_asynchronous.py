@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 
 import numpy as np
 import pytensor
@@ -27,6 +28,8 @@ from synkhronos.extensions.asynchronous import (
     HolderDied,
     LocalStep,
 )
+from synkhronos.extensions.asynchronous.easgd import AsyncExchange
+from synkhronos.extensions.asynchronous.phase import run_phase
 from synkhronos.extensions.asynchronous.shared_block import DIE_HOLDING_LOCK, SharedBlock
 from synkhronos.extensions.lasagne import updates as one_phase
 from synkhronos.shm import new_session_name
@@ -310,6 +313,40 @@ def test_a_rank_failing_mid_phase_aborts_the_others_waiting_in_an_all_reduce(fai
             assert "rank 2 fails mid-phase" in str(raised.value)
         replies = routine.run(rank_sum, np.arange(3.0), np.array([1.0]))
         assert [r[0].tolist() for r in replies] == [[r, 3.0] for r in range(3)]
+
+
+class AsyncExchangeFailingOnRank1(AsyncExchange):
+    """Asynchronous EASGD whose rank 1 raises after a few steps (outside the lock)."""
+
+    def after_step(self, step: int) -> None:
+        if self.rank == 1 and step == 3:
+            raise ArithmeticError("rank 1 fails mid-phase")
+        super().after_step(step)
+
+
+def failing_async_easgd_phase(state, *args):
+    return run_phase(state, AsyncExchangeFailingOnRank1, *args)
+
+
+class AsyncEASGDFailingOnRank1(AsyncEASGD):
+    routine = staticmethod(failing_async_easgd_phase)
+
+
+def test_a_rank_failing_in_an_asynchronous_phase_stops_the_others_at_their_next_step(
+        two_ranks, rng):
+    """Without the abort check between local steps rank 0 would run its 10**7 steps."""
+    x, y, w0 = problem(rng)
+    step, _ = build_step(w0)
+    data = [synk.data(x), synk.data(y)]
+    with AsyncEASGDFailingOnRank1(step, BATCH, tau=2, alpha=0.1) as trainer:
+        started = time.monotonic()
+        with pytest.raises(synk.RemoteError, match="rank 1") as raised:
+            trainer.run(data, 10**7)
+        assert time.monotonic() - started < 60
+        assert "rank 1 fails mid-phase" in str(raised.value)
+        trainer.centre()  # rank 1 failed outside the lock: the centre is still clean
+    with AsyncEASGD(step, BATCH, tau=2, alpha=0.1) as trainer:  # the session still works
+        assert trainer.run(data, 4).losses.shape == (2, 4)
 
 
 def test_a_busy_lock_polls_its_check_and_a_failed_holder_leaves_it_refused():

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from synkhronos import launch, routine
+from synkhronos.channel import Aborted
 from synkhronos.data import Data
 from synkhronos.rank import RankState
 
@@ -116,7 +117,10 @@ def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
         n_rows = len(indices) if len(indices) else len(data[0])
         share = rank_rows(n_rows, state.rank, state.n_ranks)
         losses = np.empty(settings.n_steps)
+        control = state.comm.control
         for k in range(settings.n_steps):
+            if control.aborted:  # another rank failed: stop now, not after the phase
+                raise Aborted("phase abandoned: another rank failed")
             g = settings.first_step + k
             rows = minibatch(share, settings.batch_size, g)
             losses[k] = step(data, indices[rows] if len(indices) else rows)
