@@ -279,6 +279,19 @@ def rank_sum(state, values, scale):
     return [np.array([state.rank, values.sum() * scale[0]])]
 
 
+def test_bad_hyperparameters_are_refused_on_rank_0_before_any_block_exists(one_rank, rng):
+    step, _ = build_step(problem(rng)[2])
+    name = launch.current().name
+    before = shm_entries(name)
+    for make, match in ((lambda: EASGD(step, BATCH, tau=0), "tau"),
+                        (lambda: AsyncEASGD(step, BATCH, tau=2.5), "tau"),
+                        (lambda: Downpour(step, BATCH, n_push=1, n_pull=0), "n_pull"),
+                        (lambda: Gossip(step, BATCH, p=1.5), "probability")):
+        with pytest.raises(ValueError, match=match):
+            make()
+    assert shm_entries(name) == before
+
+
 def test_routine_runs_on_every_rank_with_data_and_arrays(two_ranks):
     values = synk.data(np.arange(5.0))
     replies = routine.run(rank_sum, values, np.array([2.0]))

@@ -117,8 +117,10 @@ class Gossip(Trainer):
 
     def __init__(self, step: LocalStep, batch_size: int, p: float = 0.1, log: bool = False,
                  seed: int = 0):
-        super().__init__(step, batch_size, log, seed)
+        if not 0 <= p <= 1:
+            raise ValueError(f"p is a probability, between 0 and 1; got {p}")
         self.p = float(p)
+        super().__init__(step, batch_size, log, seed)
 
     def n_blocks(self) -> int:
         return self.n_ranks  # a mailbox each

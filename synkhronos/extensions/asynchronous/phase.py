@@ -29,7 +29,7 @@ from synkhronos.rank import RankState
 from .local import LocalStep, RankStep, minibatch, rank_rows
 from .shared_block import SharedBlock
 
-__all__ = ["Settings", "Exchange", "run_phase", "PhaseResult", "Trainer"]
+__all__ = ["Settings", "Exchange", "every", "run_phase", "PhaseResult", "Trainer"]
 
 _block_count = itertools.count()
 
@@ -107,6 +107,13 @@ class Exchange:
 
     def log_array(self) -> np.ndarray:
         return np.array(self.log) if self.log else np.zeros((0, 0))
+
+
+def every(name: str, steps: int) -> int:
+    """``steps`` as a count of local steps between exchanges: an int of at least 1."""
+    if int(steps) != steps or steps < 1:
+        raise ValueError(f"{name} must be a whole number of steps, at least 1; got {steps}")
+    return int(steps)
 
 
 def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
