@@ -366,6 +366,7 @@ def test_a_busy_lock_polls_its_check_and_a_failed_holder_leaves_it_refused():
     name = new_session_name() + "_block"
     first = SharedBlock(name, 2, "float64", create=True)
     second = SharedBlock(name, 0, "float64", create=False)  # another open file: another lock
+    assert not os.get_inheritable(first._fd)  # an exec'd child never holds it on
     assert second.values.shape == (2,)
     calls = []
 
