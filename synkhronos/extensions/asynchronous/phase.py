@@ -76,12 +76,12 @@ class Exchange:
         self.rank, self.n_ranks = state.rank, state.n_ranks
         self.centre = blocks[0]
         self.blocks = blocks
-        self.check = self._check_rank_0 if self.rank == 0 else self._check_abort
+        self.check = self._check_rank_0 if self.rank == 0 else self.check_abort
         self.log: list[np.ndarray] = []
         if settings.reset:
             self.step.set(self.centre.read(self.rank, self.check))
 
-    def _check_abort(self) -> None:
+    def check_abort(self) -> None:
         """Raise if another rank failed (polled between steps and while a lock is busy)."""
         if self.state.comm.control.aborted:
             raise Aborted("phase abandoned: another rank failed")
@@ -89,7 +89,7 @@ class Exchange:
     def _check_rank_0(self) -> None:
         # Rank 0 also polls the workers while it waits for a lock, so a stopped holder
         # raises WorkerHung instead of blocking; a dead holder releases the lock anyway.
-        self._check_abort()
+        self.check_abort()
         launch.current().check_alive()
 
     def record(self, *parts) -> None:
@@ -134,7 +134,7 @@ def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
         share = rank_rows(n_rows, state.rank, state.n_ranks)
         losses = np.empty(settings.n_steps)
         for k in range(settings.n_steps):
-            algorithm._check_abort()  # another rank failed: stop now, not after the phase
+            algorithm.check_abort()  # another rank failed: stop now, not after the phase
             g = settings.first_step + k
             rows = minibatch(share, settings.batch_size, g)
             losses[k] = step(data, indices[rows] if len(indices) else rows)
