@@ -52,10 +52,23 @@ def from_text(array: np.ndarray) -> str:
 
 
 def _name(routine: Callable) -> str:
-    module, qualname = routine.__module__, routine.__qualname__
-    if "<" in qualname or module == "__main__":
+    """``"module:qualname"`` of ``routine``, checked to name that very function.
+
+    Every rank imports it by that name, so it must be found there again: lambdas, nested
+    functions, bound methods, partials and ``__main__`` functions are refused here, on
+    rank 0, rather than failing on the workers.
+    """
+    module = getattr(routine, "__module__", None)
+    qualname = getattr(routine, "__qualname__", None)
+    found = None
+    if module and qualname and module != "__main__" and "<" not in qualname:
+        try:
+            found = _resolve_name(f"{module}:{qualname}")
+        except (ImportError, AttributeError):
+            pass
+    if found is not routine:
         raise ValueError(f"a routine must be a module-level function of an importable "
-                         f"module (every rank imports it), not {module}:{qualname}")
+                         f"module (every rank imports it by name), not {routine!r}")
     return f"{module}:{qualname}"
 
 

@@ -7,7 +7,9 @@ rows (uneven shares on 2 and 3 ranks), minibatches of 2 rows cycling through eac
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import time
 
 import numpy as np
 import pytensor
@@ -26,6 +28,8 @@ from synkhronos.extensions.asynchronous import (
     HolderDied,
     LocalStep,
 )
+from synkhronos.extensions.asynchronous.easgd import AsyncExchange
+from synkhronos.extensions.asynchronous.phase import run_phase
 from synkhronos.extensions.asynchronous.shared_block import DIE_HOLDING_LOCK, SharedBlock
 from synkhronos.extensions.lasagne import updates as one_phase
 from synkhronos.shm import new_session_name
@@ -250,9 +254,22 @@ def test_gossip_conserves_weight_and_delivers_every_message(two_ranks, rng):
     weights = [float(r[0][0]) for r in second.replies]
     assert sum(weights) == 1.0  # halvings and sums of powers of two are exact
     logs = np.concatenate([r[1] for r in result.replies + second.replies if r[1].size])
-    sent = logs[logs[:, 0] == 0, 2].sum()
-    received = logs[logs[:, 0] == 1, 2].sum()
-    assert sent > 0 and sent == received
+    n = N_FEATURES
+    weight, own, x_before, mass, x_after = (logs[:, 2], logs[:, 3], logs[:, 4:4 + n],
+                                            logs[:, 4 + n:4 + 2 * n], logs[:, 4 + 2 * n:])
+    sends, receives = logs[:, 0] == 0, logs[:, 0] == 1
+    assert sends.sum() > 0 and receives.sum() > 0
+    # A send halves the sender's weight and carries w * x; a receive merges (GoSGD):
+    # x <- (w x + sum_s w_s x_s) / (w + sum_s w_s).
+    np.testing.assert_array_equal(weight[sends], own[sends] / 2)
+    np.testing.assert_allclose(mass[sends], weight[sends, None] * x_before[sends], rtol=1e-12)
+    expected = ((own[receives, None] * x_before[receives] + mass[receives])
+                / (own[receives] + weight[receives])[:, None])
+    np.testing.assert_allclose(x_after[receives], expected, rtol=1e-12)
+    # Every message is delivered, weight and parameters alike, none twice.
+    assert weight[sends].sum() == weight[receives].sum()
+    np.testing.assert_allclose(mass[sends].sum(axis=0), mass[receives].sum(axis=0),
+                               rtol=1e-10)
 
 
 # ---- the routine command and the lock -------------------------------------------------------
@@ -262,18 +279,94 @@ def rank_sum(state, values, scale):
     return [np.array([state.rank, values.sum() * scale[0]])]
 
 
+def test_bad_hyperparameters_are_refused_on_rank_0_before_any_block_exists(one_rank, rng):
+    step, _ = build_step(problem(rng)[2])
+    name = launch.current().name
+    before = shm_entries(name)
+    for make, match in ((lambda: EASGD(step, BATCH, tau=0), "tau"),
+                        (lambda: AsyncEASGD(step, BATCH, tau=2.5), "tau"),
+                        (lambda: Downpour(step, BATCH, n_push=1, n_pull=0), "n_pull"),
+                        (lambda: Gossip(step, BATCH, p=1.5), "probability")):
+        with pytest.raises(ValueError, match=match):
+            make()
+    assert shm_entries(name) == before
+
+
 def test_routine_runs_on_every_rank_with_data_and_arrays(two_ranks):
     values = synk.data(np.arange(5.0))
     replies = routine.run(rank_sum, values, np.array([2.0]))
     assert [r[0].tolist() for r in replies] == [[0.0, 20.0], [1.0, 20.0]]
-    with pytest.raises(ValueError, match="module-level"):
-        routine.run(lambda state: [])
+    def nested(state):
+        return []
+
+    for refused in (lambda state: [], nested, functools.partial(rank_sum, scale=[1.0])):
+        with pytest.raises(ValueError, match="module-level"):
+            routine.run(refused)
+
+
+def fail_on_rank(state, failing_rank):
+    """A routine for the test below: ``failing_rank`` raises while the others all-reduce."""
+    if state.rank == int(failing_rank[0]):
+        raise ArithmeticError(f"rank {state.rank} fails mid-phase")
+    state.comm.all_reduce([np.ones(3)], "sum")
+    return []
+
+
+@pytest.mark.parametrize("failing_rank", [0, 2])
+def test_a_rank_failing_mid_phase_aborts_the_others_waiting_in_an_all_reduce(failing_rank):
+    """The existing abort reaches ranks blocked in a collective: nothing hangs, the error
+    names the failing rank, and the session still runs the next routine."""
+    with forked(3):
+        if failing_rank == 0:
+            with pytest.raises(ArithmeticError, match="rank 0 fails"):
+                routine.run(fail_on_rank, np.array([0.0]))
+        else:
+            with pytest.raises(synk.RemoteError, match="rank 2") as raised:
+                routine.run(fail_on_rank, np.array([2.0]))
+            assert "rank 2 fails mid-phase" in str(raised.value)
+        replies = routine.run(rank_sum, np.arange(3.0), np.array([1.0]))
+        assert [r[0].tolist() for r in replies] == [[r, 3.0] for r in range(3)]
+
+
+class AsyncExchangeFailingOnRank1(AsyncExchange):
+    """Asynchronous EASGD whose rank 1 raises after a few steps (outside the lock)."""
+
+    def after_step(self, step: int) -> None:
+        if self.rank == 1 and step == 3:
+            raise ArithmeticError("rank 1 fails mid-phase")
+        super().after_step(step)
+
+
+def failing_async_easgd_phase(state, *args):
+    return run_phase(state, AsyncExchangeFailingOnRank1, *args)
+
+
+class AsyncEASGDFailingOnRank1(AsyncEASGD):
+    routine = staticmethod(failing_async_easgd_phase)
+
+
+def test_a_rank_failing_in_an_asynchronous_phase_stops_the_others_at_their_next_step(
+        two_ranks, rng):
+    """Without the abort check between local steps rank 0 would run its 10**7 steps."""
+    x, y, w0 = problem(rng)
+    step, _ = build_step(w0)
+    data = [synk.data(x), synk.data(y)]
+    with AsyncEASGDFailingOnRank1(step, BATCH, tau=2, alpha=0.1) as trainer:
+        started = time.monotonic()
+        with pytest.raises(synk.RemoteError, match="rank 1") as raised:
+            trainer.run(data, 10**7)
+        assert time.monotonic() - started < 60
+        assert "rank 1 fails mid-phase" in str(raised.value)
+        trainer.centre()  # rank 1 failed outside the lock: the centre is still clean
+    with AsyncEASGD(step, BATCH, tau=2, alpha=0.1) as trainer:  # the session still works
+        assert trainer.run(data, 4).losses.shape == (2, 4)
 
 
 def test_a_busy_lock_polls_its_check_and_a_failed_holder_leaves_it_refused():
     name = new_session_name() + "_block"
     first = SharedBlock(name, 2, "float64", create=True)
     second = SharedBlock(name, 0, "float64", create=False)  # another open file: another lock
+    assert not os.get_inheritable(first._fd)  # an exec'd child never holds it on
     assert second.values.shape == (2,)
     calls = []
 

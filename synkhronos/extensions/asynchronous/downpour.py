@@ -16,7 +16,7 @@ import numpy as np
 from synkhronos.rank import RankState
 
 from .local import LocalStep
-from .phase import Exchange, Trainer, run_phase
+from .phase import Exchange, Trainer, every, run_phase
 
 __all__ = ["Downpour", "downpour_phase"]
 
@@ -91,8 +91,8 @@ class Downpour(Trainer):
 
     def __init__(self, step: LocalStep, batch_size: int, n_push: int = 1, n_pull: int = 1,
                  log: bool = False, seed: int = 0):
+        self.n_push, self.n_pull = every("n_push", n_push), every("n_pull", n_pull)
         super().__init__(step, batch_size, log, seed)
-        self.n_push, self.n_pull = int(n_push), int(n_pull)
 
     def hyper(self) -> tuple:
         return (self.n_push, self.n_pull)

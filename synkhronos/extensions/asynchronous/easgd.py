@@ -25,7 +25,7 @@ import numpy as np
 from synkhronos.rank import RankState
 
 from .local import LocalStep
-from .phase import Exchange, Trainer, run_phase
+from .phase import Exchange, Trainer, every, run_phase
 
 __all__ = ["EASGD", "AsyncEASGD", "easgd_phase", "async_easgd_phase"]
 
@@ -119,8 +119,8 @@ class EASGD(Trainer):
 
     def __init__(self, step: LocalStep, batch_size: int, tau: int = 10, alpha: float = 0.1,
                  beta: float | None = None, log: bool = False, seed: int = 0):
+        self.tau, self.alpha = every("tau", tau), float(alpha)
         super().__init__(step, batch_size, log, seed)
-        self.tau, self.alpha = int(tau), float(alpha)
         self.beta = self.n_ranks * self.alpha if beta is None else float(beta)
 
     def hyper(self) -> tuple:
@@ -153,8 +153,8 @@ class AsyncEASGD(Trainer):
 
     def __init__(self, step: LocalStep, batch_size: int, tau: int = 10, alpha: float = 0.1,
                  log: bool = False, seed: int = 0):
+        self.tau, self.alpha = every("tau", tau), float(alpha)
         super().__init__(step, batch_size, log, seed)
-        self.tau, self.alpha = int(tau), float(alpha)
 
     def hyper(self) -> tuple:
         return (self.tau, self.alpha)

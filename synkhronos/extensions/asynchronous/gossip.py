@@ -31,7 +31,8 @@ SEND, RECEIVE = 0, 1
 class GossipExchange(Exchange):
     """Merge the mailbox after each step, then maybe send half the weight to a peer.
 
-    Log rows: ``[SEND, peer, weight sent]`` or ``[RECEIVE, -1, weight received]``.
+    Log rows: ``[SEND or RECEIVE, peer (-1 for a receive), weight sent or received, own
+    weight before, parameters before, w * x sent or received, parameters after]``.
     """
 
     def __init__(self, *args):
@@ -55,18 +56,19 @@ class GossipExchange(Exchange):
             weight_in, sum_in = float(box[WEIGHT_IN]), box[SUM_IN:].copy()
             box[WEIGHT_IN:] = 0
         if weight_in > 0:
-            self.record(RECEIVE, -1, weight_in)
-            total = self.weight + weight_in
-            self.step.set((self.weight * self.step.get() + sum_in) / total)
+            x, total = self.step.get(), self.weight + weight_in
+            merged = (self.weight * x + sum_in) / total
+            self.record(RECEIVE, -1, weight_in, self.weight, x, sum_in, merged)
+            self.step.set(merged)
             self.weight = total
 
     def send(self, peer: int) -> None:
-        self.weight /= 2
+        before, self.weight = self.weight, self.weight / 2
         x = self.step.get()
         with self.mailboxes[peer].locked(self.rank, self.check) as box:
             box[WEIGHT_IN] += self.weight
             box[SUM_IN:] += self.weight * x
-        self.record(SEND, peer, self.weight)
+        self.record(SEND, peer, self.weight, before, x, self.weight * x, x)
 
     def finish(self) -> list[np.ndarray]:
         comm = self.state.comm
@@ -99,7 +101,9 @@ class Gossip(Trainer):
         Probability of a send after each local step.
     log, seed
         As for the Trainer. Each rank's replies are ``[its weight, its log]``; log rows
-        are ``[0 (send), peer, weight]`` or ``[1 (receive), -1, weight]``.
+        are ``[0 (send) or 1 (receive), peer (-1 for a receive), weight sent or
+        received, own weight before, parameters before, w * x sent or received,
+        parameters after]``.
 
     Examples
     --------
@@ -113,8 +117,10 @@ class Gossip(Trainer):
 
     def __init__(self, step: LocalStep, batch_size: int, p: float = 0.1, log: bool = False,
                  seed: int = 0):
-        super().__init__(step, batch_size, log, seed)
+        if not 0 <= p <= 1:
+            raise ValueError(f"p is a probability, between 0 and 1; got {p}")
         self.p = float(p)
+        super().__init__(step, batch_size, log, seed)
 
     def n_blocks(self) -> int:
         return self.n_ranks  # a mailbox each

@@ -22,13 +22,14 @@ from typing import NamedTuple
 import numpy as np
 
 from synkhronos import launch, routine
+from synkhronos.channel import Aborted
 from synkhronos.data import Data
 from synkhronos.rank import RankState
 
 from .local import LocalStep, RankStep, minibatch, rank_rows
 from .shared_block import SharedBlock
 
-__all__ = ["Settings", "Exchange", "run_phase", "PhaseResult", "Trainer"]
+__all__ = ["Settings", "Exchange", "every", "run_phase", "PhaseResult", "Trainer"]
 
 _block_count = itertools.count()
 
@@ -75,12 +76,21 @@ class Exchange:
         self.rank, self.n_ranks = state.rank, state.n_ranks
         self.centre = blocks[0]
         self.blocks = blocks
-        # Rank 0 polls the workers while it waits for a lock, so a stopped holder
-        # raises WorkerHung instead of blocking; a dead holder releases the lock anyway.
-        self.check = launch.current().check_alive if self.rank == 0 else None
+        self.check = self._check_rank_0 if self.rank == 0 else self.check_abort
         self.log: list[np.ndarray] = []
         if settings.reset:
             self.step.set(self.centre.read(self.rank, self.check))
+
+    def check_abort(self) -> None:
+        """Raise if another rank failed (polled between steps and while a lock is busy)."""
+        if self.state.comm.control.aborted:
+            raise Aborted("phase abandoned: another rank failed")
+
+    def _check_rank_0(self) -> None:
+        # Rank 0 also polls the workers while it waits for a lock, so a stopped holder
+        # raises WorkerHung instead of blocking; a dead holder releases the lock anyway.
+        self.check_abort()
+        launch.current().check_alive()
 
     def record(self, *parts) -> None:
         """Append one row to the log (when the phase logs)."""
@@ -97,6 +107,13 @@ class Exchange:
 
     def log_array(self) -> np.ndarray:
         return np.array(self.log) if self.log else np.zeros((0, 0))
+
+
+def every(name: str, steps: int) -> int:
+    """``steps`` as a count of local steps between exchanges: an int of at least 1."""
+    if int(steps) != steps or steps < 1:
+        raise ValueError(f"{name} must be a whole number of steps, at least 1; got {steps}")
+    return int(steps)
 
 
 def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
@@ -117,6 +134,7 @@ def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
         share = rank_rows(n_rows, state.rank, state.n_ranks)
         losses = np.empty(settings.n_steps)
         for k in range(settings.n_steps):
+            algorithm.check_abort()  # another rank failed: stop now, not after the phase
             g = settings.first_step + k
             rows = minibatch(share, settings.batch_size, g)
             losses[k] = step(data, indices[rows] if len(indices) else rows)

@@ -1,7 +1,11 @@
 """A vector in host shared memory that ranks change under a lock, safe against a dying holder.
 
 The lock is ``fcntl.flock`` on the segment's own file in ``/dev/shm``: the kernel
-releases it when the holding process dies, however it dies, so nobody waits forever. What
+releases it when the holding process dies, however it dies, so nobody waits forever. The
+lock belongs to the open file, not the process: each :class:`SharedBlock` opens its own
+(so two in one process exclude each other too), and the descriptor is not inherited by
+``exec``'d children (workers are started that way). A process that ``os.fork`` s while
+holding the lock would share it with its child, so exchanges never fork. What
 the dead holder was writing may be half-written, so the segment's header keeps an *owner*
 and a *dirty* word: the holder sets dirty on entry and clears it on a clean exit, and the
 next rank to take the lock and find it set raises :class:`HolderDied` naming the owner
@@ -66,6 +70,7 @@ class SharedBlock:
     """
 
     def __init__(self, name: str, size: int, dtype, create: bool):
+        self._fd = -1  # set first: __del__ runs even when attaching fails
         dtype = np.dtype(dtype)
         self.name = name
         self.segment = Segment(name, ALIGN + size * dtype.itemsize, create)
