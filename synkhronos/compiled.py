@@ -89,9 +89,17 @@ class RankFunction:
             if sliced_updates:
                 outputs, updates = list(outputs) + [u for _, u in updates], []
             kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
-            fn = pytensor.function(
-                spec.inputs + spec.bcast_inputs + extra, outputs, updates=updates,
-                givens=givens, mode=self.mode, name=spec.name, **kwargs)
+            try:
+                fn = pytensor.function(
+                    spec.inputs + spec.bcast_inputs + extra, outputs, updates=updates,
+                    givens=givens, mode=self.mode, name=spec.name, **kwargs)
+            except NotImplementedError as error:
+                if self.mode == "JAX":
+                    error.add_note("PyTensor's JAX mode lacks an op of this graph; on CPU "
+                                   "ranks fork with backend='cpu' (or set SYNK_CPU_BACKEND"
+                                   "=cpu: backend='auto' takes 'jax-cpu' where it measured "
+                                   "JAX mode faster)")
+                raise
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
             self._compiled[(variant, sliced_updates)] = fn
         return fn

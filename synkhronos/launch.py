@@ -28,12 +28,13 @@ import weakref
 import numpy as np
 
 from .backends import get_backend, gpu
+from .backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
 from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied, WorkerHung
 from .comm import make_communicator
 from .data import released_ids
 from .distribute import pack
 from .liveness import Watchdog
-from .nodes import LAYOUT_VAR
+from .nodes import LAUNCHER_VARS, LAYOUT_VAR
 from .nodes import start as start_nodes
 from .nodes import stop as stop_nodes
 from .protocol import FORGET_DATA, Command
@@ -48,15 +49,25 @@ _session: Session | None = None
 
 
 def _auto_backend() -> str:
-    """"gpu" when GPUs are visible and the GPU extra is installed, else "cpu"."""
+    """"gpu" when GPUs are visible and the GPU extra is installed, else
+    :func:`_auto_cpu_backend`'s choice."""
     if not gpu.visible_gpus():
-        return "cpu"
+        return _auto_cpu_backend()
     missing = gpu.gpu_packages_missing()
     if missing:
         print(f"synkhronos: GPUs are visible but {' and '.join(missing)} is missing, so "
               f"running on CPU ranks; {gpu.EXTRA_HINT}")
-        return "cpu"
+        return _auto_cpu_backend()
     return "gpu"
+
+
+def _auto_cpu_backend() -> str:
+    """"jax-cpu" where PyTensor's JAX mode was measured faster on this machine, else "cpu"
+    (:mod:`synkhronos.backends.cpu_choice`); "cpu" under an MPI launcher, where nodes
+    measuring apart could choose apart."""
+    if any(v in os.environ for v in LAUNCHER_VARS) and not os.environ.get(CHOICE_VAR):
+        return "cpu"
+    return faster_cpu_backend()
 
 
 def _match_jax_precision() -> None:
@@ -427,7 +438,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         Number of ranks. Default: one per usable CPU core (``os.sched_getaffinity``) on
         CPU backends, one per visible GPU on "gpu".
     use_gpu : bool
-        False: CPU ranks (with ``backend="auto"``, "cpu").
+        False: CPU ranks (with ``backend="auto"``, "cpu" or "jax-cpu" as below).
     master_rank : int
         Which visible GPU rank 0 drives (the others follow in order); ignored on CPU
         ranks and when ``gpus`` is given.
@@ -437,7 +448,12 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         dimensions.
     backend : {"auto", "cpu", "jax-cpu", "gpu"}
         "auto" picks "gpu" when GPUs are visible (counted with ``nvidia-smi``, without
-        initialising CUDA here) and the GPU extra is installed, else "cpu".
+        initialising CUDA here) and the GPU extra is installed. Otherwise it picks
+        "jax-cpu" where PyTensor's JAX mode was measured at least 1.1x faster than its
+        default mode on this machine and floatX, else "cpu"; the measurement (a few
+        seconds) runs once and is remembered (see :doc:`model`). The environment
+        variable ``SYNK_CPU_BACKEND`` ("cpu" or "jax-cpu") decides instead, and under
+        an MPI launcher it is "cpu" unless that variable says otherwise.
     gpus : list of int, optional
         GPU ids to use, one per rank (default: the first ``n_parallel`` visible, from
         ``master_rank`` on).
@@ -472,7 +488,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if not use_gpu:
         if backend == "gpu":
             raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
-        backend = "cpu" if backend == "auto" else backend
+        backend = _auto_cpu_backend() if backend == "auto" else backend
     if backend == "auto":
         backend = _auto_backend()
     get_backend(backend)

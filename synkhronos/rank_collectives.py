@@ -48,9 +48,9 @@ def communicator(state, nccl: bool):
     return _HostPath(comm)
 
 
-def _set_all(state, variables: list, values: list) -> None:
+def _set_all(state, variables: list, values: list, owned: bool = False) -> None:
     for var, value in zip(variables, values, strict=True):
-        state.backend.set_value(var, value)
+        state.backend.set_value(var, value, owned)
 
 
 def _values(state, variables: list) -> list:
@@ -113,7 +113,7 @@ def _all_reduce(state, comm, variables, op, rank, values):
                    for h, v in zip(host, variables, strict=True))
     got = comm.all_reduce(host, op, out=host if in_place else None)
     if not in_place:
-        _set_all(state, variables, got)
+        _set_all(state, variables, got, owned=True)  # fresh arrays: no copy needed
 
 
 def _set_value(state, comm, variables, op, rank, values):

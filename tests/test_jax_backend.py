@@ -99,3 +99,12 @@ def test_accumulate_matches_combine(op, rng):
     got = accumulate(op, [jnp.asarray(v) for v in values], weights)
     assert not isinstance(got, np.ndarray)  # stayed a JAX array
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+def test_op_jax_mode_lacks_says_what_to_do(jax_ranks):
+    import pytensor.tensor as pt
+
+    with pytest.raises(NotImplementedError) as info:  # rank 0 compiles as it builds
+        synk.function([x], pt.erfcx(x).sum())
+    assert "fork with backend='cpu'" in "\n".join(getattr(info.value, "__notes__", []))
+    assert synk.function([x], (x.sum(), "sum"))(np.ones((4, 3))) == 12  # the session goes on

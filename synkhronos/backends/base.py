@@ -32,12 +32,19 @@ class Backend:
         the variable's storage where possible)."""
         return self.to_comm(var.get_value(borrow=True))
 
-    def set_value(self, var, value) -> None:
-        """Set a shared variable's value from what a communicator returned (copied)."""
+    def set_value(self, var, value, owned: bool = False) -> None:
+        """Set a shared variable's value from what a communicator returned.
+
+        The value is copied unless ``owned`` says that nothing else holds it (a fresh
+        result), in which case the variable takes it as it is where the dtype matches.
+        """
         current = var.get_value(borrow=True)
         if (isinstance(current, np.ndarray) and current.flags.writeable
                 and current.shape == np.shape(value) and current.dtype == value.dtype):
             np.copyto(current, value)  # in place: keeps the storage the function uses
         else:
-            var.set_value(np.array(value, dtype=var.dtype))
+            # Storage JAX mode handed out is read-only: replace it. borrow=True, as the
+            # array is this variable's alone (PyTensor would copy it once more).
+            fresh = owned and isinstance(value, np.ndarray) and value.dtype == var.dtype
+            var.set_value(value if fresh else np.array(value, dtype=var.dtype), borrow=True)
 

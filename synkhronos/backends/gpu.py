@@ -119,7 +119,7 @@ class GpuBackend(Backend):
 
         return jax.device_put(array) if isinstance(array, (np.ndarray, np.generic)) else array
 
-    def set_value(self, var, value) -> None:
+    def set_value(self, var, value, owned: bool = False) -> None:
         import jax
         import jax.numpy as jnp
 

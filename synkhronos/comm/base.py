@@ -39,7 +39,8 @@ class Communicator(ABC):
     def all_reduce(self, arrays: list, op: str, out: list | None = None) -> list:
         """Element-wise reduction of every rank's arrays, on every rank.
 
-        With ``out``, results are written into those arrays (which may be ``arrays``).
+        With ``out``, results are written into those arrays (which may be ``arrays``);
+        without, they are new arrays that nothing else holds.
         """
 
     @abstractmethod

@@ -1,0 +1,95 @@
+"""backend="auto" on CPU ranks: the default mode or JAX mode, whichever measured faster."""
+
+import json
+import subprocess
+
+import pytest
+
+import synkhronos as synk
+from synkhronos import launch
+from synkhronos.backends import cpu_choice
+
+
+@pytest.fixture
+def measured(monkeypatch, tmp_path):
+    """No SYNK_CPU_BACKEND, a fresh cache directory, and a fake measurement that counts
+    its runs; set ``measured.seconds`` (or ``measured.error``) before choosing."""
+    monkeypatch.delenv(cpu_choice.CHOICE_VAR, raising=False)
+    monkeypatch.setenv(cpu_choice.CACHE_VAR, str(tmp_path))
+
+    class Fake:
+        seconds = {"cpu": 4.0e-3, "jax-cpu": 2.0e-3}
+        error = None
+        runs: list = []
+
+        def __call__(self, float_x):
+            self.runs.append(float_x)
+            if self.error:
+                raise self.error
+            return dict(self.seconds)
+
+    fake = Fake()
+    monkeypatch.setattr(cpu_choice, "_measure_in_child", fake)
+    return fake
+
+
+@pytest.mark.parametrize(("cpu_ms", "jax_ms", "expected"), [
+    (4.0, 2.0, "jax-cpu"), (4.4, 4.0, "jax-cpu"), (4.3, 4.0, "cpu"), (3.0, 4.0, "cpu")])
+def test_choose_needs_the_margin(cpu_ms, jax_ms, expected):
+    assert cpu_choice.choose({"cpu": cpu_ms, "jax-cpu": jax_ms}) == expected
+
+
+def test_measured_once_then_remembered(measured, monkeypatch, capsys):
+    import pytensor
+
+    assert cpu_choice.faster_cpu_backend() == "jax-cpu"
+    assert "timing PyTensor's default and JAX modes" in capsys.readouterr().err
+    kept = json.loads(cpu_choice.cache_file().read_text())
+    assert kept["choice"] == "jax-cpu" and kept["seconds"] == measured.seconds
+    measured.seconds = {"cpu": 1.0, "jax-cpu": 9.0}  # not asked again: the file answers
+    assert cpu_choice.faster_cpu_backend() == "jax-cpu"
+    assert len(measured.runs) == 1
+    other = "float64" if pytensor.config.floatX == "float32" else "float32"
+    monkeypatch.setattr(pytensor.config, "floatX", other)  # another key: measured anew
+    assert cpu_choice.faster_cpu_backend() == "cpu"
+    assert measured.runs == [measured.runs[0], other]
+
+
+def test_failed_measurement_gives_cpu_and_is_not_kept(measured, capsys):
+    measured.error = subprocess.SubprocessError("exit 1: boom")
+    assert cpu_choice.faster_cpu_backend() == "cpu"
+    assert "the measurement failed (exit 1: boom)" in capsys.readouterr().err
+    assert not cpu_choice.cache_file().exists()
+
+
+def test_environment_decides(measured, monkeypatch):
+    monkeypatch.setenv(cpu_choice.CHOICE_VAR, "cpu")
+    assert cpu_choice.faster_cpu_backend() == "cpu"
+    monkeypatch.setenv(cpu_choice.CHOICE_VAR, "jax")
+    with pytest.raises(ValueError, match="SYNK_CPU_BACKEND='jax'"):
+        cpu_choice.faster_cpu_backend()
+    assert measured.runs == []
+
+
+def test_mpi_launcher_keeps_cpu(measured, monkeypatch):
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert launch._auto_cpu_backend() == "cpu"
+    monkeypatch.setenv(cpu_choice.CHOICE_VAR, "jax-cpu")
+    assert launch._auto_cpu_backend() == "jax-cpu"
+    assert measured.runs == []
+
+
+def test_fork_auto_takes_the_choice(measured):
+    pytest.importorskip("jax")
+    n = synk.fork(2, use_gpu=False)  # use_gpu=False: auto among the CPU backends
+    try:
+        assert n == 2 and synk.backend() == "jax-cpu"
+    finally:
+        synk.close()
+
+
+def test_real_measurement_in_a_child():
+    pytest.importorskip("jax")
+    seconds = cpu_choice._measure_in_child("float32")
+    assert set(seconds) == {"cpu", "jax-cpu"}
+    assert all(0 < s < 1 for s in seconds.values())
