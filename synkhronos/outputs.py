@@ -7,9 +7,10 @@ neither: rank 0 returns its own result, and the workers send nothing):
   integer "avg"): each worker replies with its outputs as host arrays through the command
   channel, and rank 0 combines them with :func:`synkhronos.reduce.combine`. Nothing here
   waits on another rank, so a failed worker never blocks the others.
-- **Communicator** (backends with ``device_outputs``: "gpu", and "jax-cpu", which runs this
-  path in CI): the other reductions go through ``comm.reduce``, which on GPU ranks is NCCL,
-  so values stay on the devices and only rank 0's result is copied to the host, once.
+- **Communicator** (backends with ``device_outputs``: "gpu"; CI runs it with
+  ``tests/fake_cupy``): the other reductions go through ``comm.reduce``, which on GPU
+  ranks is NCCL, so values stay on the devices and only rank 0's result is copied to the
+  host, once.
   First the ranks exchange their row counts and output shapes through shared memory. That
   exchange is the barrier where a rank's failure aborts the others (shared-memory barriers
   abort; NCCL calls would wait forever), and where mismatched shapes raise the same error
@@ -32,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from .nodes import current as current_nodes
-from .reduce import combine
+from .reduce import bare_op, combine
 
 
 def _host(values) -> list:
@@ -99,6 +100,17 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     return _host(o for j, o in enumerate(outs) if j not in ops), reduced
 
 
+def _check_same_shapes(output: int, op: str, values: list) -> None:
+    """Refuse to reduce per-rank values of different shapes (NumPy would broadcast some)."""
+    if bare_op(op) == "gather":
+        return
+    shapes = [None if v is None else np.shape(v) for v in values]
+    if len({s for s in shapes if s is not None}) > 1:
+        listed = ", ".join(f"rank {r}: {s}" for r, s in enumerate(shapes) if s is not None)
+        raise ValueError(f"output {output} has shapes {listed}; outputs reduced with "
+                         f"avg/sum/prod/max/min need the same shape on every rank")
+
+
 def collect_outputs(replies: list[list[np.ndarray]], spec, subset, weight: int, host: list,
                     reduced: dict, single: bool):
     """(Rank 0) Put together the call's results from its own share and the workers'
@@ -122,6 +134,7 @@ def collect_outputs(replies: list[list[np.ndarray]], spec, subset, weight: int, 
             if op == "per_rank":
                 results.append([None if v is None else np.array(v) for v in values])
             else:
+                _check_same_shapes(i, op, values)
                 results.append(combine(op, values, weights))
     world = current_nodes()
     if world.n_nodes > 1:  # the same global result on every node

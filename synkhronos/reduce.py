@@ -107,8 +107,7 @@ def combine(op, values: list, weights: list[int]):
     return np.asarray(acc)
 
 
-# The dtypes NCCL reduces (comm/nccl.py maps each to NCCL's code); the same rule holds for
-# "jax-cpu", so that CI takes the paths GPU ranks take.
+# The dtypes NCCL reduces (comm/nccl.py maps each to NCCL's code).
 IN_PLACE_DTYPES = ("float16", "float32", "float64", "int8", "uint8", "int32", "uint32",
                    "int64", "uint64")
 

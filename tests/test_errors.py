@@ -65,6 +65,14 @@ def test_unknown_reduce_op_at_build(ranks):
         synk.function([pt.scalar("a")], x.sum())
 
 
+def test_row_dependent_output_shapes_name_the_ranks(ranks):
+    per_row = synk.function([x], (x[:, 0] * 2, "sum"))
+    with pytest.raises(ValueError, match=r"output 0 has shapes rank 0: \(3,\), rank 1: "
+                                         r"\(2,\).*same shape on every rank"):
+        per_row(np.ones((5, 3)))
+    np.testing.assert_array_equal(per_row(np.ones((4, 3))), [4.0, 4.0])  # still usable
+
+
 def test_worker_exception_is_raised_with_rank_and_traceback(ranks):
     checked = Assert("row sum too large")(x.sum(axis=1), pt.all(x.sum(axis=1) < 100))
     g = synk.function([x], (checked, "gather"), name="assert")

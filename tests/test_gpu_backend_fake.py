@@ -88,6 +88,15 @@ def _session() -> None:
         assert n_rows.dtype == np.int16 and int(n_rows) == 10
         _close(total, xv.sum(), "complex64 sum")
 
+        # Row-dependent shapes: refused on every rank in the exchange before NCCL.
+        try:
+            synk.function([x], (x[:, 0] * 2, "sum"))(xv)
+        except ValueError as error:
+            assert "same shape on every rank" in str(error), error
+        else:
+            raise AssertionError("outputs of row-dependent shapes were reduced")
+        assert reduce_ops == [], reduce_ops
+
         # Shared variables stay JAX arrays; every collective through the NCCL communicator.
         import jax  # after fork(), which must see to the GPUs before JAX loads
 

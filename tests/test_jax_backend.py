@@ -52,9 +52,9 @@ def test_mode_is_jax(jax_ranks):
     assert "JAX" in type(compiled.maker.linker).__name__
 
 
-def test_reductions_go_through_the_communicator(jax_ranks, rng):
-    """On device backends, avg/sum/prod/max/min are reduced by comm.reduce (one call per op);
-    gather and None come by the host."""
+def test_outputs_come_by_the_host(jax_ranks, rng):
+    """On jax-cpu, as on cpu, outputs reach rank 0 in the replies: no collective per call
+    (GPU ranks reduce through the communicator; tests/test_gpu_backend_fake.py)."""
     from synkhronos import launch
 
     f, ref = ops_function()
@@ -63,9 +63,6 @@ def test_reductions_go_through_the_communicator(jax_ranks, rng):
     try:
         xv, yv = random_xy(rng, 11)
         check_ops(f(xv, yv, 0.3), ref(xv, yv, 0.3), rows_per_rank=[6, 5])
-        assert ops_seen == ["sum", "prod", "max", "min"]  # "avg" is a scaled sum
-        ops_seen.clear()
-        # One row: rank 1 computes nothing, so every rank takes the host path.
         check_ops(f(xv, yv, 0.3, batch=[4]), ref(xv[[4]], yv[[4]], 0.3), rows_per_rank=[1, 0])
         assert ops_seen == []
     finally:

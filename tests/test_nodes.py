@@ -194,9 +194,9 @@ def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120,
                                                 (2, "gpu")])
 def test_calls_and_collectives_span_every_node(tmp_path, local, backend):
     """2 nodes x ``local`` ranks: outputs, batch selections, collectives and a training
-    trajectory equal one process on the whole batch. On "jax-cpu" the outputs take the
-    communicator path (GPU ranks' path) across the nodes; "gpu" runs GPU ranks with
-    ``tests/fake_cupy`` standing in for CuPy: one NCCL communicator over all 4 ranks."""
+    trajectory equal one process on the whole batch. "gpu" runs GPU ranks with
+    ``tests/fake_cupy`` standing in for CuPy: one NCCL communicator over all 4 ranks, and
+    outputs through it (the communicator path) across the nodes."""
     if backend != "cpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
     proc, _ = _launch(tmp_path, CHECKS, str(local), backend, fake_cupy=backend == "gpu")
