@@ -6,20 +6,24 @@ ways, side by side in one run, samples/s at each global batch size:
 1. ``PyTensor 1 thread``: a plain ``pytensor.function`` step (default mode), one BLAS
    thread, pinned to one core;
 2. ``synk 2 ranks``: ``extensions.train.make_step_function`` after
-   ``synk.fork(2, backend="cpu")``, the data in ``synk.data``;
+   ``synk.fork(2, backend="cpu")``, the data in ``synk.data``; and the same with
+   ``backend="jax-cpu"`` (PyTensor's JAX mode, which ``backend="auto"`` takes where it
+   measures JAX mode faster);
 3. ``mpi4py 2 procs``: PyTensor gradient (one flat output) and update functions with an
    in-place ``Allreduce`` between, under ``mpiexec -n 2``, each process pinned, 1 thread;
 4. ``DDP gloo 2 procs``: torch DistributedDataParallel, each process pinned, 1 thread;
 5. ``torch 2 threads``: torch, one process.
 
 The compute limit of 2 ranks at global batch B is twice column 1's samples/s at B/2 (each
-rank computing its half, nothing else). A sixth, diagnostic column, ``2 x PyTensor
-concurrent``, runs column 1's step in two processes at once, each pinned to its own core
-on its half of the batch, with no communication at all: what both cores deliver together
-when they compete for memory bandwidth and cache, the limit this machine can reach
-(it trains two independent models, so it is left out of the loss check). Also
+rank computing its half, nothing else); the JAX limit is the same for column 1's step in
+JAX mode (XLA on one thread), the bound of the "jax-cpu" column. A diagnostic column,
+``2 x PyTensor concurrent``, runs column 1's step in two processes at once, each pinned
+to its own core on its half of the batch, with no communication at all: what both cores
+deliver together when they compete for memory bandwidth and cache, the limit this
+machine can reach (it trains two independent models, so it is left out of the loss
+check). Also
 measured: column 1's step in PyTensor's JAX mode with XLA on one thread, against the
-default mode, at 128 and 1024 rows.
+default mode, at each half batch.
 
 Each column runs in its own processes (``step_peers.py``), all compiled before timing. At
 each batch size every point is warmed up, then the points take turns, block by block
@@ -63,13 +67,13 @@ from step_peers import DATA_ROWS, KEY_VAR
 
 HERE = Path(__file__).resolve().parent
 BATCHES = (64, 128, 256, 512, 1024, 2048, 4096)
-JAX_ROWS = (128, 1024)
 CHECK_BATCH, CHECK_STEPS = 256, 3
 MIN_STEPS = 5
 START_TIMEOUT_S = 600
 LABELS = {
     "pytensor": "PyTensor 1 thread",
     "synk": "synk 2 ranks",
+    "synk_jax": "synk 2 ranks jax-cpu",
     "mpi": "mpi4py + PyTensor 2 procs",
     "ddp": "torch DDP gloo 2 procs",
     "torch2": "torch 1 proc 2 threads",
@@ -99,7 +103,8 @@ class Column:
 
 def missing(column: str) -> str | None:
     """Why ``column`` cannot run here, or None."""
-    need = {"ddp": "torch", "torch2": "torch", "mpi": "mpi4py", "jax": "jax"}.get(column)
+    need = {"ddp": "torch", "torch2": "torch", "mpi": "mpi4py", "jax": "jax",
+            "synk_jax": "jax"}.get(column)
     if need and importlib.util.find_spec(need) is None:
         return f"{need} is not installed (pip install " + {
             "torch": "torch==2.13.0", "mpi4py": "mpi4py mpich", "jax": "jax"}[need] + ")"
@@ -217,7 +222,7 @@ def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: 
 
 
 def run(args: argparse.Namespace) -> dict:
-    wanted = ["pytensor", "synk", "mpi", "ddp", "torch2", "pair", "jax"]
+    wanted = ["pytensor", "synk", "synk_jax", "mpi", "ddp", "torch2", "pair", "jax"]
     skipped = {name: why for name in wanted if (why := missing(name))}
     for name, why in skipped.items():
         print(f"skipped: {LABELS[name]}: {why}")
@@ -230,32 +235,25 @@ def run(args: argparse.Namespace) -> dict:
         connect(listener, columns)
         print(f"columns compiled and connected in {time.perf_counter() - t0:.0f} s")
         losses = check(columns)
-        by_batch, jax_groups = {}, {}
+        by_batch = {}
         timed = [name for name in columns if name != "jax"]
         for batch in args.batches:
             points = [(name, batch) for name in timed] + [("pytensor", batch // 2)]
-            if "jax" in columns and batch in JAX_ROWS:
-                points.append(("jax", batch))
+            if "jax" in columns:
+                points.append(("jax", batch // 2))
             by_batch[batch] = measure(points, columns, args.repeats, args.block_s)
-            if ("jax", batch) in points:
-                jax_groups[batch] = by_batch[batch]
             print(f"  batch {batch} measured", flush=True)
-        for rows in JAX_ROWS:
-            if "jax" in columns and rows not in jax_groups:
-                jax_groups[rows] = measure([("pytensor", rows), ("jax", rows)], columns,
-                                           args.repeats, args.block_s)
     finally:
         stop(columns)
         listener.close()
-    return results(args, by_batch, jax_groups, losses, skipped)
+    return results(args, by_batch, losses, skipped)
 
 
-def results(args, by_batch: dict, jax_groups: dict, losses: dict, skipped: dict) -> dict:
-    """Figures by column and batch, the limit, the ratios, the loss check, as plain data.
+def results(args, by_batch: dict, losses: dict, skipped: dict) -> dict:
+    """Figures by column and batch, the limits, the ratios, the loss check, as plain data.
 
-    ``by_batch[B]`` and ``jax_groups[rows]`` are :func:`measure`'s results for the points
-    measured together: every column at global batch B and column 1 at B/2, or column 1
-    and its JAX mode at ``rows``.
+    ``by_batch[B]`` is :func:`measure`'s result for the points measured together: every
+    column at global batch B, and column 1 and its JAX mode at B/2.
     """
     def rate(group: dict, name: str, rows: int) -> float | None:
         return median(group[name, rows]) if (name, rows) in group else None
@@ -263,22 +261,27 @@ def results(args, by_batch: dict, jax_groups: dict, losses: dict, skipped: dict)
     table = {name: {b: rate(by_batch[b], name, b) for b in args.batches}
              for name in LABELS if name != "jax"}
     table["limit"] = {b: 2 * rate(by_batch[b], "pytensor", b // 2) for b in args.batches}
-    synk, limit, mpi, ddp, pair = (table[k] for k in ("synk", "limit", "mpi", "ddp", "pair"))
+    table["limit_jax"] = {b: 2 * j if (j := rate(by_batch[b], "jax", b // 2)) else None
+                          for b in args.batches}
+    synk, synk_jax, limit, limit_jax, mpi, ddp, pair = (
+        table[k] for k in ("synk", "synk_jax", "limit", "limit_jax", "mpi", "ddp", "pair"))
 
     def ratio(a, b):
         return a / b if a and b else None
 
-    ratios = {"synk/limit": {b: ratio(synk[b], limit[b]) for b in args.batches},
-              "synk/mpi4py": {b: ratio(synk[b], mpi[b]) for b in args.batches},
-              "synk/DDP": {b: ratio(synk[b], ddp[b]) for b in args.batches},
-              "synk/concurrent": {b: ratio(synk[b], pair[b]) for b in args.batches}}
-    jax = {rows: {"default_ms": 1e3 * rows / rate(group, "pytensor", rows),
-                  "jax_ms": 1e3 * rows / rate(group, "jax", rows)}
-           for rows, group in sorted(jax_groups.items())}
+    ratios = {}
+    for label, column in (("synk", synk), ("synk jax-cpu", synk_jax)):
+        ratios |= {f"{label}/limit": {b: ratio(column[b], limit[b]) for b in args.batches},
+                   f"{label}/mpi4py": {b: ratio(column[b], mpi[b]) for b in args.batches},
+                   f"{label}/DDP": {b: ratio(column[b], ddp[b]) for b in args.batches}}
+    ratios["synk/concurrent"] = {b: ratio(synk[b], pair[b]) for b in args.batches}
+    ratios["synk jax-cpu/JAX limit"] = {b: ratio(synk_jax[b], limit_jax[b])
+                                        for b in args.batches}
+    jax = {b // 2: {"default_ms": 1e3 * (b // 2) / rate(group, "pytensor", b // 2),
+                    "jax_ms": 1e3 * (b // 2) / rate(group, "jax", b // 2)}
+           for b, group in sorted(by_batch.items()) if ("jax", b // 2) in group}
     blocks = {f"batch {b}: {name} at {rows} rows": values
               for b, group in by_batch.items() for (name, rows), values in group.items()}
-    blocks |= {f"JAX comparison: {name} at {rows} rows": values
-               for group in jax_groups.values() for (name, rows), values in group.items()}
     reference = np.array(losses["pytensor"])
     check_dev = {name: float(np.max(np.abs(np.array(v) - reference) / np.abs(reference)))
                  for name, v in losses.items()}
@@ -291,8 +294,9 @@ def results(args, by_batch: dict, jax_groups: dict, losses: dict, skipped: dict)
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-GOALS = (("synk/limit", 256, 0.90), ("synk/mpi4py", 256, 1.15),
-         ("synk/DDP", 2048, 1.0), ("synk/limit", 2048, 0.90))
+GOALS = tuple((f"{synk}/{peer}", batch, goal) for synk in ("synk", "synk jax-cpu")
+              for peer, batch, goal in (("limit", 256, 0.90), ("mpi4py", 256, 1.15),
+                                        ("DDP", 2048, 1.0), ("limit", 2048, 0.90)))
 
 
 def report(res: dict, tolerance: float) -> bool:
@@ -300,8 +304,10 @@ def report(res: dict, tolerance: float) -> bool:
     def fmt(v, spec=",.0f"):
         return "—" if v is None else format(v, spec)
 
-    names = ["pytensor", "synk", "mpi", "ddp", "torch2", "pair"]
-    shown = ("synk/limit", "synk/mpi4py", "synk/DDP", "synk/concurrent")
+    names = ["pytensor", "synk", "synk_jax", "mpi", "ddp", "torch2", "pair"]
+    shown = ("synk/limit", "synk/mpi4py", "synk/DDP", "synk/concurrent",
+             "synk jax-cpu/limit", "synk jax-cpu/JAX limit", "synk jax-cpu/mpi4py",
+             "synk jax-cpu/DDP")
     print(f"\nLoss after each of the first {CHECK_STEPS} steps at batch {CHECK_BATCH}, "
           "same init and data (max relative deviation from PyTensor 1 thread):")
     agree = True
@@ -311,15 +317,18 @@ def report(res: dict, tolerance: float) -> bool:
         print(f"  {LABELS[name]:28s} " + " ".join(f"{v:.6f}" for v in values)
               + f"   {dev:.1e}" + ("" if dev <= tolerance else "  MISMATCH"))
     table, ratios = res["samples_per_s"], res["ratios"]
-    print("\nsamples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2\n")
+    print("\nsamples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2, "
+          "JAX limit = the same in JAX mode\n")
     print("| global batch | " + " | ".join(LABELS[n] for n in names)
-          + " | limit | " + " | ".join(shown) + " |")
-    print("|---" * (len(names) + len(shown) + 2) + "|")
+          + " | limit | JAX limit |")
+    print("|---" * (len(names) + 3) + "|")
     for b in res["batches"]:
         print(f"| {b} | " + " | ".join(fmt(table[n][b]) for n in names)
-              + f" | {fmt(table['limit'][b])} | "
-              + " | ".join(fmt(ratios[r][b], ".2f")
-                           for r in shown) + " |")
+              + f" | {fmt(table['limit'][b])} | {fmt(table['limit_jax'][b])} |")
+    print("\n| global batch | " + " | ".join(shown) + " |")
+    print("|---" * (len(shown) + 1) + "|")
+    for b in res["batches"]:
+        print(f"| {b} | " + " | ".join(fmt(ratios[r][b], ".2f") for r in shown) + " |")
     print()
     for name, batch, goal in GOALS:
         value = ratios[name].get(batch)
@@ -346,8 +355,10 @@ def plot(res: dict, path: Path) -> None:
     for name, values in res["samples_per_s"].items():
         if all(values[b] is None for b in batches):
             continue
-        style = {"linestyle": "--", "color": "gray"} if name == "limit" else {"marker": "o"}
-        label = "limit: 2 x 1 thread at batch/2" if name == "limit" else LABELS[name]
+        style = ({"linestyle": "--", "color": "gray" if name == "limit" else "black"}
+                 if name.startswith("limit") else {"marker": "o"})
+        label = {"limit": "limit: 2 x 1 thread at batch/2",
+                 "limit_jax": "JAX limit: the same in JAX mode"}.get(name) or LABELS[name]
         ax.plot(batches, [values[b] for b in batches], label=label, **style)
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches, [str(b) for b in batches])

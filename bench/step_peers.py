@@ -16,7 +16,8 @@ variable ``SYNK_BENCH_KEY``) and serves its commands until told to stop:
 
 Columns: ``pytensor`` (plain ``pytensor.function``, default mode, 1 BLAS thread, pinned),
 ``jax`` (the same in PyTensor's JAX mode; the XLA thread flags come from the environment),
-``synk`` (``make_step_function`` on 2 ranks, data in ``synk.data``), ``mpi`` (PyTensor
+``synk`` and ``synk_jax`` (``make_step_function`` on 2 ranks of the "cpu" and
+"jax-cpu" backends, data in ``synk.data``), ``mpi`` (PyTensor
 gradient and update functions with an mpi4py ``Allreduce`` between, under ``mpiexec``),
 ``ddp`` (torch DistributedDataParallel, gloo, 1 thread per process, pinned) and ``torch2``
 (torch, one process, 2 threads).
@@ -138,13 +139,14 @@ def pytensor_column(mode: str | None, rank: int = 0,
     return step, finish
 
 
-def synk_column() -> Step:
-    """``make_step_function`` on 2 CPU ranks, the data in ``synk.data`` (no copy per call)."""
+def synk_column(backend: str) -> Step:
+    """``make_step_function`` on 2 CPU ranks of ``backend``, the data in ``synk.data``
+    (no copy per call)."""
     import synkhronos as synk
     from synkhronos.extensions import train
     from synkhronos.extensions.lasagne import updates
 
-    synk.fork(2, backend="cpu")
+    synk.fork(2, backend=backend)
     x, y, loss, params = pytensor_mlp(init_params())
     train_step = train.make_step_function(loss, params, [x, y], updates.sgd,
                                           learning_rate=LEARNING_RATE)
@@ -270,8 +272,8 @@ def main(argv: list[str]) -> None:
     elif column == "pair":
         rank, world = map(int, rest)
         step, finish = pytensor_column(None, rank, world)
-    elif column == "synk":
-        step = synk_column()
+    elif column in ("synk", "synk_jax"):
+        step = synk_column("cpu" if column == "synk" else "jax-cpu")
     elif column == "mpi":
         step = mpi_column()
         from mpi4py import MPI
@@ -289,7 +291,7 @@ def main(argv: list[str]) -> None:
     try:
         serve(conn, step, finish)
     finally:
-        if column == "synk":
+        if column in ("synk", "synk_jax"):
             import synkhronos as synk
 
             synk.close()
