@@ -84,6 +84,19 @@ def main(argv: list[str]) -> None:
     comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
     state = RankState(rank, n_ranks, comm, backend)
     views = DataViews(prefix)
+
+    def distribute(state, arrays, resolve) -> None:
+        state.add_functions(unpack(bytes(arrays[0]), state.registry, rank))
+
+    # This rank's part of each command: (state, arrays, resolve) -> reply arrays (None: no
+    # reply). STOP is handled by the loop itself.
+    handlers = {
+        Command.DISTRIBUTE: distribute,
+        Command.CALL: run_share,
+        Command.COLLECTIVE: lambda state, arrays, resolve: run_collective(state, arrays),
+        Command.ROUTINE: run_routine,
+        Command.CHAIN: run_chain,
+    }
     channel.report()  # ready
 
     while True:
@@ -96,18 +109,11 @@ def main(argv: list[str]) -> None:
             channel.report()
             return
         try:
-            if code == Command.DISTRIBUTE:
-                state.add_functions(unpack(bytes(arrays[0]), state.registry, rank))
-            elif code == Command.CALL:
-                channel.reply(run_share(state, arrays, views.view))
-            elif code == Command.COLLECTIVE:
-                channel.reply(run_collective(state, arrays))
-            elif code == Command.ROUTINE:
-                channel.reply(run_routine(state, arrays, views.view))
-            elif code == Command.CHAIN:
-                channel.reply(run_chain(state, arrays, views.view))
-            else:
+            if code not in handlers:
                 raise ValueError(f"unknown synkhronos command {code}")
+            reply = handlers[code](state, arrays, views.view)
+            if reply is not None:
+                channel.reply(reply)
         except Aborted:
             channel.report(aborted=True)
         except BaseException as error:  # noqa: BLE001 - reported to rank 0

@@ -158,3 +158,39 @@ def test_bad_chains_raise(ranks):
         synk.chain(f, ("all_reduce", pytensor.shared(np.zeros(2))))
     with pytest.raises(TypeError, match="no function to take arguments"):
         synk.chain(("broadcast", v))(np.zeros(2))
+
+
+def test_every_rank_rows_refuses_a_rank_without_rows(ranks):
+    """With every_rank_rows=True a call leaving a rank without rows fails in rank 0, before
+    any rank runs; without it, that rank skips the function."""
+    x = pt.matrix("x")
+    total = pytensor.shared(np.float64(0), name="total_rows")
+    add = synk.function([x], x.sum(), updates=[(total, x.sum())], mode=MODE)
+    strict = synk.chain(add, ("all_reduce", total, "sum"), every_rank_rows=True)
+    data = np.ones((ranks + 1, 3))
+    strict(data)
+    assert float(total.get_value()) == data.sum()
+    with pytest.raises(ValueError, match=rf"batch gives 1 row\(s\) to {ranks} ranks, none to "
+                                         rf"rank\(s\) \[1"):
+        strict(data, batch=[0])
+    assert float(total.get_value()) == data.sum()  # nothing ran
+    loose = synk.chain(add, ("all_reduce", total, "sum"))
+    loose(data, batch=[0])  # rank 0 writes 3, the others keep their last value
+    assert float(total.get_value()) == 3 + (ranks - 1) * data.sum()
+
+
+def test_every_rank_rows_with_batch_s(ranks):
+    rows = pytensor.shared(np.zeros((1, 2)), name="rows_every_rank")
+    acc = pytensor.shared(np.float64(0), name="acc_every_rank")
+    f = synk.function([], updates=[(acc, rows.sum())], sliceable_shareds=[rows], mode=MODE)
+    strict = synk.chain(f, ("all_reduce", acc, "sum"), every_rank_rows=True)
+    synk.scatter(rows, np.ones((2 * ranks, 2)))
+    strict(batch_s=slice(0, 1))
+    assert float(acc.get_value()) == 2 * ranks
+    per_rank = [slice(0, 1)] * (ranks - 1) + [slice(0, 0)]
+    with pytest.raises(ValueError, match=rf"batch_s gives .* none to rank\(s\) \[{ranks - 1}\]"):
+        strict(batch_s=per_rank)
+    synk.scatter(rows, np.ones((ranks - 1, 2)))  # the last rank holds no rows
+    with pytest.raises(ValueError, match=rf"sliceable shared data gives {ranks - 1} row\(s\) "
+                                         rf"to {ranks} ranks, none to rank\(s\) \[{ranks - 1}\]"):
+        strict()

@@ -63,9 +63,6 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
 import synkhronos as synk
-from synkhronos import launch, nodes
-from synkhronos.collectives import sliceable_lengths
-from synkhronos.partition import resolve_rows, selection_length
 
 from .updates import TwoPhaseUpdates, two_phase
 
@@ -101,7 +98,9 @@ def _chain(grad_function: synk.Function, flat_grad: SharedVariable, op: str,
     """Phase one, the all-reduce of ``flat_grad`` with ``op``, the running state's average
     (if any), and phase two: one command per step."""
     averaged = [("all_reduce", state, "avg")] if state else []
-    return synk.chain(grad_function, ("all_reduce", flat_grad, op), *averaged, update_function)
+    # A rank without rows would skip phase one and all-reduce its previous gradient.
+    return synk.chain(grad_function, ("all_reduce", flat_grad, op), *averaged, update_function,
+                      every_rank_rows=True)
 
 
 def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
@@ -148,34 +147,9 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     step = _chain(f_grad_shared, grad_shared, "avg", running_state(loss), f_param_update)
 
     def train_minibatch(x_data: Any, y_data: Any, batch: Batch = None) -> np.ndarray:
-        _check_every_rank_has_rows(len(x_data), batch)
         return step(x_data, y_data, batch=batch)[0]
 
     return train_minibatch
-
-
-def _check_every_rank_has_rows(length: int, batch: Batch) -> None:
-    """Refuse a batch with fewer rows than ranks (of scattered inputs of ``length`` rows):
-    a rank without rows would skip phase one and all-reduce its previous step's gradient
-    (phase one overwrites the flat vector)."""
-    n_ranks = nodes.current().n_global  # every rank of every node (one node: the fork's)
-    rows = length if batch is None else selection_length(resolve_rows(batch, length, "batch"))
-    if rows < n_ranks:
-        raise ValueError(f"batch selects {rows} rows for {n_ranks} ranks; every rank needs "
-                         f"at least one row (drop or pad the last short batch)")
-
-
-def _check_every_rank_has_s_rows(function: synk.Function, batch_s: Any) -> None:
-    """As :func:`_check_every_rank_has_rows`, for rows of sliceable shared variables."""
-    session = launch.current()
-    if batch_s is None:
-        counts = sliceable_lengths(session, function._spec.sliceable)
-    else:
-        counts = [selection_length(s) for s in function._batch_s_rows(session, batch_s)]
-    empty = [r for r, n in enumerate(counts) if n == 0]
-    if empty:
-        raise ValueError(f"batch_s selects no rows on rank(s) {empty}; every rank needs at "
-                         f"least one row")
 
 
 def make_train_function_theano(loss: TensorVariable, params: Sequence[SharedVariable],
@@ -257,12 +231,6 @@ class StepFunction:
         numpy.ndarray
             The loss, averaged over all selected rows.
         """
-        if self.grad_function._spec.inputs and data:
-            # Minibatch Data is read by position; the other inputs bound the selection.
-            full = [len(d) for d in data if not getattr(d, "minibatch", False)]
-            _check_every_rank_has_rows(min(full) if full else len(data[0]), batch)
-        else:
-            _check_every_rank_has_s_rows(self.grad_function, batch_s)
         return self.chain(*data, batch=batch, batch_s=batch_s, num_slices=num_slices)[0]
 
 
