@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
 
     n_ranks = synk.fork(args.ranks, backend=args.backend)
     print(
-        f"{args.model.upper()} on {n_ranks} ranks (backend {args.backend}), data mode "
+        f"{args.model.upper()} on {n_ranks} ranks (backend {synk.backend()}), data mode "
         f"{args.data_mode!r}; {len(x_train)} training, {len(x_val)} validation, "
         f"{len(x_test)} test images"
     )
