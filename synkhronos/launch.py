@@ -417,15 +417,6 @@ def get_n_gpu() -> int:
     return len(gpu.visible_gpus())
 
 
-def _gpus_from(master_rank: int, n_parallel: int | None) -> list[int]:
-    """The visible GPUs with ``master_rank`` first (the one rank 0 drives)."""
-    visible = [int(g) for g in gpu.visible_gpus()]
-    if not 0 <= master_rank < len(visible):
-        raise ValueError(f"master_rank={master_rank}, but {len(visible)} GPUs are visible")
-    ordered = [visible[master_rank]] + visible[:master_rank] + visible[master_rank + 1:]
-    return ordered[:n_parallel]
-
-
 def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int = 0,
          profile_workers: bool = False, max_n_var: int = 1000, max_dim: int = 16,
          backend: str = "auto", gpus: list[int] | None = None,
@@ -494,9 +485,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     get_backend(backend)
     gpu_ids = None
     if backend == "gpu":
-        if gpus is None and master_rank:
-            gpus = _gpus_from(master_rank, n_parallel)
-        gpu_ids = gpu.prepare_gpus(n_parallel, gpus)
+        gpu_ids = gpu.prepare_gpus(n_parallel, gpus, master_rank)
         n_parallel = len(gpu_ids)
     if backend != "cpu":
         _match_jax_precision()

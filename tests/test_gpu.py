@@ -85,3 +85,25 @@ def test_auto_falls_back_to_cpu_without_the_extra(monkeypatch, capsys):
     assert launch._auto_backend() == "gpu"
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
     assert launch._auto_backend() == "cpu"
+
+
+def test_master_rank_puts_its_gpu_first(monkeypatch, capsys):
+    import warnings
+
+    from synkhronos.backends import gpu
+
+    monkeypatch.setattr(gpu, "_require_gpu_packages", lambda: None)
+    monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB")
+                                                   for i in range(4)])
+    monkeypatch.setattr(gpu, "_default_float32", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # restored afterwards, whatever is set
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # every GPU of the table is visible
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "jax was imported before synk.fork()"
+        assert gpu.prepare_gpus(3, None, master_rank=2) == ["2", "0", "1"]
+        assert "rank 0: GPU 2, Fake GPU" in capsys.readouterr().out
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        assert gpu.prepare_gpus(None, [3, 1], master_rank=2) == ["3", "1"]  # gpus= decides
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        with pytest.raises(ValueError, match="master_rank=4, but 4 GPUs are visible"):
+            gpu.prepare_gpus(None, None, master_rank=4)

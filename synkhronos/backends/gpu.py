@@ -73,15 +73,24 @@ def visible_gpus(table: list[tuple[str, str, str]] | None = None) -> list[str]:
     return sorted((row[0] for row in table), key=int)
 
 
-def prepare_gpus(n_parallel: int | None, gpus: list[int] | None) -> list[str]:
+def prepare_gpus(n_parallel: int | None, gpus: list[int] | None,
+                 master_rank: int = 0) -> list[str]:
     """Choose one GPU per rank, print them, and set rank 0's process up for its GPU.
 
-    Returns the GPU ids (as strings for ``CUDA_VISIBLE_DEVICES``), rank 0's first.
+    Without ``gpus``, the visible GPUs from the ``master_rank``-th on (it is rank 0's),
+    then those before it. Returns the GPU ids (as strings for ``CUDA_VISIBLE_DEVICES``),
+    rank 0's first.
     """
     _require_gpu_packages()
     rows = gpu_table()
     table = {index: (name, memory) for index, name, memory in rows}
     available = visible_gpus(rows)
+    if gpus is None and master_rank:
+        if not 0 <= master_rank < len(available):
+            raise ValueError(f"master_rank={master_rank}, but {len(available)} GPUs are "
+                             f"visible")
+        available = [available[master_rank], *available[:master_rank],
+                     *available[master_rank + 1:]]
     chosen = [str(g) for g in gpus] if gpus is not None else available[:n_parallel]
     if not chosen or (n_parallel is not None and len(chosen) != n_parallel):
         raise ValueError(f"asked for {n_parallel} GPU ranks with gpus={gpus}, but GPUs "
