@@ -37,7 +37,9 @@ CHECK_S = 0.05  # between calls of a waiter's check (it reads /proc: not on ever
 
 DIE_HOLDING_LOCK = "SYNK_TEST_DIE_HOLDING_LOCK"
 """Environment variable (a rank) for tests: that rank kills itself (SIGKILL) right after it
-takes a lock and marks the block dirty, as a rank dying mid-exchange would."""
+takes a lock and marks the block dirty, as a rank dying mid-exchange would. Read once, when
+this module is imported (a worker imports it after the test set the variable)."""
+_DIE_RANK = os.environ.get(DIE_HOLDING_LOCK)
 
 
 class HolderDied(RuntimeError):
@@ -116,7 +118,7 @@ class SharedBlock:
                     f"rank {int(self.header[OWNER])} died or failed while holding the lock "
                     f"of {self.name}; its values may be half-written, so they are not used")
             self.header[OWNER], self.header[DIRTY] = rank, 1
-            if os.environ.get(DIE_HOLDING_LOCK) == str(rank):
+            if _DIE_RANK is not None and _DIE_RANK == str(rank):
                 os.kill(os.getpid(), signal.SIGKILL)
             yield self.values
             self.header[SEQUENCE] += count
