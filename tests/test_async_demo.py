@@ -27,8 +27,11 @@ def test_mnist_async_runs_every_algorithm_and_compares(tmp_path: Path) -> None:
     assert result.returncode == 0, f"{out}\n{result.stderr[-5000:]}"
     assert "falling back" in out
     for name in ("sync", "easgd", "easgd-async", "downpour", "gossip"):
-        assert re.search(rf"^{name}: validation accuracy \d+\.\d\d% after \d+ samples", out,
-                         re.MULTILINE), name
+        found = re.search(rf"^{name}: validation accuracy (\d+\.\d\d)% after \d+ samples", out,
+                          re.MULTILINE)
+        assert found, name
+        # Every algorithm learns: ten classes, so chance is 10% (55-80% seen here).
+        assert float(found.group(1)) > 40, (name, found.group(0))
     for name in ("easgd", "easgd-async", "downpour", "gossip"):
         assert re.search(rf"^  {name}: (\d+|None) \(", out, re.MULTILINE), name
     assert (tmp_path / "out" / "mnist_async_all.png").stat().st_size > 0
