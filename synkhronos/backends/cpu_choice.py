@@ -116,7 +116,10 @@ def faster_cpu_backend() -> str:
     choice = choose(seconds)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "choice": choice, "seconds": seconds}))
+        # Written aside and renamed, so that a program starting meanwhile reads all or none.
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_text(json.dumps({"key": key, "choice": choice, "seconds": seconds}))
+        os.replace(partial, path)
     except OSError:
         pass  # not remembered: measured again next time
     return choice
