@@ -73,18 +73,6 @@ class RankRows:
         return cls(indices=np.concatenate(parts).astype(np.int64),
                    bounds=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
 
-    def counts(self) -> list[int]:
-        """How many rows each rank gets.
-
-        Examples
-        --------
-        >>> RankRows.split(slice(0, 5), 2).counts(), RankRows.split([4, 1, 3], 2).counts()
-        ([3, 2], [2, 1])
-        """
-        cuts = self.ranges if self.ranges is not None else np.stack(
-            [self.bounds[:-1], self.bounds[1:]], axis=1)
-        return (cuts[:, 1] - cuts[:, 0]).tolist()
-
     def positions(self, rank: int) -> slice:
         """Where ``rank``'s rows sit within the whole selection (0 is its first row)."""
         if self.ranges is not None:

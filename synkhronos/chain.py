@@ -13,10 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import launch
-from .collectives import registered, sliceable_lengths
+from .collectives import registered
 from .function import Function
 from .nodes import abort_on_error
-from .nodes import current as current_nodes
 from .outputs import collect_outputs
 from .protocol import Command
 from .rank_chain import CHAINABLE, CollectiveStep, encode_table, run_steps
@@ -46,27 +45,6 @@ def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
     if name == "all_gather" and any(v.ndim == 0 for v in variables):
         raise ValueError("all_gather needs shared variables with a first axis")
     return CollectiveStep(CHAINABLE[name], indices, op, True), variables
-
-
-def _check_every_rank_has_rows(session, function: Function, plan) -> None:
-    """Refuse a call that gives some rank of this node no rows of ``function``'s data."""
-    world = current_nodes()
-    if plan.rows is not None:
-        counts, what = plan.rows.counts(), "batch"
-    elif plan.s_rows is not None:
-        counts, what = plan.s_rows.counts(), "batch_s"
-    elif function._spec.sliceable:  # every rank takes all its rows
-        lengths = sliceable_lengths(session, function._spec.sliceable)
-        counts = lengths[world.offset: world.offset + session.n_ranks]
-        what = "the sliceable shared data"
-    else:
-        return
-    empty = [world.offset + r for r, n in enumerate(counts) if n == 0]
-    if empty:
-        raise ValueError(f"{what} gives {sum(counts)} row(s) to {len(counts)} ranks, none to "
-                         f"rank(s) {empty}; in this chain every rank needs at least one row (a "
-                         f"later step reads what the first function writes): drop or pad the "
-                         f"last short batch")
 
 
 class Chain:
@@ -130,9 +108,8 @@ class Chain:
             first = self._functions[0]
             if kwargs:
                 args = first._by_name(args, kwargs)
-            plan = first._plan(session, args, batch, batch_s, num_slices, output_subset)
-            if self._every_rank_rows:
-                _check_every_rank_has_rows(session, first, plan)
+            plan = first._plan(session, args, batch, batch_s, num_slices, output_subset,
+                               self._every_rank_rows)
             if session.n_ranks > 1:
                 arrays += plan.encode()
         elif args or kwargs:
@@ -167,10 +144,11 @@ def chain(*steps, every_rank_rows: bool = False) -> Chain:
         ``op`` as for :func:`synkhronos.all_reduce` (default "avg"). Only the first
         function may take inputs: it receives the call's arguments.
     every_rank_rows : bool
-        Refuse (``ValueError``, before any rank runs) a call that gives some rank no
-        rows of the first function's data: a rank without rows skips that function,
-        so a later step would read what it wrote on an earlier call (a training step's
-        gradient, say).
+        Refuse (``ValueError``, before any rank runs) a call that gives some rank, of
+        any node, no rows of the first function's data: a rank without rows skips that
+        function, so a later step would read what it wrote on an earlier call (a
+        training step's gradient, say). Every node finds the same empty ranks; under
+        MPI the error ends the job, as any failed call does (:doc:`nodes`).
 
     Returns
     -------

@@ -24,7 +24,7 @@ from .distribute import GraphSpec
 from .nodes import abort_on_error
 from .nodes import current as current_nodes
 from .outputs import collect_outputs
-from .partition import Selection, resolve_rows, selection_length
+from .partition import Selection, resolve_rows, selection_length, split_bounds
 from .protocol import Arg, Command
 from .rank import run_plan
 from .reduce import check_output_op, check_update_op
@@ -276,7 +276,10 @@ class Function:
             raise TypeError(f"{self._what}: missing {', '.join(missing)}")
         return tuple(ordered)
 
-    def _plan(self, session, args, batch, batch_s, num_slices, output_subset) -> CallPlan:
+    def _plan(self, session, args, batch, batch_s, num_slices, output_subset,
+              every_rank_rows: bool = False) -> CallPlan:
+        """The call's plan, every argument checked; with ``every_rank_rows``, a call that
+        gives some rank (of any node) no rows is refused too."""
         spec = self._spec
         n_in, n_b = len(spec.inputs), len(spec.bcast_inputs)
         if len(args) != n_in + n_b:
@@ -320,7 +323,11 @@ class Function:
         by_position = np.array([d.minibatch for d in scatter], np.int64)
         rows = None
         if n_in:
-            sel = current_nodes().node_share(self._batch_rows(scatter, batch))
+            whole = self._batch_rows(scatter, batch)
+            if every_rank_rows:  # ranks take split_bounds shares of the whole selection
+                self._refuse_empty_ranks("batch", split_bounds(selection_length(whole),
+                                                               current_nodes().n_global))
+            sel = current_nodes().node_share(whole)
             for i, d in enumerate(scatter):
                 if d.minibatch and selection_length(sel) > len(d):
                     raise ValueError(f"{self._what}: batch selects {selection_length(sel)} "
@@ -334,7 +341,15 @@ class Function:
             raise ValueError(f"{self._what} has no scattered inputs; batch does not apply")
         s_rows = None
         if batch_s is not None:
-            s_rows = RankRows.per_rank(self._batch_s_rows(session, batch_s))
+            everyone = self._global_batch_s_rows(session, batch_s)
+            if every_rank_rows and not n_in:
+                self._refuse_empty_ranks("batch_s", [0, *np.cumsum(
+                    [selection_length(s) for s in everyone])])
+            world = current_nodes()
+            s_rows = RankRows.per_rank(everyone[world.offset: world.offset + session.n_ranks])
+        elif every_rank_rows and not n_in and spec.sliceable:  # each rank takes all its rows
+            lengths = sliceable_lengths(session, spec.sliceable)
+            self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
         return CallPlan(spec.fid, int(num_slices), subset, scatter, by_position,
                         rows, bcast, np.array(kinds, np.int64), s_rows)
 
@@ -377,7 +392,20 @@ class Function:
             raise ValueError(f"{self._what}: batch selects no rows")
         return sel
 
-    def _batch_s_rows(self, session, batch_s) -> list[Selection]:
+    def _refuse_empty_ranks(self, what: str, bounds) -> None:
+        """``ValueError`` if a global rank's share ``bounds[r]:bounds[r + 1]`` is empty (the
+        same answer on every node)."""
+        counts = np.diff(np.asarray(bounds, np.int64))
+        empty = np.flatnonzero(counts == 0).tolist()
+        if empty:
+            raise ValueError(
+                f"{self._what}: {what} gives {int(counts.sum())} row(s) to {len(counts)} "
+                f"ranks, none to rank(s) {empty}; in this chain every rank needs at least one "
+                f"row (a later step reads what this function writes): drop or pad the last "
+                f"short batch")
+
+    def _global_batch_s_rows(self, session, batch_s) -> list[Selection]:
+        """Every global rank's rows of the sliceable shared variables for ``batch_s``."""
         if not self._spec.sliceable:
             raise ValueError(f"{self._what} has no sliceable_shareds; batch_s does not apply")
         lengths = sliceable_lengths(session, self._spec.sliceable)  # per global rank
@@ -386,8 +414,7 @@ class Function:
         per_rank = (isinstance(batch_s, (list, tuple)) and len(batch_s) == n and all(
             isinstance(b, (slice, list, tuple, np.ndarray)) for b in batch_s))
         specs = list(batch_s) if per_rank else [batch_s] * n
-        return [resolve_rows(specs[r], lengths[r], f"batch_s (rank {r})")
-                for r in range(world.offset, world.offset + session.n_ranks)]
+        return [resolve_rows(specs[r], lengths[r], f"batch_s (rank {r})") for r in range(n)]
 
 
 def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=None,
