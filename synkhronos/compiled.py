@@ -94,7 +94,7 @@ class RankFunction:
                     spec.inputs + spec.bcast_inputs + extra, outputs, updates=updates,
                     givens=givens, mode=self.mode, name=spec.name, **kwargs)
             except NotImplementedError as error:
-                if self.mode == "JAX":
+                if is_jax(self.mode) and spec.mode is None:  # the backend's mode
                     error.add_note("PyTensor's JAX mode lacks an op of this graph; on CPU "
                                    "ranks fork with backend='cpu' (or set SYNK_CPU_BACKEND"
                                    "=cpu: backend='auto' takes 'jax-cpu' where it measured "

@@ -9,11 +9,13 @@ and :mod:`synkhronos.outputs` brings the ranks' outputs together in rank 0.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
+from pytensor.graph.traversal import graph_inputs
 
 from . import launch
 from .callplan import CallPlan, RankRows
@@ -101,6 +103,39 @@ def _last_row(sel: Selection) -> int:
     return int(sel.max()) if len(sel) else -1
 
 
+_64_BIT = ("float64", "complex128", "int64", "uint64")
+
+
+def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
+    """Warn when JAX mode will compute this function's 64-bit values in 32 bits.
+
+    PyTensor turns JAX's 64-bit mode on only with floatX float64; otherwise JAX computes
+    float64 as float32 and int64 as int32, where PyTensor's default mode keeps them.
+    """
+    import jax
+
+    if jax.config.jax_enable_x64:
+        return
+    shared = [v for v in graph_inputs(list(spec.outputs) + [u for _, u in spec.updates])
+              if isinstance(v, SharedVariable)]
+    labels = {}
+    for i, v in enumerate([*spec.inputs, *spec.bcast_inputs]):
+        labels.setdefault(v, v.name or f"input {i}")
+    for j, v in enumerate(spec.outputs):
+        labels.setdefault(v, f"output {j}")
+    for v in shared:
+        labels.setdefault(v, v.name or "a shared variable")
+    wide = [f"{label} ({v.type.dtype})" for v, label in labels.items()
+            if getattr(v.type, "dtype", None) in _64_BIT]
+    if wide:
+        warnings.warn(
+            f"{what}: JAX mode computes in 32 bits while floatX is float32, so "
+            f"{', '.join(wide)} are computed as 32-bit values; for exact 64-bit results use "
+            f"floatX=float64, or on CPU ranks backend='cpu' (backend='auto' takes 'jax-cpu' "
+            f"where JAX mode measured faster; SYNK_CPU_BACKEND=cpu keeps the default mode)",
+            stacklevel=4)
+
+
 class Function:
     """A synkhronos function: built by :func:`synkhronos.function`, called like PyTensor's.
 
@@ -147,7 +182,9 @@ class Function:
                                update_ops, dict(function_kwargs))
         self._downcast = bool(function_kwargs.get("allow_input_downcast"))
         # Compile rank 0's copy now: a graph error raises here, before anything is shipped.
-        session.state.compile(self._spec)
+        compiled = session.state.compile(self._spec)
+        if is_jax(compiled.mode):
+            _warn_if_computed_in_32_bits(self._spec, self._what)
         self._all_outputs = np.arange(len(variables), dtype=np.int64)
         self._shipped = False
         self._scratch: dict[int, Data] = {}

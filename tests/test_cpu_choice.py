@@ -93,3 +93,31 @@ def test_real_measurement_in_a_child():
     seconds = cpu_choice._measure_in_child("float32")
     assert set(seconds) == {"cpu", "jax-cpu"}
     assert all(0 < s < 1 for s in seconds.values())
+
+
+def test_jax_mode_with_float32_warns_of_64_bit_values(monkeypatch):
+    """With floatX float32, JAX's 64-bit mode is off: a function with 64-bit values says
+    they are computed in 32 bits; one without says nothing."""
+    jax = pytest.importorskip("jax")
+    import warnings
+
+    import numpy as np
+    import pytensor
+    import pytensor.tensor as pt
+
+    monkeypatch.setattr(pytensor.config, "floatX", "float32")
+    x64 = jax.config.jax_enable_x64
+    synk.fork(2, backend="jax-cpu")
+    try:
+        wide, narrow = pt.matrix("wide", dtype="float64"), pt.matrix("narrow", dtype="float32")
+        with pytest.warns(UserWarning, match=r"wide \(float64\), output 0 \(float64\) are "
+                                              r"computed as 32-bit"):
+            f = synk.function([wide], (wide.sum(), "sum"))
+        assert f(np.array([[1e8], [1.0], [1.0], [1.0]])) == np.float32(1e8)  # as warned
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            g = synk.function([narrow], (narrow.sum(), "sum"))
+        assert g(np.ones((4, 2), "float32")) == 8
+    finally:
+        synk.close()
+        jax.config.update("jax_enable_x64", x64)

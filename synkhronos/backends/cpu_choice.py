@@ -33,7 +33,8 @@ from pathlib import Path
 
 MARGIN = 1.10
 """How much faster JAX mode must be before "auto" takes it: near a tie the default mode
-wins, as it has no JAX-mode caveats (float precision follows floatX, every op compiles)."""
+wins, as it has none of JAX mode's caveats (with floatX float32 JAX computes 64-bit values
+in 32 bits, which :func:`synkhronos.function` warns of; some ops do not compile)."""
 
 CHOICE_VAR = "SYNK_CPU_BACKEND"
 CACHE_VAR = "SYNK_CACHE_DIR"
