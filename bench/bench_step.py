@@ -65,6 +65,8 @@ from statistics import median
 import numpy as np
 from step_peers import DATA_ROWS, KEY_VAR
 
+from synkhronos.backends.cpu import XLA_ONE_THREAD
+
 HERE = Path(__file__).resolve().parent
 BATCHES = (64, 128, 256, 512, 1024, 2048, 4096)
 CHECK_BATCH, CHECK_STEPS = 256, 3
@@ -81,7 +83,6 @@ LABELS = {
     "jax": "PyTensor 1 thread JAX mode",
 }
 WORLD = 2
-XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
 @dataclass
@@ -294,9 +295,11 @@ def results(args, by_batch: dict, losses: dict, skipped: dict) -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-GOALS = tuple((f"{synk}/{peer}", batch, goal) for synk in ("synk", "synk jax-cpu")
-              for peer, batch, goal in (("limit", 256, 0.90), ("mpi4py", 256, 1.15),
-                                        ("DDP", 2048, 1.0), ("limit", 2048, 0.90)))
+# The goals; "jax-cpu" is held to the limit of its own (JAX-mode) compute.
+GOALS = tuple((f"{synk}/{peer}", batch, goal)
+              for synk, limit in (("synk", "limit"), ("synk jax-cpu", "JAX limit"))
+              for peer, batch, goal in ((limit, 256, 0.90), ("mpi4py", 256, 1.15),
+                                        ("DDP", 2048, 1.0), (limit, 2048, 0.90)))
 
 
 def report(res: dict, tolerance: float) -> bool:

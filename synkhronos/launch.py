@@ -28,6 +28,8 @@ import weakref
 import numpy as np
 
 from .backends import get_backend, gpu
+from .backends.cpu import XLA_ONE_THREAD  # noqa: F401 - the flags a one-core rank gets
+from .backends.cpu import xla_flags as cpu_xla_flags
 from .backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
 from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied, WorkerHung
 from .comm import make_communicator
@@ -90,8 +92,6 @@ def _match_jax_precision() -> None:
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                "NUMBA_NUM_THREADS")
-# XLA on one core: no Eigen thread pool (its threads would contend with the rank's own).
-XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
 def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
@@ -115,14 +115,6 @@ def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
     return [cores[r * k:(r + 1) * k] for r in range(n_ranks)]
 
 
-def _xla_flags(flags: str, threads: int) -> str:
-    """``XLA_FLAGS`` for a rank with ``threads`` cores (XLA sizes its pool to the affinity
-    set; on one core it gets no pool at all)."""
-    if threads != 1 or "xla_cpu_multi_thread_eigen" in flags:
-        return flags
-    return f"{flags} {XLA_ONE_THREAD}".strip()
-
-
 class _RankZeroLimits:
     """What :class:`Session` changed in rank 0's process: its math libraries' threads, its
     CPU affinity, ``XLA_FLAGS``; :meth:`restore_original_limits` (at close) undoes it."""
@@ -136,7 +128,7 @@ class _RankZeroLimits:
         self._xla_flags = os.environ.get("XLA_FLAGS")
         if cores is not None:
             os.sched_setaffinity(0, cores)
-        xla_flags = _xla_flags(self._xla_flags or "", threads)
+        xla_flags = cpu_xla_flags(self._xla_flags or "", threads)
         if backend == "jax-cpu" and xla_flags:
             # Effective only if JAX has not started its CPU client yet in this process.
             os.environ["XLA_FLAGS"] = xla_flags
@@ -172,7 +164,7 @@ def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     env["SYNK_SYS_PATH"] = json.dumps(sys.path)
     if backend == "jax-cpu":
         env["JAX_PLATFORMS"] = "cpu"
-        xla_flags = _xla_flags(env.get("XLA_FLAGS", ""), threads)
+        xla_flags = cpu_xla_flags(env.get("XLA_FLAGS", ""), threads)
         if xla_flags:
             env["XLA_FLAGS"] = xla_flags
     if gpu is not None:

@@ -101,12 +101,16 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
 
 
 def _check_same_shapes(output: int, op: str, values: list) -> None:
-    """Refuse to reduce per-rank values of different shapes (NumPy would broadcast some)."""
+    """Refuse to reduce per-rank values of different shapes (NumPy would broadcast some).
+
+    The call has run by then: its updates are applied on every rank."""
     if bare_op(op) == "gather":
         return
     shapes = [None if v is None else np.shape(v) for v in values]
     if len({s for s in shapes if s is not None}) > 1:
-        listed = ", ".join(f"rank {r}: {s}" for r, s in enumerate(shapes) if s is not None)
+        offset = current_nodes().offset  # this node's rank 0, as a global rank
+        listed = ", ".join(f"rank {offset + r}: {s}" for r, s in enumerate(shapes)
+                           if s is not None)
         raise ValueError(f"output {output} has shapes {listed}; outputs reduced with "
                          f"avg/sum/prod/max/min need the same shape on every rank")
 

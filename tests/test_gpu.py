@@ -96,6 +96,8 @@ def test_master_rank_puts_its_gpu_first(monkeypatch, capsys):
     monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB")
                                                    for i in range(4)])
     monkeypatch.setattr(gpu, "_default_float32", lambda: None)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "")  # prepare_gpus sets it
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # restored afterwards, whatever is set
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # every GPU of the table is visible
     with warnings.catch_warnings():

@@ -4,6 +4,25 @@ from __future__ import annotations
 
 from .base import Backend
 
+# XLA on one core: no Eigen thread pool (its threads would contend with the rank's own).
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def xla_flags(flags: str, threads: int) -> str:
+    """``XLA_FLAGS`` (the user's ``flags`` kept) for a process with ``threads`` cores: XLA
+    sizes its pool to the affinity set, and on one core it gets no pool at all.
+
+    Examples
+    --------
+    >>> xla_flags("--xla_dump_to=/tmp/x", 1).split()[1:]
+    ['--xla_cpu_multi_thread_eigen=false', 'intra_op_parallelism_threads=1']
+    >>> xla_flags("", 4)
+    ''
+    """
+    if threads != 1 or "xla_cpu_multi_thread_eigen" in flags:
+        return flags
+    return f"{flags} {XLA_ONE_THREAD}".strip()
+
 
 def cpu_backend() -> Backend:
     """PyTensor's default mode; outputs come to rank 0 as host arrays."""

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from .cpu import xla_flags
+
 MARGIN = 1.10
 """How much faster JAX mode must be before "auto" takes it: near a tie the default mode
 wins, as it has none of JAX mode's caveats (with floatX float32 JAX computes 64-bit values
@@ -50,14 +52,19 @@ def cache_file() -> Path:
     return Path(base) / "cpu_backend.json"
 
 
+_CPU_LINES = ("model name", "flags", "Features", "CPU implementer", "CPU part",
+              "CPU architecture")  # /proc/cpuinfo lines naming the CPU (x86, then Arm)
+
+
 def machine_key(float_x: str) -> str:
-    """What the answer depends on: the CPU (model and flags), the package versions, and
-    floatX (with float64, PyTensor turns on JAX's 64-bit mode, which is slower)."""
+    """What the answer depends on: the CPU (model and features), the package versions,
+    floatX (with float64, PyTensor turns on JAX's 64-bit mode, which is slower) and the
+    flags that change either mode's code (``PYTENSOR_FLAGS``, ``XLA_FLAGS``)."""
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
-            lines = [ln for ln in f if ln.startswith(("model name", "flags"))]
-        cpu = "".join(sorted(set(lines)))
+            lines = [ln for ln in f if ln.startswith(_CPU_LINES)]
+        cpu = "".join(sorted(set(lines))) or cpu
     except OSError:
         pass
     versions = []
@@ -66,7 +73,8 @@ def machine_key(float_x: str) -> str:
             versions.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{package}=none")
-    text = "\n".join([platform.machine(), cpu, *versions, float_x])
+    flags = [os.environ.get(v, "") for v in ("PYTENSOR_FLAGS", "XLA_FLAGS")]
+    text = "\n".join([platform.machine(), cpu, *versions, float_x, *flags])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -100,17 +108,20 @@ def faster_cpu_backend() -> str:
 
     float_x = pytensor.config.floatX
     path, key = cache_file(), machine_key(float_x)
-    try:
+    try:  # one entry per key: machines may share a home directory
         kept = json.loads(path.read_text())
-        if kept.get("key") == key and kept.get("choice") in CHOICES:
-            return kept["choice"]
+        if not isinstance(kept, dict):
+            kept = {}
     except (OSError, ValueError):
-        pass
+        kept = {}
+    entry = kept.get(key)
+    if isinstance(entry, dict) and entry.get("choice") in CHOICES:
+        return entry["choice"]
     print(f"synkhronos: backend='auto' is timing PyTensor's default and JAX modes on this "
           f"CPU, once (the answer is kept in {path})", file=sys.stderr)
     try:
         seconds = _measure_in_child(float_x)
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError) as error:
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as error:
         print(f"synkhronos: the measurement failed ({error}); using backend 'cpu'",
               file=sys.stderr)
         return "cpu"
@@ -119,7 +130,8 @@ def faster_cpu_backend() -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written aside and renamed, so that a program starting meanwhile reads all or none.
         partial = path.with_name(f"{path.name}.{os.getpid()}")
-        partial.write_text(json.dumps({"key": key, "choice": choice, "seconds": seconds}))
+        kept[key] = {"choice": choice, "seconds": seconds}
+        partial.write_text(json.dumps(kept, indent=1))
         os.replace(partial, path)
     except OSError:
         pass  # not remembered: measured again next time
@@ -129,15 +141,20 @@ def faster_cpu_backend() -> str:
 def _measure_in_child(float_x: str) -> dict[str, float]:
     """Step times from ``python -m synkhronos.backends.cpu_choice`` on one core."""
     flags = ",".join(f for f in (os.environ.get("PYTENSOR_FLAGS"), f"floatX={float_x}") if f)
+    # As a one-core rank runs: one BLAS thread, XLA without its pool (the user's flags
+    # kept), and this process's sys.path (synkhronos may be importable only through it).
     env = dict(os.environ, PYTENSOR_FLAGS=flags, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               MKL_NUM_THREADS="1",
-               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+               MKL_NUM_THREADS="1", XLA_FLAGS=xla_flags(os.environ.get("XLA_FLAGS", ""), 1),
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     done = subprocess.run([sys.executable, "-m", __name__], env=env, capture_output=True,
                           text=True, timeout=PROBE_TIMEOUT_S, check=False)
     if done.returncode:
         tail = done.stderr.strip().splitlines()[-1:] or ["no message"]
         raise subprocess.SubprocessError(f"exit {done.returncode}: {tail[0]}")
-    seconds = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        raise subprocess.SubprocessError("the measurement printed nothing")
+    seconds = json.loads(lines[-1])
     return {name: float(seconds[name]) for name in CHOICES}
 
 

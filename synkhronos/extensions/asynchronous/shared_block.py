@@ -118,7 +118,7 @@ class SharedBlock:
                     f"rank {int(self.header[OWNER])} died or failed while holding the lock "
                     f"of {self.name}; its values may be half-written, so they are not used")
             self.header[OWNER], self.header[DIRTY] = rank, 1
-            if _DIE_RANK is not None and _DIE_RANK == str(rank):
+            if _DIE_RANK == str(rank):
                 os.kill(os.getpid(), signal.SIGKILL)
             yield self.values
             self.header[SEQUENCE] += count
