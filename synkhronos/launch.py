@@ -28,7 +28,6 @@ import weakref
 import numpy as np
 
 from .backends import get_backend, gpu
-from .backends.cpu import XLA_ONE_THREAD  # noqa: F401 - the flags a one-core rank gets
 from .backends.cpu import xla_flags as cpu_xla_flags
 from .backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
 from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied, WorkerHung
@@ -36,7 +35,7 @@ from .comm import make_communicator
 from .data import released_ids
 from .distribute import pack
 from .liveness import Watchdog
-from .nodes import LAUNCHER_VARS, LAYOUT_VAR
+from .nodes import LAYOUT_VAR, under_mpi_launcher
 from .nodes import start as start_nodes
 from .nodes import stop as stop_nodes
 from .protocol import FORGET_DATA, Command
@@ -67,7 +66,7 @@ def _auto_cpu_backend() -> str:
     """"jax-cpu" where PyTensor's JAX mode was measured faster on this machine, else "cpu"
     (:mod:`synkhronos.backends.cpu_choice`); "cpu" under an MPI launcher, where nodes
     measuring apart could choose apart."""
-    if any(v in os.environ for v in LAUNCHER_VARS) and not os.environ.get(CHOICE_VAR):
+    if under_mpi_launcher() and not os.environ.get(CHOICE_VAR):
         return "cpu"
     return faster_cpu_backend()
 

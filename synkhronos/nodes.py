@@ -31,6 +31,11 @@ LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 LAYOUT_VAR = "SYNK_NODES"  # "offset,n_global" for the workers' communicators
 
 
+def under_mpi_launcher() -> bool:
+    """Whether an MPI launcher started this process (one of :data:`LAUNCHER_VARS` is set)."""
+    return any(v in os.environ for v in LAUNCHER_VARS)
+
+
 @dataclass
 class World:
     """Where this node sits among the nodes.
@@ -134,7 +139,7 @@ def current() -> World:
 
 def _leaders_comm(nodes: bool | None):
     """MPI's world communicator, or None when this is no MPI run (or ``nodes`` is False)."""
-    if nodes is False or (nodes is None and not any(v in os.environ for v in LAUNCHER_VARS)):
+    if nodes is False or (nodes is None and not under_mpi_launcher()):
         return None
     try:
         from mpi4py import MPI
@@ -212,4 +217,4 @@ def node_rows(n: int) -> tuple[int, int]:
     return share.start, share.stop
 
 
-__all__ = ["World", "abort_on_error", "current", "node_rows", "start", "stop"]
+__all__ = ["World", "abort_on_error", "current", "node_rows", "start", "stop", "under_mpi_launcher"]

@@ -6,6 +6,7 @@ import pytest
 
 import synkhronos as synk
 from synkhronos import launch
+from synkhronos.backends.cpu import XLA_ONE_THREAD
 
 CORES = sorted(os.sched_getaffinity(0))
 
@@ -37,7 +38,7 @@ def test_no_pinning_when_asked_or_with_more_ranks_than_cores(monkeypatch):
 def test_xla_gets_one_thread_on_one_core(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     env = launch._worker_env(1, "jax-cpu", None)
-    assert env["XLA_FLAGS"] == launch.XLA_ONE_THREAD
+    assert env["XLA_FLAGS"] == XLA_ONE_THREAD
     assert "XLA_FLAGS" not in launch._worker_env(2, "jax-cpu", None)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
     assert launch._worker_env(1, "jax-cpu", None)["XLA_FLAGS"] == (
