@@ -35,6 +35,11 @@ compared (the run fails if they disagree beyond float32 rounding).
 torch, mpi4py (with ``mpiexec`` next to the Python executable) and JAX are optional: a
 column whose package is missing is skipped with a line saying so.
 
+The default mode's matrix products run in SciPy's OpenBLAS, whose kernels the run prints:
+an ``OPENBLAS_CORETYPE`` in the environment (set on some machines for old OpenBLAS
+builds) reaches every column, and on the Zen 5 VM of RESULTS.md its "Haswell" made the
+default mode 1.65x slower than the kernels OpenBLAS picks itself.
+
 Usage::
 
     python bench/bench_step.py                 # the full run (a few minutes on 2 cores)
@@ -64,6 +69,7 @@ from statistics import median
 
 import numpy as np
 from step_peers import DATA_ROWS, KEY_VAR
+from timing import blas_kernels
 
 from synkhronos.backends.cpu import XLA_ONE_THREAD
 
@@ -291,7 +297,7 @@ def results(args, by_batch: dict, losses: dict, skipped: dict) -> dict:
             "samples_per_s_of_each_block": blocks, "skipped": skipped,
             "repeats": args.repeats, "block_s": args.block_s,
             "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
-                        "python": platform.python_version()},
+                        "python": platform.python_version(), "openblas": blas_kernels()},
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -320,7 +326,8 @@ def report(res: dict, tolerance: float) -> bool:
         print(f"  {LABELS[name]:28s} " + " ".join(f"{v:.6f}" for v in values)
               + f"   {dev:.1e}" + ("" if dev <= tolerance else "  MISMATCH"))
     table, ratios = res["samples_per_s"], res["ratios"]
-    print("\nsamples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2, "
+    print(f"\nOpenBLAS kernels: {res['machine']['openblas']}")
+    print("samples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2, "
           "JAX limit = the same in JAX mode\n")
     print("| global batch | " + " | ".join(LABELS[n] for n in names)
           + " | limit | JAX limit |")

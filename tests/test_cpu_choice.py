@@ -58,6 +58,10 @@ def test_measured_once_then_remembered(measured, monkeypatch, capsys):
     monkeypatch.setenv("PYTENSOR_FLAGS", "linker=py")  # flags change the timing: a new key
     cpu_choice.faster_cpu_backend()
     assert len(measured.runs) == 3
+    # So does OpenBLAS's kernel choice, which the measuring child inherits.
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Prescott")
+    cpu_choice.faster_cpu_backend()
+    assert len(measured.runs) == 4
 
 
 def test_failed_measurement_gives_cpu_and_is_not_kept(measured, capsys):

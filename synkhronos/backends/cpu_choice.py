@@ -59,7 +59,12 @@ _CPU_LINES = ("model name", "flags", "Features", "CPU implementer", "CPU part",
 def machine_key(float_x: str) -> str:
     """What the answer depends on: the CPU (model and features), the package versions,
     floatX (with float64, PyTensor turns on JAX's 64-bit mode, which is slower) and the
-    flags that change either mode's code (``PYTENSOR_FLAGS``, ``XLA_FLAGS``)."""
+    environment that changes either mode's code: ``PYTENSOR_FLAGS``, ``XLA_FLAGS``, and
+    OpenBLAS's kernel choice (``OPENBLAS_CORETYPE``, ``OPENBLAS_L2_SIZE``; SciPy's
+    OpenBLAS runs the default mode's matrix products). On the Zen 5 VM of
+    ``bench/RESULTS.md`` ``OPENBLAS_CORETYPE=Haswell`` made the default mode's step 1.65x
+    slower than with the kernels OpenBLAS picks itself, taking JAX mode's lead from 1.1x
+    to 1.9x."""
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -68,12 +73,13 @@ def machine_key(float_x: str) -> str:
     except OSError:
         pass
     versions = []
-    for package in ("pytensor", "jax", "jaxlib", "numpy", "numba"):
+    for package in ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba"):
         try:
             versions.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{package}=none")
-    flags = [os.environ.get(v, "") for v in ("PYTENSOR_FLAGS", "XLA_FLAGS")]
+    flags = [os.environ.get(v, "") for v in ("PYTENSOR_FLAGS", "XLA_FLAGS",
+                                              "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")]
     text = "\n".join([platform.machine(), cpu, *versions, float_x, *flags])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
