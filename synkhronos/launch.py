@@ -34,6 +34,7 @@ from .channel import Aborted, Channel, ControlBlock, RemoteError, WorkerDied, Wo
 from .comm import make_communicator
 from .data import released_ids
 from .distribute import pack
+from .heap import keep_freed_memory
 from .liveness import Watchdog
 from .nodes import LAYOUT_VAR, under_mpi_launcher
 from .nodes import start as start_nodes
@@ -116,7 +117,8 @@ def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
 
 class _RankZeroLimits:
     """What :class:`Session` changed in rank 0's process: its math libraries' threads, its
-    CPU affinity, ``XLA_FLAGS``; :meth:`restore_original_limits` (at close) undoes it."""
+    CPU affinity, ``XLA_FLAGS``, its heap (:mod:`synkhronos.heap`);
+    :meth:`restore_original_limits` (at close) undoes it."""
 
     def __init__(self, threads: int, cores: list[int] | None, backend: str):
         import scipy.linalg  # noqa: F401 - load the BLAS that Numba-compiled graphs call
@@ -131,9 +133,12 @@ class _RankZeroLimits:
         if backend == "jax-cpu" and xla_flags:
             # Effective only if JAX has not started its CPU client yet in this process.
             os.environ["XLA_FLAGS"] = xla_flags
+        self._restore_heap = keep_freed_memory()
 
     def restore_original_limits(self) -> None:
         self._blas.restore_original_limits()
+        if self._restore_heap is not None:
+            self._restore_heap()
         os.sched_setaffinity(0, self._affinity)
         if self._xla_flags is None:
             os.environ.pop("XLA_FLAGS", None)

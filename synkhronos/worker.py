@@ -14,6 +14,7 @@ import sys
 import time
 
 from .channel import Aborted, Channel, ControlBlock
+from .heap import keep_freed_memory
 from .shm import sweep
 
 PR_SET_PDEATHSIG = 1
@@ -56,6 +57,7 @@ def main(argv: list[str]) -> None:
     session, prefix, rank, n_ranks, master_pid, backend_name = argv
     rank, n_ranks, master_pid = int(rank), int(n_ranks), int(master_pid)
     _die_with_parent(master_pid, prefix)
+    keep_freed_memory()  # as rank 0 does at fork; this process ends with the session
     sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
                     if p not in sys.path]
     control = ControlBlock(session, n_ranks, create=False)

@@ -330,6 +330,28 @@ def test_flatten_unflatten_roundtrip():
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("rule", RULES)
+def test_phase_two_updates_parameters_in_place(rule):
+    """Phase two overwrites each parameter's array, as a one-phase rule on the gradients
+    does, rather than allocating a new one per step (costly for large models)."""
+    # FAST_COMPILE leaves out the in-place rewrites; the Python linker honours them as
+    # Numba does, without compiling for seconds.
+    mode = pytensor.compile.mode.Mode(linker="py", optimizer="fast_run")
+    params, inputs, loss = build_model("float64")
+    tp = U.two_phase(getattr(L, rule), loss, params, **RULE_KWARGS[rule])
+    grad_step = pytensor.function(inputs, [], updates=tp.grad_updates, mode=mode)
+    apply_step = pytensor.function([], [], updates=tp.param_updates, mode=mode)
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((6, 3)), rng.standard_normal((6, 2))
+    grad_step(x, y)
+    storage = [p.get_value(borrow=True) for p in params]
+    before = [a.copy() for a in storage]
+    apply_step()
+    for p, array, old in zip(params, storage, before, strict=True):
+        assert p.get_value(borrow=True) is array, f"{rule}: {p.name} got a new array"
+        assert not np.array_equal(array, old), f"{rule}: {p.name} did not change"
+
+
 def test_float32_stays_float32():
     params, inputs, loss = build_model("float32")
     for rule in RULES:
