@@ -23,7 +23,6 @@ changes.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from collections.abc import Callable
 
@@ -42,7 +41,7 @@ _AFTER = {_M_TRIM_THRESHOLD: 64 << 20, _M_TOP_PAD: 128 << 10, _M_MMAP_THRESHOLD:
 def _mallopt() -> Callable[[int, int], int] | None:
     """glibc's ``mallopt``, or None elsewhere (musl, macOS)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # this process's symbols: the C library's among them
         libc.gnu_get_libc_version  # noqa: B018 - only glibc has it
     except (OSError, AttributeError):
         return None

@@ -459,8 +459,11 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     Notes
     -----
     Until :func:`close`, SIGTERM to this process first closes the session, then acts as
-    before (by default, ends the process). ``fork`` also removes what programs that died
-    left in ``/dev/shm``; names of running programs are left alone.
+    before (by default, ends the process), and every rank, this process included, keeps
+    the memory it frees for its next steps instead of giving it back to the system
+    (:mod:`synkhronos.heap`; ``SYNK_KEEP_MEMORY=0`` leaves the C library's settings
+    alone). ``fork`` also removes what programs that died left in ``/dev/shm``; names of
+    running programs are left alone.
 
     Examples
     --------
