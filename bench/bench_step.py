@@ -4,7 +4,8 @@ The 784-512-512-10 MLP (ReLU, softmax cross-entropy, float32, SGD lr 0.01) train
 ways, side by side in one run, samples/s at each global batch size:
 
 1. ``PyTensor 1 thread``: a plain ``pytensor.function`` step (default mode), one BLAS
-   thread, pinned to one core;
+   thread, pinned to one core, keeping the memory it frees as synkhronos' ranks do
+   (``synkhronos.heap``);
 2. ``synk 2 ranks``: ``extensions.train.make_step_function`` after
    ``synk.fork(2, backend="cpu")``, the data in ``synk.data``; and the same with
    ``backend="jax-cpu"`` (PyTensor's JAX mode, which ``backend="auto"`` takes where it

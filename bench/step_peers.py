@@ -111,15 +111,22 @@ def torch_mlp(params: list[np.ndarray]):
 def pytensor_column(mode: str | None, rank: int = 0,
                     world: int = 1) -> tuple[Step, Callable[[], None]]:
     """Plain single-process step: one ``pytensor.function`` with the SGD updates, on rank
-    ``rank``'s share of each batch (``world`` such processes, independent of each other)."""
+    ``rank``'s share of each batch (``world`` such processes, independent of each other).
+
+    The process is set up as a synkhronos rank is: pinned, one thread, and keeping the
+    memory it frees (:mod:`synkhronos.heap`), so that the limits are what the ranks'
+    own compute could reach."""
     import pytensor
     import pytensor.tensor as pt
     from threadpoolctl import threadpool_limits
+
+    from synkhronos.heap import keep_freed_memory
 
     if mode == "JAX":  # synkhronos' fix to PyTensor's JAX arange, which overflows at 128 rows
         import synkhronos.jax_compat  # noqa: F401
     pin(rank)
     threadpool_limits(limits=1)  # stays in force: only leaving a with-block would undo it
+    keep_freed_memory()
     x, y, loss, params = pytensor_mlp(init_params())
     grads = pt.grad(loss, params)
     updates = [(p, p - LEARNING_RATE * g) for p, g in zip(params, grads, strict=True)]
