@@ -6,18 +6,21 @@ freed at the top of the heap goes back too. A compiled PyTensor function allocat
 outputs and intermediates anew at every call, so on a large model each step maps its
 arrays again and pays a page fault per 4 KiB on first touch. On the 2-core Zen 5 VM of
 ``bench/RESULTS.md``, one core, the one-process step of a 784-4096-4096-10 MLP at 128
-rows took 254 ms with glibc's defaults and 198 ms with the settings below; SGD's update
+rows took 248 ms with glibc's defaults and 190 ms with the settings below; SGD's update
 of 25M parameters in new arrays took 43.6 against 7.3 ms.
 
 :func:`keep_freed_memory` raises the ``mmap`` threshold and the trim threshold to
-:data:`KEEP_BYTES` (allocations up to that size come from the heap, and up to that much
-freed memory stays there) through glibc's ``mallopt``. :func:`synkhronos.fork` applies
-it to every rank, rank 0 included, unless the environment variable ``SYNK_KEEP_MEMORY``
-is ``0``; :func:`synkhronos.close` then sets rank 0's to where glibc's own adjustment
-ends up with large arrays (``mmap`` threshold 32 MiB, trim threshold 64 MiB; mallopt
-cannot give back the adjustment itself). The cost is memory: a rank keeps as much as its
-largest step freed, instead of returning it between steps. Elsewhere than glibc nothing
-changes.
+:data:`KEEP_BYTES` through glibc's ``mallopt``: allocations up to that size come from the
+heap, and up to that much free memory stays at its top. :func:`synkhronos.fork` applies
+it to every rank, rank 0 included, and :func:`synkhronos.close` undoes it in rank 0.
+
+The cost is memory. While forked a process keeps what it frees, in rank 0 for the whole
+program and not only for synkhronos' arrays (a 900 MiB array freed after copying it into
+:func:`synkhronos.data` stays in the process), and the heap can only shrink from its top.
+Nothing changes where the environment variable ``SYNK_KEEP_MEMORY`` is ``0``, where the
+user set glibc's malloc settings (``MALLOC_*_`` variables, ``glibc.malloc`` tunables),
+elsewhere than glibc, and before glibc 2.35 (which refuses an ``mmap`` threshold above 32
+MiB).
 """
 
 from __future__ import annotations
@@ -27,41 +30,55 @@ import os
 from collections.abc import Callable
 
 KEEP_BYTES = 1 << 30
-"""Allocations up to this size come from the heap, and freed memory up to it stays."""
+"""Allocations up to this size come from the heap, and free memory up to it stays."""
 
 KEEP_VAR = "SYNK_KEEP_MEMORY"
 """``0`` leaves glibc's settings alone."""
 
-# mallopt's parameter numbers (malloc.h); the settings while forked, and after.
+# mallopt's parameter numbers (malloc.h); the settings while forked, the ``mmap`` threshold
+# first (the one glibc may refuse), and those after: where glibc's own adjustment ends up
+# with large arrays (mallopt cannot give that adjustment back).
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-_KEEP = {_M_TRIM_THRESHOLD: KEEP_BYTES, _M_TOP_PAD: 64 << 20, _M_MMAP_THRESHOLD: KEEP_BYTES}
-_AFTER = {_M_TRIM_THRESHOLD: 64 << 20, _M_TOP_PAD: 128 << 10, _M_MMAP_THRESHOLD: 32 << 20}
+_KEEP = {_M_MMAP_THRESHOLD: KEEP_BYTES, _M_TRIM_THRESHOLD: KEEP_BYTES, _M_TOP_PAD: 64 << 20}
+_AFTER = {_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 64 << 20, _M_TOP_PAD: 128 << 10}
 
 
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt``, or None elsewhere (musl, macOS)."""
+def _glibc() -> ctypes.CDLL | None:
+    """The C library if it is glibc, else None (musl, macOS)."""
     try:
         libc = ctypes.CDLL(None)  # this process's symbols: the C library's among them
         libc.gnu_get_libc_version  # noqa: B018 - only glibc has it
     except (OSError, AttributeError):
         return None
-    mallopt = libc.mallopt
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return libc
 
 
-def _set(settings: dict[int, int]) -> bool:
-    mallopt = _mallopt()
-    return mallopt is not None and all(mallopt(k, v) == 1 for k, v in settings.items())
+def _user_tuned() -> bool:
+    """Whether the user set glibc's malloc parameters (theirs stand)."""
+    return ("glibc.malloc" in os.environ.get("GLIBC_TUNABLES", "")
+            or any(v.startswith("MALLOC_") and v.endswith("_") for v in os.environ))
 
 
 def keep_freed_memory() -> Callable[[], None] | None:
     """Keep freed memory in this process (module docstring); return what undoes it.
 
-    Returns None, changing nothing, when ``SYNK_KEEP_MEMORY`` is ``0`` or the C library
-    is not glibc. The undo sets the thresholds glibc's own adjustment reaches with large
-    arrays (module docstring).
+    Returns None, changing nothing, in the cases the module docstring lists. The undo
+    gives free memory at the top of the heap back (``malloc_trim``) and sets the
+    thresholds glibc's own adjustment reaches with large arrays (``mmap`` 32 MiB, trim 64
+    MiB).
     """
-    if os.environ.get(KEEP_VAR) == "0" or not _set(_KEEP):
+    if os.environ.get(KEEP_VAR) == "0" or _user_tuned():
         return None
-    return lambda: _set(_AFTER)
+    libc = _glibc()
+    if libc is None or libc.mallopt(_M_MMAP_THRESHOLD, KEEP_BYTES) != 1:
+        return None  # nothing was changed
+    for param, value in _KEEP.items():
+        libc.mallopt(param, value)
+
+    def undo() -> None:
+        for param, value in _AFTER.items():
+            libc.mallopt(param, value)
+        libc.malloc_trim(0)
+
+    return undo
