@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -24,8 +25,6 @@ def blas_kernels() -> str:
     RESULTS.md its "Haswell" made PyTensor's default mode 1.65x slower than the kernels
     OpenBLAS picks itself, so every figure taken in the default mode must say which ran.
     """
-    import os
-
     import scipy.linalg  # noqa: F401 - loads SciPy's OpenBLAS, the one Numba graphs call
     from threadpoolctl import threadpool_info
 
