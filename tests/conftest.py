@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -25,8 +26,13 @@ def ranks(request):
 
 @pytest.fixture
 def rng(request):
-    """A random generator seeded per test, so failures reproduce."""
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+    """A random generator seeded from the test's id, so failures reproduce.
+
+    ``zlib.crc32`` rather than ``hash``: Python salts ``hash`` of a string anew in every
+    process. ``SYNK_TEST_SEED`` (an integer) shifts every seed, to try other inputs.
+    """
+    salt = int(os.environ.get("SYNK_TEST_SEED", "0"))
+    return np.random.default_rng([zlib.crc32(request.node.nodeid.encode()), salt])
 
 
 def shm_entries(prefix: str = "synk_") -> list[str]:
