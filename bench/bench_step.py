@@ -22,7 +22,11 @@ JAX mode (XLA on one thread), the bound of the "jax-cpu" column. A diagnostic co
 to its own core on its half of the batch, with no communication at all: what both cores
 deliver together when they compete for memory bandwidth and cache, the limit this
 machine can reach (it trains two independent models, so it is left out of the loss
-check). Also
+check). A second one, ``2 x PyTensor + least all-reduce``, adds to each of those steps the
+least an all-reduce of a private gradient-sized vector through shared memory does (each
+chunk crosses to the process that sums it and back, between two spinning barriers, with
+no control: ``step_peers.least_all_reduce``): the floor of a design that all-reduces the
+whole gradient every step on this machine. Also
 measured: column 1's step in PyTensor's JAX mode with XLA on one thread, against the
 default mode, at each half batch.
 
@@ -69,7 +73,7 @@ from pathlib import Path
 from statistics import median
 
 import numpy as np
-from step_peers import DATA_ROWS, KEY_VAR
+from step_peers import DATA_ROWS, KEY_VAR, init_params
 from timing import blas_kernels
 
 from synkhronos.backends.cpu import XLA_ONE_THREAD
@@ -87,6 +91,7 @@ LABELS = {
     "ddp": "torch DDP gloo 2 procs",
     "torch2": "torch 1 proc 2 threads",
     "pair": "2 x PyTensor concurrent",
+    "floor": "2 x PyTensor + least all-reduce",
     "jax": "PyTensor 1 thread JAX mode",
 }
 WORLD = 2
@@ -99,6 +104,7 @@ class Column:
     name: str
     procs: list[subprocess.Popen]
     conns: list = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # removed when the column stops
 
     def ask(self, *command) -> list:
         for conn in self.conns:
@@ -139,7 +145,7 @@ def child_env(column: str, key: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTENSOR_FLAGS"] = ",".join(
         p for p in (env.get("PYTENSOR_FLAGS"), "floatX=float32") if p)
-    if column in ("pytensor", "jax", "mpi", "ddp", "pair"):  # one thread per process
+    if column in ("pytensor", "jax", "mpi", "ddp", "pair", "floor"):  # 1 thread a process
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
     if column == "jax":
@@ -147,24 +153,37 @@ def child_env(column: str, key: str) -> dict:
     return env
 
 
+def exchange_file(key: str) -> Path:
+    """The file in shared memory of the ``floor`` column (``step_peers.least_all_reduce``):
+    ``WORLD`` gradient-sized float32 vectors and their result, then one int64 counter per
+    process."""
+    path = Path("/dev/shm") / f"synk_bench_floor_{key}"
+    size = sum(p.size for p in init_params())
+    path.write_bytes(bytes((WORLD + 1) * size * 4 + WORLD * 8))
+    return path
+
+
 def start(column: str, address: str, key: str) -> Column:
     script = [sys.executable, str(HERE / "step_peers.py"), column, address]
     env = child_env(column, key)
     quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "env": env}
+    files = []
     if column == "mpi":
         procs = [subprocess.Popen([mpiexec(), "-n", str(WORLD), *script], **quiet)]
-    elif column in ("ddp", "pair"):
-        extra = [str(free_port())] if column == "ddp" else []
+    elif column in ("ddp", "pair", "floor"):
+        if column == "floor":
+            files.append(exchange_file(key))
+        extra = [str(free_port())] if column == "ddp" else [str(path) for path in files]
         procs = [subprocess.Popen([*script, str(rank), str(WORLD), *extra], **quiet)
                  for rank in range(WORLD)]
     else:
         procs = [subprocess.Popen(script, **quiet)]
-    return Column(column, procs)
+    return Column(column, procs, files=files)
 
 
 def connect(listener: Listener, columns: dict[str, Column]) -> None:
     """Wait until every process of every column has connected (each compiles first)."""
-    expected = {"mpi": WORLD, "ddp": WORLD, "pair": WORLD}
+    expected = {"mpi": WORLD, "ddp": WORLD, "pair": WORLD, "floor": WORLD}
     pending = sum(expected.get(name, 1) for name in columns)
     arrivals: queue.Queue = queue.Queue()
 
@@ -205,12 +224,14 @@ def stop(columns: dict[str, Column]) -> None:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for path in column.files:
+            path.unlink(missing_ok=True)
 
 
 def check(columns: dict[str, Column]) -> dict[str, list[float]]:
     """Each column's losses over the same first steps from the same initial values."""
     return {name: column.ask("check", CHECK_BATCH, CHECK_STEPS)[0]
-            for name, column in columns.items() if name != "pair"}
+            for name, column in columns.items() if name not in ("pair", "floor")}
 
 
 def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: int,
@@ -230,7 +251,7 @@ def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: 
 
 
 def run(args: argparse.Namespace) -> dict:
-    wanted = ["pytensor", "synk", "synk_jax", "mpi", "ddp", "torch2", "pair", "jax"]
+    wanted = ["pytensor", "synk", "synk_jax", "mpi", "ddp", "torch2", "pair", "floor", "jax"]
     skipped = {name: why for name in wanted if (why := missing(name))}
     for name, why in skipped.items():
         print(f"skipped: {LABELS[name]}: {why}")
@@ -271,8 +292,9 @@ def results(args, by_batch: dict, losses: dict, skipped: dict) -> dict:
     table["limit"] = {b: 2 * rate(by_batch[b], "pytensor", b // 2) for b in args.batches}
     table["limit_jax"] = {b: 2 * j if (j := rate(by_batch[b], "jax", b // 2)) else None
                           for b in args.batches}
-    synk, synk_jax, limit, limit_jax, mpi, ddp, pair = (
-        table[k] for k in ("synk", "synk_jax", "limit", "limit_jax", "mpi", "ddp", "pair"))
+    synk, synk_jax, limit, limit_jax, mpi, ddp, pair, floor = (
+        table[k] for k in ("synk", "synk_jax", "limit", "limit_jax", "mpi", "ddp", "pair",
+                           "floor"))
 
     def ratio(a, b):
         return a / b if a and b else None
@@ -283,6 +305,8 @@ def results(args, by_batch: dict, losses: dict, skipped: dict) -> dict:
                    f"{label}/mpi4py": {b: ratio(column[b], mpi[b]) for b in args.batches},
                    f"{label}/DDP": {b: ratio(column[b], ddp[b]) for b in args.batches}}
     ratios["synk/concurrent"] = {b: ratio(synk[b], pair[b]) for b in args.batches}
+    ratios["floor/limit"] = {b: ratio(floor[b], limit[b]) for b in args.batches}
+    ratios["synk/floor"] = {b: ratio(synk[b], floor[b]) for b in args.batches}
     ratios["synk jax-cpu/JAX limit"] = {b: ratio(synk_jax[b], limit_jax[b])
                                         for b in args.batches}
     jax = {b // 2: {"default_ms": 1e3 * (b // 2) / rate(group, "pytensor", b // 2),
@@ -314,8 +338,9 @@ def report(res: dict, tolerance: float) -> bool:
     def fmt(v, spec=",.0f"):
         return "—" if v is None else format(v, spec)
 
-    names = ["pytensor", "synk", "synk_jax", "mpi", "ddp", "torch2", "pair"]
-    shown = ("synk/limit", "synk/mpi4py", "synk/DDP", "synk/concurrent",
+    names = ["pytensor", "synk", "synk_jax", "mpi", "ddp", "torch2", "pair", "floor"]
+    shown = ("synk/limit", "synk/mpi4py", "synk/DDP", "synk/concurrent", "floor/limit",
+             "synk/floor",
              "synk jax-cpu/limit", "synk jax-cpu/JAX limit", "synk jax-cpu/mpi4py",
              "synk jax-cpu/DDP")
     print(f"\nLoss after each of the first {CHECK_STEPS} steps at batch {CHECK_BATCH}, "
@@ -344,8 +369,12 @@ def report(res: dict, tolerance: float) -> bool:
     for name, batch, goal in GOALS:
         value = ratios[name].get(batch)
         if value is not None:
-            print(f"goal {name} at batch {batch} >= {goal:.2f}: {value:.2f} "
+            print(f"goal {name} at batch {batch} >= {goal:.2f}: {value:.3f} "
                   + ("met" if value >= goal else "NOT met"))
+    for b in sorted({batch for _, batch, _ in GOALS} & set(res["batches"])):
+        if (floor := ratios["floor/limit"].get(b)) is not None:
+            print(f"at batch {b} the floor (2 x PyTensor + least all-reduce) is {floor:.2f} "
+                  f"of the limit, and synk reaches {ratios['synk/floor'][b]:.2f} of the floor")
     if res["jax_vs_default"]:
         print("\nPyTensor step, 1 thread: default mode vs JAX mode (XLA on one thread)")
         print("| rows | default ms | JAX ms | default / JAX |\n|---|---|---|---|")

@@ -19,8 +19,10 @@ Columns: ``pytensor`` (plain ``pytensor.function``, default mode, 1 BLAS thread,
 ``synk`` and ``synk_jax`` (``make_step_function`` on 2 ranks of the "cpu" and
 "jax-cpu" backends, data in ``synk.data``), ``mpi`` (PyTensor
 gradient and update functions with an mpi4py ``Allreduce`` between, under ``mpiexec``),
-``ddp`` (torch DistributedDataParallel, gloo, 1 thread per process, pinned) and ``torch2``
-(torch, one process, 2 threads).
+``ddp`` (torch DistributedDataParallel, gloo, 1 thread per process, pinned), ``torch2``
+(torch, one process, 2 threads), and two diagnostic columns of ``pytensor``'s step in
+every process at once: ``pair`` (no communication) and ``floor`` (with
+:func:`least_all_reduce` after each step).
 """
 
 from __future__ import annotations
@@ -108,14 +110,15 @@ def torch_mlp(params: list[np.ndarray]):
     return torch.nn.Sequential(*layers[:-1])
 
 
-def pytensor_column(mode: str | None, rank: int = 0,
-                    world: int = 1) -> tuple[Step, Callable[[], None]]:
+def pytensor_column(mode: str | None, rank: int = 0, world: int = 1,
+                    exchange: str | None = None) -> tuple[Step, Callable[[], None]]:
     """Plain single-process step: one ``pytensor.function`` with the SGD updates, on rank
     ``rank``'s share of each batch (``world`` such processes, independent of each other).
 
     The process is set up as a synkhronos rank is: pinned, one thread, and keeping the
     memory it frees (:mod:`synkhronos.heap`), so that the limits are what the ranks'
-    own compute could reach."""
+    own compute could reach. With ``exchange`` (a file in ``/dev/shm`` that every process
+    maps) each step also runs :func:`least_all_reduce` of a gradient-sized vector."""
     import pytensor
     import pytensor.tensor as pt
     from threadpoolctl import threadpool_limits
@@ -133,9 +136,14 @@ def pytensor_column(mode: str | None, rank: int = 0,
     fn = pytensor.function([x, y], loss, updates=updates, mode=mode)
     xs, ys = dataset(DATA_ROWS)
 
+    all_reduce = (least_all_reduce(exchange, rank, world, sum(p.size for p in init_params()))
+                  if exchange else lambda: None)
+
     def step(rows: slice, want_loss: bool):
         mine = rank_rows(rows, rank, world)
-        return fn(xs[mine], ys[mine])
+        loss_value = fn(xs[mine], ys[mine])
+        all_reduce()
+        return loss_value
 
     def finish() -> None:
         if mode == "JAX":  # XLA runs asynchronously: wait for the last step's results
@@ -144,6 +152,51 @@ def pytensor_column(mode: str | None, rank: int = 0,
             jax.block_until_ready([p.get_value(borrow=True) for p in params])
 
     return step, finish
+
+
+def least_all_reduce(path: str, rank: int, world: int, size: int) -> Callable[[], None]:
+    """The least an all-reduce of a private ``size``-float32 vector through shared memory does.
+
+    Each rank writes into the mapped file ``path`` only the chunks that other ranks
+    reduce, sums its own chunk of every rank's vector (its own read in place) into the
+    file and copies it to its private result, then copies the other chunks back:
+    every chunk crosses between cores twice, to the rank that reduces it and back, which
+    no all-reduce through memory avoids. Two barriers spin on counters in the file (each
+    process has a core of its own). No control, no checks, no Python beyond these calls:
+    the floor of a design that all-reduces the whole gradient every step. (Counters are
+    written after the data and read before it: x86's store order suffices.)
+    """
+    posted = np.memmap(path, mode="r+", dtype=np.float32, shape=(world + 1, size))
+    result = posted[world]
+    counters = np.memmap(path, mode="r+", dtype=np.int64, shape=(world,),
+                         offset=posted.nbytes)
+    bounds = [size * r // world for r in range(world + 1)]
+    chunk = [slice(bounds[r], bounds[r + 1]) for r in range(world)]
+    others = [r for r in range(world) if r != rank]
+    mine = chunk[rank]
+    grad = np.random.default_rng(rank).random(size, dtype=np.float32)
+    reduced = np.empty_like(grad)
+    calls = [0]
+
+    def barrier() -> None:
+        calls[0] += 1
+        counters[rank] = calls[0]
+        while any(counters[r] < calls[0] for r in others):
+            pass
+
+    def all_reduce() -> None:
+        for r in others:
+            posted[rank, chunk[r]] = grad[chunk[r]]
+        barrier()
+        np.add(grad[mine], posted[others[0], mine], out=result[mine])
+        for r in others[1:]:
+            result[mine] += posted[r, mine]
+        reduced[mine] = result[mine]  # just written by this core: still in its cache
+        barrier()
+        for r in others:
+            reduced[chunk[r]] = result[chunk[r]]
+
+    return all_reduce
 
 
 def synk_column(backend: str) -> Step:
@@ -279,6 +332,9 @@ def main(argv: list[str]) -> None:
     elif column == "pair":
         rank, world = map(int, rest)
         step, finish = pytensor_column(None, rank, world)
+    elif column == "floor":
+        rank, world, path = int(rest[0]), int(rest[1]), rest[2]
+        step, finish = pytensor_column(None, rank, world, path)
     elif column in ("synk", "synk_jax"):
         step = synk_column("cpu" if column == "synk" else "jax-cpu")
     elif column == "mpi":
