@@ -220,6 +220,8 @@ def stop(columns: dict[str, Column]) -> None:
                 pass
     for column in columns.values():
         for proc in column.procs:
+            if not column.conns:  # never connected (a start failed): nothing tells it to stop
+                proc.kill()
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -257,9 +259,11 @@ def run(args: argparse.Namespace) -> dict:
         print(f"skipped: {LABELS[name]}: {why}")
     key = secrets.token_hex(16)
     listener = Listener(family="AF_UNIX", authkey=bytes.fromhex(key))
-    columns = {name: start(name, listener.address, key) for name in wanted
-               if name not in skipped}
-    try:
+    columns: dict[str, Column] = {}
+    try:  # a column that fails to start stops those started before it
+        for name in wanted:
+            if name not in skipped:
+                columns[name] = start(name, listener.address, key)
         t0 = time.perf_counter()
         connect(listener, columns)
         print(f"columns compiled and connected in {time.perf_counter() - t0:.0f} s")
