@@ -22,11 +22,11 @@ JAX mode (XLA on one thread), the bound of the "jax-cpu" column. A diagnostic co
 to its own core on its half of the batch, with no communication at all: what both cores
 deliver together when they compete for memory bandwidth and cache, the limit this
 machine can reach (it trains two independent models, so it is left out of the loss
-check). A second one, ``2 x PyTensor + least all-reduce``, adds to each of those steps the
-least an all-reduce of a private gradient-sized vector through shared memory does (each
-chunk crosses to the process that sums it and back, between two spinning barriers, with
-no control: ``step_peers.least_all_reduce``): the floor of a design that all-reduces the
-whole gradient every step on this machine. Also
+check). A second one, ``2 x PyTensor + least all-reduce``, adds to each of those steps
+close to the least an all-reduce of a gradient-sized vector through shared memory does
+(each chunk crosses to the process that sums it and back, between two spinning barriers,
+with no commands or checks: ``step_peers.least_all_reduce``): near the floor of any
+design that all-reduces the whole gradient every step on this machine. Also
 measured: column 1's step in PyTensor's JAX mode with XLA on one thread, against the
 default mode, at each half batch.
 

@@ -155,16 +155,18 @@ def pytensor_column(mode: str | None, rank: int = 0, world: int = 1,
 
 
 def least_all_reduce(path: str, rank: int, world: int, size: int) -> Callable[[], None]:
-    """The least an all-reduce of a private ``size``-float32 vector through shared memory does.
+    """Close to the least an all-reduce of a ``size``-float32 gradient through shared memory
+    does.
 
-    Each rank writes into the mapped file ``path`` only the chunks that other ranks
-    reduce, sums its own chunk of every rank's vector (its own read in place) into the
-    file and copies it to its private result, then copies the other chunks back:
-    every chunk crosses between cores twice, to the rank that reduces it and back, which
-    no all-reduce through memory avoids. Two barriers spin on counters in the file (each
-    process has a core of its own). No control, no checks, no Python beyond these calls:
-    the floor of a design that all-reduces the whole gradient every step. (Counters are
-    written after the data and read before it: x86's store order suffices.)
+    Each rank writes into the mapped file ``path`` only the chunks that other ranks sum,
+    and sums its own chunk of every rank's vector (its own read where it lies) into the
+    file. The sum stays there, as if the update read it in place, so no rank copies it:
+    after the second barrier each rank reads the other ranks' chunks of it once, the read
+    such an update would do. Every chunk thus crosses between cores twice, to the rank
+    that sums it and back, which no all-reduce through memory avoids. The barriers spin on
+    counters in the file (each process has a core of its own). No control, no checks, no
+    Python beyond these calls. (Counters are written after the data and read before it:
+    x86's store order suffices.)
     """
     posted = np.memmap(path, mode="r+", dtype=np.float32, shape=(world + 1, size))
     result = posted[world]
@@ -175,7 +177,6 @@ def least_all_reduce(path: str, rank: int, world: int, size: int) -> Callable[[]
     others = [r for r in range(world) if r != rank]
     mine = chunk[rank]
     grad = np.random.default_rng(rank).random(size, dtype=np.float32)
-    reduced = np.empty_like(grad)
     calls = [0]
 
     def barrier() -> None:
@@ -191,10 +192,9 @@ def least_all_reduce(path: str, rank: int, world: int, size: int) -> Callable[[]
         np.add(grad[mine], posted[others[0], mine], out=result[mine])
         for r in others[1:]:
             result[mine] += posted[r, mine]
-        reduced[mine] = result[mine]  # just written by this core: still in its cache
         barrier()
         for r in others:
-            reduced[chunk[r]] = result[chunk[r]]
+            result[chunk[r]].max()  # one pass reading the other chunks of the sum
 
     return all_reduce
 
