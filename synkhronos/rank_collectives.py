@@ -107,10 +107,11 @@ def _reduce_result(state, comm, variables, op, rank, values):
 
 def _all_reduce(state, comm, variables, op, rank, values):
     host = _values(state, variables)
-    # Reduce straight into the variables' storage when the backend handed out that storage.
-    in_place = all(isinstance(h, np.ndarray) and h.flags.writeable and h.flags.c_contiguous
-                   and h is v.get_value(borrow=True)
-                   for h, v in zip(host, variables, strict=True))
+    # Reduce straight into the variables' storage when the backend handed out that storage
+    # and lets collectives write into it.
+    in_place = state.backend.writes_in_place and all(
+        isinstance(h, np.ndarray) and h.flags.writeable and h.flags.c_contiguous
+        and h is v.get_value(borrow=True) for h, v in zip(host, variables, strict=True))
     got = comm.all_reduce(host, op, out=host if in_place else None)
     if not in_place:
         _set_all(state, variables, got, owned=True)  # fresh arrays: no copy needed

@@ -83,6 +83,34 @@ def test_row_dependent_shapes_and_one_rank_failing(jax_ranks, rng):
     np.testing.assert_allclose(ok(xv), xv.sum())
 
 
+def test_collectives_never_write_into_storage_jax_may_read(jax_ranks, rng):
+    """JAX takes an aligned NumPy array without a copy and computes after the call
+    returns: a collective's result is 64-byte aligned (so JAX need not copy it) and
+    read-only, and no later collective writes into it."""
+    from synkhronos import launch
+
+    v = pytensor.shared(np.zeros(1001), name="v_no_write")
+    total = pytensor.shared(np.zeros(1001), name="total_no_write")
+    bump = synk.function([], updates={v: v + 1.0})  # v's storage becomes JAX's
+    accumulate = synk.function([], updates={total: total + v})
+    bump()
+    per_rank = [rng.normal(size=1001) for _ in range(jax_ranks)]
+    for r, value in enumerate(per_rank):
+        synk.set_value(r, v, value)
+    synk.all_reduce(v, op="sum")
+    first = v.get_value(borrow=True)
+    assert isinstance(first, np.ndarray) and not first.flags.writeable
+    assert first.ctypes.data % 64 == 0
+    want = sum(per_rank)
+    accumulate()  # JAX reads v; may run after the call returns
+    synk.all_reduce(v, op="sum")  # in place would overwrite what JAX reads
+    synk.broadcast(v)
+    np.testing.assert_array_equal(first, want)  # never written into
+    np.testing.assert_allclose(synk.gather(v, nd_up=1), np.stack([2 * want] * jax_ranks))
+    np.testing.assert_allclose(synk.gather(total, nd_up=1), np.stack([want] * jax_ranks))
+    assert not launch.current().state.backend.writes_in_place
+
+
 @pytest.mark.parametrize("op", ["avg", "sum", "prod", "max", "min"])
 def test_accumulate_matches_combine(op, rng):
     import jax.numpy as jnp

@@ -23,6 +23,13 @@ class Backend:
     def __init__(self, name: str, mode: str | None, device_outputs: bool = False):
         self.name, self.mode, self.device_outputs = name, mode, device_outputs
 
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether collectives may write into a shared variable's storage. Not in JAX mode:
+        JAX takes an aligned NumPy array without a copy and computes after the call
+        returns, so an array it may still be reading must never change."""
+        return self.mode != "JAX"
+
     def to_comm(self, array):
         """``array`` as the communicator takes it (here: numpy, without a copy if possible)."""
         return np.asarray(array)
@@ -39,12 +46,16 @@ class Backend:
         result), in which case the variable takes it as it is where the dtype matches.
         """
         current = var.get_value(borrow=True)
-        if (isinstance(current, np.ndarray) and current.flags.writeable
-                and current.shape == np.shape(value) and current.dtype == value.dtype):
+        if (self.writes_in_place and isinstance(current, np.ndarray)
+                and current.flags.writeable and current.shape == np.shape(value)
+                and current.dtype == value.dtype):
             np.copyto(current, value)  # in place: keeps the storage the function uses
-        else:
-            # Storage JAX mode handed out is read-only: replace it. borrow=True, as the
-            # array is this variable's alone (PyTensor would copy it once more).
-            fresh = owned and isinstance(value, np.ndarray) and value.dtype == var.dtype
-            var.set_value(value if fresh else np.array(value, dtype=var.dtype), borrow=True)
+            return
+        # Replace the storage (JAX mode's is read-only, or must stay unchanged). borrow=True,
+        # as the array is this variable's alone (PyTensor would copy it once more).
+        fresh = owned and isinstance(value, np.ndarray) and value.dtype == var.dtype
+        new = value if fresh else np.array(value, dtype=var.dtype)
+        if not self.writes_in_place:
+            new.flags.writeable = False  # nothing writes into it while JAX may read it
+        var.set_value(new, borrow=True)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reduce import empty_aligned
 from .base import Communicator
 from .nccl import NcclCommunicator
 from .shm import ShmCommunicator
@@ -112,7 +113,7 @@ class NodeCommunicator(Communicator):
         # all-reduces that segment over MPI in place, and after a barrier every rank copies
         # the result out: one copy, and no broadcast.
         if out is None:
-            out = [np.empty(np.shape(a), np.asarray(a).dtype) for a in arrays]
+            out = [empty_aligned(np.shape(a), np.asarray(a).dtype) for a in arrays]
         result = self.local._reduce_to_result(arrays, "sum" if op == "avg" else op)
         if self.leader:
             self._allreduce_leaders(result, op)

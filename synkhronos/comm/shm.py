@@ -16,7 +16,7 @@ import numpy as np
 
 from ..channel import Aborted, ControlBlock, drain, semaphore, wait
 from ..partition import split_bounds
-from ..reduce import reduce_into
+from ..reduce import empty_aligned, reduce_into
 from ..shm import GrowingSegment, Mailbox
 from .base import Communicator
 
@@ -127,7 +127,7 @@ class ShmCommunicator(Communicator):
 
     def all_reduce(self, arrays, op, out=None):
         if out is None:
-            out = [np.empty(np.shape(a), np.asarray(a).dtype) for a in arrays]
+            out = [empty_aligned(np.shape(a), np.asarray(a).dtype) for a in arrays]
         flat_out = [o.reshape(-1) for o in out]
         result = self._reduce_to_result(arrays, op, flat_out)
         for o, r in zip(flat_out, result, strict=True):
