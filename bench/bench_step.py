@@ -73,7 +73,7 @@ from pathlib import Path
 from statistics import median
 
 import numpy as np
-from step_peers import DATA_ROWS, KEY_VAR, init_params
+from step_peers import DATA_ROWS, GRADIENT_SIZE, KEY_VAR, exchange_bytes
 from timing import blas_kernels
 
 from synkhronos.backends.cpu import XLA_ONE_THREAD
@@ -154,12 +154,10 @@ def child_env(column: str, key: str) -> dict:
 
 
 def exchange_file(key: str) -> Path:
-    """The file in shared memory of the ``floor`` column (``step_peers.least_all_reduce``):
-    ``WORLD`` gradient-sized float32 vectors and their result, then one int64 counter per
-    process."""
+    """The file in shared memory of the ``floor`` column (``step_peers.least_all_reduce``),
+    zeroed."""
     path = Path("/dev/shm") / f"synk_bench_floor_{key}"
-    size = sum(p.size for p in init_params())
-    path.write_bytes(bytes((WORLD + 1) * size * 4 + WORLD * 8))
+    path.write_bytes(bytes(exchange_bytes(WORLD, GRADIENT_SIZE)))
     return path
 
 

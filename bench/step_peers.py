@@ -36,6 +36,9 @@ from multiprocessing.connection import Client
 import numpy as np
 
 SIZES = (784, 512, 512, 10)
+GRADIENT_SIZE = sum(n_in * n_out + n_out
+                    for n_in, n_out in zip(SIZES[:-1], SIZES[1:], strict=True))
+"""The number of parameters: the length of the flat gradient."""
 LEARNING_RATE = 0.01
 DATA_ROWS = 8192
 KEY_VAR = "SYNK_BENCH_KEY"
@@ -136,8 +139,8 @@ def pytensor_column(mode: str | None, rank: int = 0, world: int = 1,
     fn = pytensor.function([x, y], loss, updates=updates, mode=mode)
     xs, ys = dataset(DATA_ROWS)
 
-    all_reduce = (least_all_reduce(exchange, rank, world, sum(p.size for p in init_params()))
-                  if exchange else lambda: None)
+    all_reduce = (least_all_reduce(exchange, rank, world, GRADIENT_SIZE) if exchange
+                  else lambda: None)
 
     def step(rows: slice, want_loss: bool):
         mine = rank_rows(rows, rank, world)
@@ -152,6 +155,12 @@ def pytensor_column(mode: str | None, rank: int = 0, world: int = 1,
             jax.block_until_ready([p.get_value(borrow=True) for p in params])
 
     return step, finish
+
+
+def exchange_bytes(world: int, size: int) -> int:
+    """The size of :func:`least_all_reduce`'s file: ``world`` vectors of ``size`` float32
+    and their sum, then one int64 counter per process."""
+    return (world + 1) * size * 4 + world * 8
 
 
 def least_all_reduce(path: str, rank: int, world: int, size: int) -> Callable[[], None]:
