@@ -31,7 +31,7 @@ def run_node(local: int, size: int, steps: int, warmup: int) -> None:
     from mpi4py import MPI
 
     import synkhronos as synk
-    from synkhronos import nodes
+    from synkhronos.transport import nodes
 
     synk.fork(local, backend="cpu")
     world = nodes.current()

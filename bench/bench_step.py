@@ -5,7 +5,7 @@ ways, side by side in one run, samples/s at each global batch size:
 
 1. ``PyTensor 1 thread``: a plain ``pytensor.function`` step (default mode), one BLAS
    thread, pinned to one core, keeping the memory it frees as synkhronos' ranks do
-   (``synkhronos.heap``);
+   (``synkhronos.rank.heap``);
 2. ``synk 2 ranks``: ``extensions.train.make_step_function`` after
    ``synk.fork(2, backend="cpu")``, the data in ``synk.data``; and the same with
    ``backend="jax-cpu"`` (PyTensor's JAX mode, which ``backend="auto"`` takes where it
@@ -76,7 +76,7 @@ import numpy as np
 from step_peers import DATA_ROWS, GRADIENT_SIZE, KEY_VAR, exchange_bytes
 from timing import blas_kernels
 
-from synkhronos.backends.cpu import XLA_ONE_THREAD
+from synkhronos.rank.backends.cpu import XLA_ONE_THREAD
 
 HERE = Path(__file__).resolve().parent
 BATCHES = (64, 128, 256, 512, 1024, 2048, 4096)

@@ -26,8 +26,8 @@ import numpy as np
 import pytensor.tensor as pt
 
 import synkhronos as synk
-from synkhronos import launch
-from synkhronos.liveness import process_state
+from synkhronos.session import launch
+from synkhronos.session.liveness import process_state
 
 x = pt.matrix("x", dtype="float64")
 

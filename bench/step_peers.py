@@ -119,17 +119,17 @@ def pytensor_column(mode: str | None, rank: int = 0, world: int = 1,
     ``rank``'s share of each batch (``world`` such processes, independent of each other).
 
     The process is set up as a synkhronos rank is: pinned, one thread, and keeping the
-    memory it frees (:mod:`synkhronos.heap`), so that the limits are what the ranks'
+    memory it frees (:mod:`synkhronos.rank.heap`), so that the limits are what the ranks'
     own compute could reach. With ``exchange`` (a file in ``/dev/shm`` that every process
     maps) each step also runs :func:`least_all_reduce` of a gradient-sized vector."""
     import pytensor
     import pytensor.tensor as pt
     from threadpoolctl import threadpool_limits
 
-    from synkhronos.heap import keep_freed_memory
+    from synkhronos.rank.heap import keep_freed_memory
 
     if mode == "JAX":  # synkhronos' fix to PyTensor's JAX arange, which overflows at 128 rows
-        import synkhronos.jax_compat  # noqa: F401
+        import synkhronos.rank.backends.jax_compat  # noqa: F401
     pin(rank)
     threadpool_limits(limits=1)  # stays in force: only leaving a with-block would undo it
     keep_freed_memory()

@@ -11,9 +11,8 @@ The package's map (modules by audience, one call's path, where state lives, the 
 formats) is ``docs/internals.rst``.
 """
 
-from .chain import Chain, chain
-from .channel import RemoteError, WorkerDied, WorkerHung
-from .collectives import (
+from synkhronos.api.chains import Chain, chain
+from synkhronos.api.collectives import (
     all_gather,
     all_reduce,
     broadcast,
@@ -25,9 +24,10 @@ from .collectives import (
     scatter,
     set_value,
 )
-from .data import Data
-from .function import Function, function
-from .launch import backend, close, distribute, fork, get_n_gpu
+from synkhronos.api.functions import Function, function
+from synkhronos.session.launch import backend, close, distribute, fork, get_n_gpu
+from synkhronos.transport.channel import RemoteError, WorkerDied, WorkerHung
+from synkhronos.transport.shared_arrays import Data
 
 __version__ = "0.1.0"
 

@@ -5,8 +5,8 @@ import os
 import pytest
 
 import synkhronos as synk
-from synkhronos import launch
-from synkhronos.backends.cpu import XLA_ONE_THREAD
+from synkhronos.rank.backends.cpu import XLA_ONE_THREAD
+from synkhronos.session import launch
 
 CORES = sorted(os.sched_getaffinity(0))
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import shm_entries
 
 import synkhronos as synk
-from synkhronos import launch, routine
+from synkhronos.api import routines
 from synkhronos.extensions import updates as three_part
 from synkhronos.extensions.asynchronous import (
     EASGD,
@@ -32,7 +32,8 @@ from synkhronos.extensions.asynchronous.easgd import AsyncExchange
 from synkhronos.extensions.asynchronous.phase import run_phase
 from synkhronos.extensions.asynchronous.shared_block import DIE_HOLDING_LOCK, SharedBlock
 from synkhronos.extensions.lasagne import updates as one_phase
-from synkhronos.shm import new_session_name
+from synkhronos.session import launch
+from synkhronos.transport.shm import new_session_name
 
 N_ROWS, N_FEATURES, BATCH, LR = 11, 3, 2, 0.05
 PHASES = (7, 5)  # two phases: the second continues the first's minibatches and centre
@@ -294,14 +295,14 @@ def test_bad_hyperparameters_are_refused_on_rank_0_before_any_block_exists(one_r
 
 def test_routine_runs_on_every_rank_with_data_and_arrays(two_ranks):
     values = synk.data(np.arange(5.0))
-    replies = routine.run(rank_sum, values, np.array([2.0]))
+    replies = routines.run(rank_sum, values, np.array([2.0]))
     assert [r[0].tolist() for r in replies] == [[0.0, 20.0], [1.0, 20.0]]
     def nested(state):
         return []
 
     for refused in (lambda state: [], nested, functools.partial(rank_sum, scale=[1.0])):
         with pytest.raises(ValueError, match="module-level"):
-            routine.run(refused)
+            routines.run(refused)
 
 
 def fail_on_rank(state, failing_rank):
@@ -319,12 +320,12 @@ def test_a_rank_failing_mid_phase_aborts_the_others_waiting_in_an_all_reduce(fai
     with forked(3):
         if failing_rank == 0:
             with pytest.raises(ArithmeticError, match="rank 0 fails"):
-                routine.run(fail_on_rank, np.array([0.0]))
+                routines.run(fail_on_rank, np.array([0.0]))
         else:
             with pytest.raises(synk.RemoteError, match="rank 2") as raised:
-                routine.run(fail_on_rank, np.array([2.0]))
+                routines.run(fail_on_rank, np.array([2.0]))
             assert "rank 2 fails mid-phase" in str(raised.value)
-        replies = routine.run(rank_sum, np.arange(3.0), np.array([1.0]))
+        replies = routines.run(rank_sum, np.arange(3.0), np.array([1.0]))
         assert [r[0].tolist() for r in replies] == [[r, 3.0] for r in range(3)]
 
 

@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synkhronos.callplan import CallPlan, RankRows
-from synkhronos.partition import selection_length
-from synkhronos.protocol import Arg, Rows
+from synkhronos.transport.callplan import CallPlan, RankRows
+from synkhronos.transport.partition import selection_length
+from synkhronos.transport.protocol import Arg, Rows
 
 
 class FakeData:

@@ -11,8 +11,8 @@ import pytest
 from pytensor.raise_op import Assert
 
 import synkhronos as synk
-from synkhronos import launch
-from synkhronos.partition import split_bounds
+from synkhronos.session import launch
+from synkhronos.transport.partition import split_bounds
 
 pytestmark = pytest.mark.parametrize("ranks", [2, 3], indirect=True)
 MODE = "FAST_COMPILE"  # the default (Numba) mode compiles for seconds per graph and rank

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 import synkhronos as synk
-from synkhronos import launch
-from synkhronos.backends import cpu_choice
+from synkhronos.rank.backends import cpu_choice
+from synkhronos.session import launch
 
 
 @pytest.fixture

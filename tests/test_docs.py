@@ -15,8 +15,8 @@ PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks"
          "lasagne", "asynchronous", "nodes", "internals")
 API_IDS = (
     "synkhronos.fork",
-    "synkhronos.function.Function",
-    "synkhronos.data.Data",
+    "synkhronos.api.functions.Function",
+    "synkhronos.transport.shared_arrays.Data",
     "synkhronos.all_reduce",
     "synkhronos.extensions.train.make_train_function",
 )

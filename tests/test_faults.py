@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import synkhronos as synk
-from synkhronos import launch
+from synkhronos.session import launch
 from tests.conftest import shm_entries
 from tests.graphs import x
 
@@ -94,7 +94,7 @@ def test_no_leftovers_after_script_ends(tmp_path, how):
 
 def test_close_right_after_fork_stops_workers_cleanly():
     """STOP as the first command: the names are gone before the workers read it."""
-    from synkhronos import launch
+    from synkhronos.session import launch
 
     synk.fork(2, backend="cpu")
     session = launch.current()

@@ -41,7 +41,7 @@ def test_data_inputs_and_bcast_data(fns, rng):
 
 def _worker_maps(name: str) -> bool:
     """Whether worker rank 1 maps the shared-memory segment ``name``."""
-    from synkhronos import launch
+    from synkhronos.session import launch
 
     pid = launch.current().processes[0].pid
     with open(f"/proc/{pid}/maps") as maps:

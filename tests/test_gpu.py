@@ -22,7 +22,7 @@ def test_missing_extra_says_what_to_install():
 def _gpu_available() -> bool:
     if not HAVE_CUDA_STACK:
         return False
-    from synkhronos.backends.gpu import visible_gpus
+    from synkhronos.rank.backends.gpu import visible_gpus
 
     return len(visible_gpus()) > 0
 
@@ -74,8 +74,8 @@ def test_collectives_and_device_residency(gpu_ranks, rng):
 
 
 def test_auto_falls_back_to_cpu_without_the_extra(monkeypatch, capsys):
-    from synkhronos import launch
-    from synkhronos.backends import gpu
+    from synkhronos.rank.backends import gpu
+    from synkhronos.session import launch
 
     monkeypatch.setattr(gpu, "visible_gpus", lambda: ["0", "1"])
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["cupy"])
@@ -90,7 +90,7 @@ def test_auto_falls_back_to_cpu_without_the_extra(monkeypatch, capsys):
 def test_master_rank_puts_its_gpu_first(monkeypatch, capsys):
     import warnings
 
-    from synkhronos.backends import gpu
+    from synkhronos.rank.backends import gpu
 
     monkeypatch.setattr(gpu, "_require_gpu_packages", lambda: None)
     monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB")

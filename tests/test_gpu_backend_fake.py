@@ -2,7 +2,7 @@
 
 Everything GPU ranks do apart from CUDA itself runs here: ``fork(backend="gpu")`` (GPUs
 listed, one per rank), JAX mode, shared variables kept as JAX arrays, collectives through
-:class:`~synkhronos.comm.nccl.NcclCommunicator` (the fake NCCL does real collectives
+:class:`~synkhronos.transport.comm.nccl.NcclCommunicator` (the fake NCCL does real collectives
 between the processes), and function outputs reduced through the communicator. Results
 are checked against numpy on the whole data, with uneven splits.
 
@@ -35,9 +35,9 @@ def _session() -> None:
     import pytensor.tensor as pt
 
     import synkhronos as synk
-    from synkhronos import launch
-    from synkhronos.backends import gpu
-    from synkhronos.comm.nccl import NcclCommunicator
+    from synkhronos.rank.backends import gpu
+    from synkhronos.session import launch
+    from synkhronos.transport.comm.nccl import NcclCommunicator
     from tests.graphs import record_reduce_ops
 
     gpu.gpu_table = lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(N_RANKS)]

@@ -1,4 +1,4 @@
-"""Tests of synkhronos.heap: large arrays come from the heap while forked, on every rank."""
+"""Tests of synkhronos.rank.heap: large arrays come from the heap while forked, on every rank."""
 
 import ctypes
 import os
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import synkhronos as synk
-from synkhronos import heap, routine
+from synkhronos.api import routines
+from synkhronos.rank import heap
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE = 8 << 20  # float64 elements: 64 MiB, above glibc's largest automatic mmap threshold
@@ -67,7 +68,7 @@ def test_keep_freed_memory_serves_large_arrays_from_the_heap_until_undone():
     # In a child: the settings are process-wide.
     script = (
         "from tests.test_heap import mapped_for_a_large_array as mapped\n"
-        "from synkhronos import heap\n"
+        "from synkhronos.rank import heap\n"
         "before = mapped()\n"
         "undo = heap.keep_freed_memory()\n"
         "kept = mapped()\n"
@@ -97,7 +98,7 @@ def test_fork_keeps_memory_on_every_rank_until_close(monkeypatch, keep):
     monkeypatch.setenv(heap.KEEP_VAR, keep)
     synk.fork(2, backend="cpu")
     try:
-        mapped = [int(r[0][0]) for r in routine.run(rank_mapped)]
+        mapped = [int(r[0][0]) for r in routines.run(rank_mapped)]
     finally:
         synk.close()
     if keep == "1":

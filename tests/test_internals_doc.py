@@ -9,6 +9,7 @@ are).
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import re
 from pathlib import Path
@@ -24,7 +25,8 @@ USER_PAGES = ("api.rst", "lasagne.rst", "asynchronous.rst")
 def _modules() -> set[str]:
     found = {"synkhronos"}
     for info in pkgutil.walk_packages(synkhronos.__path__, "synkhronos."):
-        found.add(info.name)
+        if not info.name.endswith(".__main__"):  # a script: importing it runs it
+            found.add(info.name)
     return found
 
 
@@ -43,7 +45,7 @@ def _documented_through_package(module: str, api: set[str]) -> bool:
 
 def test_walk_finds_the_modules():
     modules = _modules()
-    assert {"synkhronos.worker", "synkhronos.comm.shm", EXTENSIONS} <= modules
+    assert {"synkhronos.worker", "synkhronos.transport.comm.shm", EXTENSIONS} <= modules
 
 
 def test_core_modules_are_in_internals():
@@ -63,3 +65,79 @@ def test_extension_modules_are_documented():
 def test_no_directive_names_a_missing_module():
     stale = _automodules(*USER_PAGES, "internals.rst") - _modules()
     assert not stale, stale
+
+
+# The audiences of internals.rst's table, lowest layer first; a module may import from its
+# own package and from packages of a lower layer only. "session" and "worker" share a layer.
+LAYERS = {"transport": 0, "rank": 1, "session": 2, "worker": 2, "api": 3, "": 4}
+
+
+def _package(module: str) -> str:
+    """The audience package of a core module ("" for synkhronos itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _core_imports() -> dict[str, set[str]]:
+    """Core module -> the synkhronos modules it imports (at any depth of its code)."""
+    imports: dict[str, set[str]] = {}
+    for module in _modules():
+        if module.startswith(EXTENSIONS):
+            continue
+        path = ROOT.joinpath(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert node.level == 0, f"{module}: relative import of {node.module}"
+                names = [f"{node.module}.{a.name}" for a in node.names]
+                found.update(n if n in _modules() else node.module for n in names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        imports[module] = {m for m in found if m.startswith("synkhronos")}
+    return imports
+
+
+def test_tree_follows_the_audience_table():
+    table = (DOCS / "internals.rst").read_text().split("One call's path")[0]
+    listed = set(re.findall(r":mod:`~?(synkhronos[\w.]*)`", table))
+    core = {m for m in _modules() if not m.startswith(EXTENSIONS)}
+    assert {_package(m) for m in core} == set(LAYERS), "a core module outside the table"
+    packages = {f"synkhronos.{p}" for p in LAYERS if p}
+    assert packages <= listed, "every audience package is a row of the table"
+    # every module outside the rank backends and communicators is named in its package's row
+    leaves = {m for m in core - packages - {"synkhronos"}
+              if m.count(".") == 2}
+    assert leaves <= listed, f"name {leaves - listed} in internals.rst's table"
+
+
+def test_imports_go_down_the_layers():
+    for module, imported in _core_imports().items():
+        for target in imported:
+            if target.startswith(EXTENSIONS):
+                raise AssertionError(f"{module} imports the extension {target}")
+            own, theirs = _package(module), _package(target)
+            if own == theirs:
+                continue
+            assert LAYERS[theirs] < LAYERS[own], (
+                f"{module} (layer {own or 'synkhronos'}) imports {target} (layer "
+                f"{theirs or 'synkhronos'}): imports go down internals.rst's table")
+
+
+def test_core_imports_have_no_cycles():
+    graph = _core_imports()
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [target]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if target in graph and not state.get(target):
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if not state.get(module):
+            visit(module, [module])

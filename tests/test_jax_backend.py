@@ -46,7 +46,7 @@ def test_mode_is_jax(jax_ranks):
     assert synk.backend() == "jax-cpu"
     f = synk.function([x], x.sum())
     f(np.ones((2, 3)))
-    from synkhronos import launch
+    from synkhronos.session import launch
 
     compiled = launch.current().state.functions[f._spec.fid]._function("plain")
     assert "JAX" in type(compiled.maker.linker).__name__
@@ -55,7 +55,7 @@ def test_mode_is_jax(jax_ranks):
 def test_outputs_come_by_the_host(jax_ranks, rng):
     """On jax-cpu, as on cpu, outputs reach rank 0 in the replies: no collective per call
     (GPU ranks reduce through the communicator; tests/test_gpu_backend_fake.py)."""
-    from synkhronos import launch
+    from synkhronos.session import launch
 
     f, ref = ops_function()
     comm = launch.current().state.comm
@@ -87,7 +87,7 @@ def test_collectives_never_write_into_storage_jax_may_read(jax_ranks, rng):
     """JAX takes an aligned NumPy array without a copy and computes after the call
     returns: a collective's result is 64-byte aligned (so JAX need not copy it) and
     read-only, and no later collective writes into it."""
-    from synkhronos import launch
+    from synkhronos.session import launch
 
     v = pytensor.shared(np.zeros(1001), name="v_no_write")
     total = pytensor.shared(np.zeros(1001), name="total_no_write")
@@ -115,7 +115,7 @@ def test_collectives_never_write_into_storage_jax_may_read(jax_ranks, rng):
 def test_accumulate_matches_combine(op, rng):
     import jax.numpy as jnp
 
-    from synkhronos.reduce import accumulate, combine
+    from synkhronos.transport.reduction import accumulate, combine
 
     values = [rng.normal(size=(3, 2)) for _ in range(3)]
     weights = [4, 1, 2]

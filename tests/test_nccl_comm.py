@@ -1,4 +1,4 @@
-"""The GPU communicator (:class:`synkhronos.comm.nccl.NcclCommunicator`) on CPU ranks.
+"""The GPU communicator (:class:`synkhronos.transport.comm.nccl.NcclCommunicator`) on CPU ranks.
 
 With no GPU here, ``tests/fake_cupy`` stands in for CuPy: its NCCL keeps CuPy's module
 paths, signatures, constants and argument checks, and does real collectives between
@@ -73,8 +73,8 @@ def _connect(session: str, rank: int, n_ranks: int):
     shared names, as ``synk.fork`` makes them before it starts the workers."""
     import posix_ipc
 
-    from synkhronos.channel import ControlBlock
-    from synkhronos.comm.nccl import NcclCommunicator
+    from synkhronos.transport.channel import ControlBlock
+    from synkhronos.transport.comm.nccl import NcclCommunicator
 
     started = time.monotonic()
 
@@ -97,7 +97,7 @@ def _run_rank(session: str, rank: int, n_ranks: int) -> None:
     import jax
     import jax.numpy as jnp
 
-    from synkhronos.shm import sweep
+    from synkhronos.transport.shm import sweep
 
     assert jax.config.jax_enable_x64, "the float64 checks need JAX_ENABLE_X64=1"
     control, comm = _connect(session, rank, n_ranks)
@@ -188,7 +188,7 @@ def _leftovers(session: str) -> list[str]:
 def _run_ranks(n_ranks: int) -> None:
     import posix_ipc
 
-    from synkhronos.shm import new_session_name, sweep
+    from synkhronos.transport.shm import new_session_name, sweep
 
     session = new_session_name()
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1",

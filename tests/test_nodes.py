@@ -34,12 +34,13 @@ import pytensor
 import pytensor.tensor as pt
 
 import synkhronos as synk
-from synkhronos import launch, nodes
+from synkhronos.session import launch
+from synkhronos.transport import nodes
 from synkhronos.extensions import train as T
 from synkhronos.extensions import updates as U
 
 if sys.argv[2] == "gpu":  # tests/fake_cupy stands in for CuPy and NCCL, on CPU ranks
-    from synkhronos.backends import gpu
+    from synkhronos.rank.backends import gpu
     gpu.gpu_table = lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(int(sys.argv[1]))]
 synk.fork(int(sys.argv[1]), backend=sys.argv[2])
 world = nodes.current()
@@ -153,7 +154,7 @@ import numpy as np
 import pytensor.tensor as pt
 
 import synkhronos as synk
-from synkhronos import nodes
+from synkhronos.transport import nodes
 
 synk.fork(2, backend="cpu")
 node = nodes.current().node

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synkhronos.partition import selection_length, split_bounds, split_selection
-from synkhronos.reduce import (
+from synkhronos.transport.partition import selection_length, split_bounds, split_selection
+from synkhronos.transport.reduction import (
     BLOCK,
     accumulate,
     check_collective_op,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from synkhronos.channel import Channel, ControlBlock
-from synkhronos.protocol import FORGET_DATA, Collective, Command, Status
-from synkhronos.rank_collectives import PARTS
-from synkhronos.shm import Mailbox, message_words, new_session_name, sweep
+from synkhronos.rank.collective_part import PARTS
+from synkhronos.transport.channel import Channel, ControlBlock
+from synkhronos.transport.protocol import FORGET_DATA, Collective, Command, Status
+from synkhronos.transport.shm import Mailbox, message_words, new_session_name, sweep
 
 
 @pytest.fixture

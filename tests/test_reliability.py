@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import synkhronos as synk
-from synkhronos import launch, shm
-from synkhronos.channel import WorkerHung
-from synkhronos.liveness import Watchdog, process_state
+from synkhronos.session import launch
+from synkhronos.session.liveness import Watchdog, process_state
+from synkhronos.transport import shm
+from synkhronos.transport.channel import WorkerHung
 from tests.conftest import shm_entries
 from tests.graphs import x
 
@@ -161,7 +162,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import pytensor.tensor as pt
     import synkhronos as synk
-    from synkhronos import launch
+    from synkhronos.session import launch
     synk.fork(2, backend="cpu", timeout=None)
     x = pt.matrix("x", dtype="float64")
     f = synk.function([x], (pt.tanh(x) ** 2).mean())

@@ -123,7 +123,8 @@ def test_flat_grad_is_whole_batch_grad(ranks):
 
 def test_one_command_and_one_all_reduce_per_step(ranks, monkeypatch):
     # 50 parameter tensors: one command per step, holding one collective.
-    from synkhronos import launch, rank_collectives
+    from synkhronos.rank import collective_part
+    from synkhronos.session import launch
 
     params = [pytensor.shared(np.full(2, 0.1 * i), name=f"p{i}") for i in range(50)]
     x = pt.matrix("x")
@@ -133,10 +134,10 @@ def test_one_command_and_one_all_reduce_per_step(ranks, monkeypatch):
     train(np.ones((5, 2)))  # ships the functions (a command of its own)
     session = launch.current()
     commands, collectives = [], []
-    real_execute, real_run = session.execute, rank_collectives.run
+    real_execute, real_run = session.execute, collective_part.run
     monkeypatch.setattr(session, "execute",
                         lambda code, *a: (commands.append(code), real_execute(code, *a))[1])
-    monkeypatch.setattr(rank_collectives, "run",
+    monkeypatch.setattr(collective_part, "run",
                         lambda *a, **k: (collectives.append(a[1]), real_run(*a, **k))[1])
     for _ in range(3):
         train(np.ones((5, 2)))

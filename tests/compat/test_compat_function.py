@@ -7,7 +7,7 @@ import pytensor.tensor as pt
 import pytest
 
 import synkhronos as synk
-from synkhronos import launch
+from synkhronos.session import launch
 
 x = pt.matrix("x", dtype="float64")
 y = pt.vector("y", dtype="float64")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from synkhronos.rank import RankState
+from synkhronos.rank.state import RankState
 
 from .local import LocalStep
 from .phase import Exchange, Trainer, run_phase

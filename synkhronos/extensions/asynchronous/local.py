@@ -16,8 +16,8 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.tensor.variable import TensorVariable
 
 import synkhronos as synk
-from synkhronos.partition import split_bounds
-from synkhronos.rank import RankState
+from synkhronos.rank.state import RankState
+from synkhronos.transport.partition import split_bounds
 
 __all__ = ["LocalStep", "RankStep", "rank_rows", "minibatch"]
 

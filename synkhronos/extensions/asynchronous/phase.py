@@ -1,7 +1,7 @@
 """A phase of local training on every rank, and the rank-0 trainer that starts phases.
 
 Rank 0 calls :meth:`Trainer.run`; that sends ONE routine command
-(:func:`synkhronos.routine.run`), and every rank, rank 0 included, runs
+(:func:`synkhronos.api.routines.run`), and every rank, rank 0 included, runs
 :func:`run_phase`: ``n_steps`` local steps on minibatches cycling through its own
 contiguous share of the data rows (or of given row indices), calling its algorithm's
 :class:`Exchange` after each step. Rank 0 gets every rank's losses (and, when asked,
@@ -21,10 +21,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from synkhronos import launch, routine
-from synkhronos.channel import Aborted
-from synkhronos.data import Data
-from synkhronos.rank import RankState
+from synkhronos.api import routines
+from synkhronos.rank import routine_part
+from synkhronos.rank.state import RankState
+from synkhronos.session import launch
+from synkhronos.transport.channel import Aborted
+from synkhronos.transport.shared_arrays import Data
 
 from .local import LocalStep, RankStep, minibatch, rank_rows
 from .shared_block import SharedBlock
@@ -127,7 +129,7 @@ def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
     settings = Settings.decode(config)
     step = RankStep(state, fids, param_indices)
     blocks = [SharedBlock(name, 0, step.dtype, create=False)
-              for name in routine.from_text(names).split(",")]
+              for name in routine_part.from_text(names).split(",")]
     try:
         algorithm = exchange(state, step, settings, blocks)
         n_rows = len(indices) if len(indices) else len(data[0])
@@ -223,9 +225,9 @@ class Trainer:
         """
         settings = Settings(int(n_steps), self.batch_size, self.steps_done,
                             self.steps_done == 0, self.log, self.seed, self.hyper())
-        names = routine.text(",".join(b.name for b in self.blocks))
+        names = routine_part.text(",".join(b.name for b in self.blocks))
         indices = np.zeros(0, np.int64) if rows is None else np.asarray(rows, np.int64)
-        replies = routine.run(self.routine, settings.encode(), self.fids,
+        replies = routines.run(self.routine, settings.encode(), self.fids,
                               self.param_indices, names, indices, *data)
         self.steps_done += int(n_steps)
         n_rows = len(data[0]) if rows is None else len(indices)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from synkhronos.shm import ALIGN, SHM_DIR, Segment
+from synkhronos.transport.shm import ALIGN, SHM_DIR, Segment
 
 __all__ = ["HolderDied", "SharedBlock", "DIE_HOLDING_LOCK"]
 
@@ -62,7 +62,7 @@ class SharedBlock:
 
     Examples
     --------
-    >>> from synkhronos.shm import new_session_name
+    >>> from synkhronos.transport.shm import new_session_name
     >>> block = SharedBlock(new_session_name() + "_doc", 3, "float64", create=True)
     >>> with block.locked(rank=0) as values:
     ...     values += 1.5

@@ -1,4 +1,4 @@
-"""A CPU stand-in for the parts of CuPy that ``synkhronos.comm.nccl`` uses (tests only).
+"""A CPU stand-in for the parts of CuPy that ``synkhronos.transport.comm.nccl`` uses (tests only).
 
 Put ``tests/fake_cupy`` first on ``PYTHONPATH`` to use it. "Device" memory is host memory:
 an :class:`ndarray` wraps a numpy array and shows its address as ``.data.ptr``, so that the

@@ -1,0 +1,184 @@
+"""Chained calls: functions and collectives on shared variables, one command per call.
+
+A training step is a gradient function, an all-reduce of the gradient and an update
+function. Called one by one, each is a round trip from rank 0 through the command
+channel; chained, rank 0 sends one command and every rank runs the three back to back
+(:mod:`synkhronos.rank.chain_part`), and the reply brings the functions' outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from synkhronos.api.collectives import registered
+from synkhronos.api.functions import Function
+from synkhronos.rank.chain_part import CHAINABLE, CollectiveStep, encode_table, run_steps
+from synkhronos.rank.outputs import collect_outputs
+from synkhronos.session import launch
+from synkhronos.transport.nodes import abort_on_error
+from synkhronos.transport.protocol import Command
+from synkhronos.transport.reduction import check_collective_op
+
+
+def _split_reply(arrays: list[np.ndarray], n_functions: int) -> list[list[np.ndarray]]:
+    """A worker's reply cut into ``[weight, *host]`` per function step."""
+    parts, pos = [], 0
+    for _ in range(n_functions):
+        weight, n_host = (int(w) for w in arrays[pos])
+        parts.append([np.array([weight], np.int64), *arrays[pos + 1: pos + 1 + n_host]])
+        pos += 1 + n_host
+    return parts
+
+
+def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
+    if not isinstance(entry, tuple) or len(entry) not in (2, 3) or entry[0] not in CHAINABLE:
+        raise TypeError(f"a chain step is a synkhronos Function or a tuple (name, shared "
+                        f"variables[, op]) with name in {sorted(CHAINABLE)}; got {entry!r}")
+    name, shared_vars, op = (*entry, "avg") if len(entry) == 2 else entry
+    if name in ("all_reduce", "reduce"):
+        check_collective_op(op)
+    elif len(entry) == 3:
+        raise TypeError(f"{name} takes no op; write ({name!r}, shared variables)")
+    variables, indices, _ = registered(session, shared_vars)
+    if name == "all_gather" and any(v.ndim == 0 for v in variables):
+        raise ValueError("all_gather needs shared variables with a first axis")
+    return CollectiveStep(CHAINABLE[name], indices, op, True), variables
+
+
+class Chain:
+    """Functions and collectives run on every rank by one command; build it with
+    :func:`chain`."""
+
+    def __init__(self, session, entries: Sequence, every_rank_rows: bool = False):
+        self._session = session
+        self._every_rank_rows = every_rank_rows
+        steps, functions, touched = [], [], set()
+        for entry in entries:
+            if isinstance(entry, Function):
+                if entry._session is not session:
+                    raise RuntimeError("a function in the chain was built before the last "
+                                       "synk.fork(); build it again")
+                if functions and entry.inputs:
+                    raise TypeError(f"{entry._what} takes inputs, but only the chain's first "
+                                    f"function receives the call's arguments")
+                steps.append(entry._spec.fid)
+                functions.append(entry)
+                touched |= entry._update_targets
+            else:
+                step, variables = _collective_step(session, entry)
+                steps.append(step)
+                touched |= {id(v) for v in variables}
+        if not steps:
+            raise ValueError("a chain needs at least one step")
+        self._steps, self._functions = steps, functions
+        self._table = encode_table(steps)
+        self._touched = touched
+
+    def __repr__(self) -> str:
+        return f"<synkhronos.Chain of {len(self._steps)} steps>"
+
+    @abort_on_error("a synkhronos chained call")
+    def __call__(self, *args, batch=None, batch_s=None, num_slices: int = 1,
+                 output_subset: Sequence[int] | None = None, **kwargs) -> list:
+        """Run every step on every rank, in order, with one command.
+
+        Parameters
+        ----------
+        *args, batch, batch_s, num_slices, output_subset, **kwargs
+            The call of the chain's first function, as for a
+            :class:`~synkhronos.Function` call; later functions are called without
+            arguments.
+
+        Returns
+        -------
+        list
+            One entry per function of the chain, in order: what calling it alone would
+            return.
+        """
+        session = launch.current()
+        if session is not self._session:
+            raise RuntimeError("this chain was built before the last synk.fork(); build it "
+                               "again")
+        if any(not f._shipped for f in self._functions):
+            session.distribute()
+        plan, arrays = None, [self._table]
+        if self._functions:
+            first = self._functions[0]
+            if kwargs:
+                args = first._by_name(args, kwargs)
+            plan = first._plan(session, args, batch, batch_s, num_slices, output_subset,
+                               self._every_rank_rows)
+            if session.n_ranks > 1:
+                arrays += plan.encode()
+        elif args or kwargs:
+            raise TypeError("this chain has no function to take arguments")
+        results = session.execute(
+            Command.CHAIN, arrays,
+            lambda: run_steps(session.state, self._steps, plan, lambda d: d.data))
+        if not self._touched.isdisjoint(session.sliceable_ids):
+            session.forget_lengths()  # the rows batch_s may select have changed
+        replies = [_split_reply(session.channel.reply_arrays(r), len(self._functions))
+                   for r in range(1, session.n_ranks)]
+        outputs = []
+        for j, (f, (weight, host, reduced)) in enumerate(zip(self._functions, results,
+                                                              strict=True)):
+            subset = plan.subset if j == 0 else f._all_outputs
+            single = f._single if j or output_subset is None else len(subset) == 1
+            outputs.append(collect_outputs([r[j] for r in replies], f._spec, subset, weight,
+                                           host, reduced, single))
+        return outputs
+
+
+def chain(*steps, every_rank_rows: bool = False) -> Chain:
+    """Chain synkhronos functions and collectives into one call: one command per call.
+
+    Parameters
+    ----------
+    *steps : Function or tuple
+        In the order every rank runs them: :class:`~synkhronos.Function` objects, and
+        collectives on shared variables written ``(name, shared_vars)`` or
+        ``(name, shared_vars, op)``, with ``name`` one of "all_reduce", "broadcast",
+        "all_gather" or "reduce" (in place: rank 0's variables get the result) and
+        ``op`` as for :func:`synkhronos.all_reduce` (default "avg"). Only the first
+        function may take inputs: it receives the call's arguments.
+    every_rank_rows : bool
+        Refuse (``ValueError``, before any rank runs) a call that gives some rank, of
+        any node, no rows of the first function's data: a rank without rows skips that
+        function, so a later step would read what it wrote on an earlier call (a
+        training step's gradient, say). Every node finds the same empty ranks; under
+        MPI the error ends the job, as any failed call does (:doc:`nodes`).
+
+    Returns
+    -------
+    Chain
+        ``chain(*args, batch=None, batch_s=None, num_slices=1, output_subset=None)``
+        returns a list with, per function, what calling it alone would return.
+
+    Notes
+    -----
+    Rank 0 sends one command; every rank runs the steps back to back without waiting
+    on rank 0 in between. If a step fails on a rank, its error (re-raised in rank 0 as
+    for a call) carries a note naming the step and the rank, and the ranks waiting in
+    a later collective give up (nothing hangs); the steps before it have run.
+
+    Examples
+    --------
+    >>> import numpy as np, pytensor, pytensor.tensor as pt, synkhronos as synk
+    >>> n = synk.fork(2, backend="cpu")
+    >>> x = pt.vector("x")
+    >>> total = pytensor.shared(np.float64(0), name="total")
+    >>> add = synk.function([x], x.mean(), updates=[(total, x.sum())])
+    >>> double = synk.function([], updates=[(total, 2 * total)])
+    >>> step = synk.chain(add, ("all_reduce", total, "sum"), double)
+    >>> step(np.arange(5.0))      # rank 0 has rows 0..2, rank 1 rows 3..4
+    [array(2.), []]
+    >>> synk.gather(total).tolist()        # 3 + 7, doubled, on both ranks
+    [20.0, 20.0]
+    >>> synk.close()
+    """
+    return Chain(launch.current(), steps, every_rank_rows)
+
+
+__all__ = ["Chain", "chain"]

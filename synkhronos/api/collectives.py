@@ -1,0 +1,203 @@
+"""Collectives on shared variables: rank 0's API.
+
+Each takes shared variables, or their names, one or a list; one variable in gives one array
+out, a list or tuple in gives a tuple out. ``nccl=False`` makes GPU ranks use the host
+(shared-memory) path; on CPU ranks that is the only path. Each function checks its
+arguments in rank 0, then every rank runs its part
+(:mod:`synkhronos.rank.collective_part`) with the same kind and variables. Shared variables
+are named by their registry index, the same on every rank (see
+:mod:`synkhronos.rank.graphs`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pytensor.compile.sharedvalue import SharedVariable
+
+from synkhronos.rank import collective_part
+from synkhronos.session import launch
+from synkhronos.transport.nodes import abort_on_error
+from synkhronos.transport.nodes import current as current_nodes
+from synkhronos.transport.partition import resolve_rows
+from synkhronos.transport.protocol import Collective, Command
+from synkhronos.transport.reduction import COLLECTIVE_OPS, check_collective_op, join_rows
+
+_WRITES = {Collective.BROADCAST, Collective.SCATTER, Collective.ALL_GATHER, Collective.REDUCE,
+           Collective.ALL_REDUCE, Collective.SET_VALUE}
+
+
+def _by_name(session, name: str) -> SharedVariable:
+    matches = [v for v in session.state.registry.variables if v.name == name]
+    if not matches:
+        session.distribute()  # the variable may belong to a function not shipped yet
+        matches = [v for v in session.state.registry.variables if v.name == name]
+    if len(matches) != 1:
+        raise ValueError(f"{len(matches) or 'no'} shared variables of synkhronos functions are "
+                         f"named {name!r}; pass the variable itself")
+    return matches[0]
+
+
+def registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
+    """The variables (found by name where given a string), their registry indices, and
+    whether one variable was given."""
+    single = isinstance(shared_vars, (SharedVariable, str))
+    variables = [shared_vars] if single else list(shared_vars)
+    variables = [_by_name(session, v) if isinstance(v, str) else v for v in variables]
+    registry = session.state.registry
+    if any(registry.index(v) is None for v in variables):
+        session.distribute()  # the variable may belong to a function not shipped yet
+    indices = []
+    for v in variables:
+        if not isinstance(v, SharedVariable):
+            raise TypeError(f"collectives act on shared variables or their names, got {v!r}")
+        index = registry.index(v)
+        if index is None:
+            raise ValueError(f"shared variable {v} is not used by any synkhronos function, so "
+                             f"the workers do not have it")
+        indices.append(index)
+    return variables, np.array(indices, np.int64), single
+
+
+def _checked_values(variables: list, values, single: bool, batch) -> list:
+    values = [values] if single else list(values)
+    if len(values) != len(variables):
+        raise ValueError(f"got {len(values)} values for {len(variables)} shared variables")
+    checked = []
+    for var, value in zip(variables, values, strict=True):
+        if batch is not None:
+            value = np.asarray(value)
+            if value.ndim == 0:
+                raise ValueError(f"batch selects rows, but the value for {var} is a scalar")
+            value = value[resolve_rows(batch, len(value), "batch")]
+        try:
+            checked.append(np.asarray(var.type.filter(value)))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"value for shared variable {var}: {e}") from None
+    return checked
+
+
+@abort_on_error("a synkhronos collective")
+def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, values=None,
+                nd_up: int = 0, nccl: bool = True, batch=None):
+    session = launch.current()
+    variables, indices, single = registered(session, shared_vars)
+    if kind in (Collective.REDUCE, Collective.REDUCE_RESULT, Collective.ALL_REDUCE):
+        check_collective_op(op)
+    n_ranks = current_nodes().n_global  # ranks name global ranks under MPI
+    if kind in (Collective.SET_VALUE, Collective.GET_VALUE) and not 0 <= rank < n_ranks:
+        raise ValueError(f"rank must be in 0..{n_ranks - 1}, got {rank}")
+    if nd_up not in (0, 1):
+        raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
+    if values is not None:
+        values = _checked_values(variables, values, single, batch)
+    if kind in (Collective.SCATTER, Collective.ALL_GATHER) and any(v.ndim == 0 for v in variables):
+        raise ValueError("scatter and all_gather need shared variables with a first axis")
+    params = np.array([kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank,
+                       bool(nccl)], np.int64)
+    result = session.execute(
+        Command.COLLECTIVE, [params, indices],
+        lambda: collective_part.run(session.state, kind, variables, op, rank, values,
+                                     bool(nccl)))
+    if kind in _WRITES:
+        session.forget_lengths()
+    if kind == Collective.GET_VALUE:
+        out = [np.asarray(v) for v in result[rank]]
+    elif kind in (Collective.GATHER, Collective.ALL_GATHER):
+        out = [join_rows([r[i] for r in result], new_axis=nd_up == 1)
+               for i in range(len(variables))]
+    elif kind == Collective.SHAPES:
+        out = [[tuple(int(s) for s in r[i]) for r in result] for i in range(len(variables))]
+    elif kind in (Collective.REDUCE, Collective.REDUCE_RESULT):
+        out = [np.asarray(v) for v in result]
+    else:
+        return None
+    return out[0] if single else tuple(out)
+
+
+def sliceable_lengths(session, variables: list) -> list[int]:
+    """Per rank (global rank under MPI), the rows the sliceable shared ``variables`` have
+    in common (cached)."""
+    key = tuple(id(v) for v in variables)
+    lengths = session.lengths_cache.get(key)
+    if lengths is None:
+        shapes = _collective(Collective.SHAPES, list(variables))
+        lengths = [min(s[r][0] for s in shapes) for r in range(len(shapes[0]))]
+        session.lengths_cache[key] = lengths
+    return lengths
+
+
+def broadcast(shared_vars, values=None, nccl: bool = True) -> None:
+    """Give every rank rank 0's value of ``shared_vars`` (after setting it to ``values``).
+
+    Examples
+    --------
+    >>> synk.broadcast([w, b])                     # doctest: +SKIP
+    >>> synk.broadcast("w", np.zeros((3, 2)))      # doctest: +SKIP
+    """
+    _collective(Collective.BROADCAST, shared_vars, values=values, nccl=nccl)
+
+
+def scatter(shared_vars, values, batch=None) -> None:
+    """Split each of ``values`` along axis 0 across ranks (as evenly as possible) and set
+    each rank's variable to its part; ``batch`` (int, slice or indices) selects the rows of
+    ``values`` first."""
+    _collective(Collective.SCATTER, shared_vars, values=values, batch=batch)
+
+
+def gather(shared_vars, nd_up: int = 1, nccl: bool = True):
+    """Every rank's value, stacked along a new first axis in rank order (``nd_up=1``) or
+    concatenated along axis 0 (``nd_up=0``)."""
+    return _collective(Collective.GATHER, shared_vars, nd_up=nd_up, nccl=nccl)
+
+
+def all_gather(shared_vars, nccl: bool = True):
+    """Set every rank's variable to the concatenation (axis 0) of all ranks' values;
+    return it."""
+    return _collective(Collective.ALL_GATHER, shared_vars, nccl=nccl)
+
+
+def reduce(shared_vars, op: str = "avg", in_place: bool = True, nccl: bool = True):
+    """Reduce element-wise over ranks; return the result, and with ``in_place`` (the
+    default) also set rank 0's variable to it.
+
+    ``op``: "avg", "sum", "prod", "max" or "min". Values must have equal shapes.
+    """
+    kind = Collective.REDUCE if in_place else Collective.REDUCE_RESULT
+    return _collective(kind, shared_vars, op=op, nccl=nccl)
+
+
+def all_reduce(shared_vars, op: str = "avg", nccl: bool = True) -> None:
+    """Reduce element-wise over ranks and give every rank the result.
+
+    With a flat gradient vector (see :mod:`synkhronos.extensions.updates`) one call moves
+    every parameter's gradient.
+
+    Examples
+    --------
+    >>> synk.all_reduce(flat_grad, op="avg")      # doctest: +SKIP
+    """
+    _collective(Collective.ALL_REDUCE, shared_vars, op=op, nccl=nccl)
+
+
+def set_value(rank: int, shared_vars, values, batch=None) -> None:
+    """Set the value of ``shared_vars`` on one rank only; ``batch`` selects rows of
+    ``values`` first."""
+    _collective(Collective.SET_VALUE, shared_vars, rank=rank, values=values, batch=batch)
+
+
+def get_value(rank: int, shared_vars):
+    """The value of ``shared_vars`` on one rank."""
+    return _collective(Collective.GET_VALUE, shared_vars, rank=rank)
+
+
+def get_shapes(shared_vars):
+    """For each variable, the list of its shapes on every rank."""
+    return _collective(Collective.SHAPES, shared_vars)
+
+
+def get_lengths(shared_vars):
+    """For each variable, an array of its length (axis 0) on every rank."""
+    shapes = get_shapes(shared_vars)
+    if isinstance(shared_vars, (SharedVariable, str)):
+        return np.array([s[0] for s in shapes])
+    return tuple(np.array([s[0] for s in var_shapes]) for var_shapes in shapes)

@@ -1,0 +1,513 @@
+"""``Function``: a PyTensor function run data-parallel on every rank.
+
+Where a call goes: :meth:`Function.__call__` checks every argument in rank 0 (nothing runs
+on any rank before that), builds a :class:`~synkhronos.transport.callplan.CallPlan`, and
+:meth:`Session.execute <synkhronos.session.launch.Session.execute>` sends it through the command
+channel. Every rank, rank 0 included, runs its rows (:func:`synkhronos.rank.state.run_plan`),
+and :mod:`synkhronos.rank.outputs` brings the ranks' outputs together in rank 0.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Variable
+from pytensor.graph.traversal import graph_inputs
+
+from synkhronos.api.collectives import sliceable_lengths
+from synkhronos.rank.compiled import is_jax
+from synkhronos.rank.graphs import GraphSpec
+from synkhronos.rank.outputs import collect_outputs
+from synkhronos.rank.state import run_plan
+from synkhronos.session import launch
+from synkhronos.transport.callplan import CallPlan, RankRows
+from synkhronos.transport.nodes import abort_on_error
+from synkhronos.transport.nodes import current as current_nodes
+from synkhronos.transport.partition import Selection, resolve_rows, selection_length, split_bounds
+from synkhronos.transport.protocol import Arg, Command
+from synkhronos.transport.reduction import check_output_op, check_update_op
+from synkhronos.transport.shared_arrays import Data
+
+
+def _pairs(mapping, what: str) -> list[tuple]:
+    if mapping is None:
+        return []
+    items = mapping.items() if hasattr(mapping, "items") else mapping
+    pairs = [tuple(p) for p in items]
+    if any(len(p) != 2 for p in pairs):
+        raise TypeError(f"{what} must be a dict or a list of (variable, value) pairs")
+    return pairs
+
+
+def _updates(updates) -> tuple[list[tuple], list]:
+    """``updates`` (a dict, or pairs and ``(var, update, op)`` triples) as pairs and the op
+    combining each over slices ("avg" for pairs)."""
+    if updates is None:
+        return [], []
+    items = updates.items() if hasattr(updates, "items") else updates
+    pairs, ops = [], []
+    for i, item in enumerate(items):
+        item = tuple(item)
+        if len(item) not in (2, 3):
+            raise TypeError("updates must be a dict or a list of (variable, update) pairs or "
+                            "(variable, update, op) triples")
+        op = item[2] if len(item) == 3 else "avg"
+        check_update_op(op, f"update {i} ({item[0]})")
+        pairs.append(item[:2])
+        ops.append(op)
+    return pairs, ops
+
+
+def _parse_outputs(outputs) -> tuple[list, list, bool]:
+    """Split ``outputs`` into variables and reduce ops; also say whether it was single."""
+    def is_pair(o):
+        return (isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], Variable)
+                and not isinstance(o[1], Variable))
+
+    if outputs is None:
+        return [], [], False
+    single = isinstance(outputs, Variable) or is_pair(outputs)
+    entries = [outputs] if single else list(outputs)
+    variables, ops = [], []
+    for i, entry in enumerate(entries):
+        var, op = entry if is_pair(entry) else (entry, "avg")
+        if not isinstance(var, Variable):
+            raise TypeError(f"output {i} is not a PyTensor variable: {var!r}")
+        check_output_op(op, f"output {i} ({var})")
+        variables.append(var)
+        ops.append(op)
+    return variables, ops, single
+
+
+def _label(var, i: int, kind: str) -> str:
+    return f"{kind} {i} ({var.name!r})" if var.name else f"{kind} {i}"
+
+
+def _check_static_shape(var, shape, what: str, skip_first: bool) -> None:
+    if len(shape) != var.ndim:
+        raise TypeError(f"{what}: expected {var.ndim} dimensions, got {len(shape)}")
+    static = getattr(var.type, "shape", None)
+    if not static or static.count(None) == len(static):
+        return
+    for axis, (want, got) in enumerate(zip(static, shape, strict=True)):
+        if want is not None and want != got and not (skip_first and axis == 0):
+            raise ValueError(f"{what}: axis {axis} must have length {want}, got {got}")
+
+
+def _last_row(sel: Selection) -> int:
+    if isinstance(sel, slice):
+        return sel.stop - 1
+    return int(sel.max()) if len(sel) else -1
+
+
+_64_BIT = ("float64", "complex128", "int64", "uint64")
+
+
+def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
+    """Warn when JAX mode will compute this function's 64-bit values in 32 bits.
+
+    PyTensor turns JAX's 64-bit mode on only with floatX float64; otherwise JAX computes
+    float64 as float32 and int64 as int32, where PyTensor's default mode keeps them.
+    """
+    import jax
+
+    if jax.config.jax_enable_x64:
+        return
+    shared = [v for v in graph_inputs(list(spec.outputs) + [u for _, u in spec.updates])
+              if isinstance(v, SharedVariable)]
+    labels = {}
+    for i, v in enumerate([*spec.inputs, *spec.bcast_inputs]):
+        labels.setdefault(v, v.name or f"input {i}")
+    for j, v in enumerate(spec.outputs):
+        labels.setdefault(v, f"output {j}")
+    for v in shared:
+        labels.setdefault(v, v.name or "a shared variable")
+    wide = [f"{label} ({v.type.dtype})" for v, label in labels.items()
+            if getattr(v.type, "dtype", None) in _64_BIT]
+    if wide:
+        warnings.warn(
+            f"{what}: JAX mode computes in 32 bits while floatX is float32, so "
+            f"{', '.join(wide)} are computed as 32-bit values; for exact 64-bit results use "
+            f"floatX=float64, or on CPU ranks backend='cpu' (backend='auto' takes 'jax-cpu' "
+            f"where JAX mode measured faster; SYNK_CPU_BACKEND=cpu keeps the default mode)",
+            stacklevel=4)
+
+
+class Function:
+    """A synkhronos function: built by :func:`synkhronos.function`, called like PyTensor's.
+
+    Attributes
+    ----------
+    name : str or None
+        The name given at build time.
+    inputs : list
+        Scattered inputs, then broadcast inputs (the call's argument order).
+    output_modes : list
+        The reduce op of each output.
+    update_modes : list
+        The op combining each update over ``num_slices`` ("avg" for pairs).
+    """
+
+    def __init__(self, session, inputs, outputs, bcast_inputs, updates, givens,
+                 sliceable_shareds, name, mode, function_kwargs):
+        inputs, bcast_inputs = list(inputs), list(bcast_inputs or ())
+        for i, var in enumerate(inputs + bcast_inputs):
+            if not isinstance(var, Variable) or var.owner is not None:
+                raise TypeError(f"input {i} must be a free PyTensor variable, got {var!r}")
+            if isinstance(var, SharedVariable):
+                raise TypeError(f"input {i} is a shared variable; shared variables are used "
+                                f"implicitly (see sliceable_shareds)")
+        for i, var in enumerate(inputs):
+            if var.ndim < 1:
+                raise TypeError(f"{_label(var, i, 'input')} is scattered along axis 0, so it "
+                                f"needs at least one dimension; pass scalars in bcast_inputs")
+        sliceable = list(sliceable_shareds or ())
+        for i, var in enumerate(sliceable):
+            if not isinstance(var, SharedVariable) or var.ndim < 1:
+                raise TypeError(f"sliceable_shareds[{i}] must be a shared variable with at "
+                                f"least one dimension")
+        variables, ops, self._single = _parse_outputs(outputs)
+        update_pairs, update_ops = _updates(updates)
+        self._session = session
+        self.name = name
+        self.inputs = inputs + bcast_inputs
+        self.output_modes = ops
+        self.update_modes = update_ops
+        self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
+        self._spec = GraphSpec(len(session.functions), name, inputs, bcast_inputs, variables,
+                               ops, update_pairs, _pairs(givens, "givens"), sliceable, mode,
+                               update_ops, dict(function_kwargs))
+        self._downcast = bool(function_kwargs.get("allow_input_downcast"))
+        # Compile rank 0's copy now: a graph error raises here, before anything is shipped.
+        compiled = session.state.compile(self._spec)
+        if is_jax(compiled.mode):
+            _warn_if_computed_in_32_bits(self._spec, self._what)
+        self._all_outputs = np.arange(len(variables), dtype=np.int64)
+        self._shipped = False
+        self._scratch: dict[int, Data] = {}
+        self._reference = None
+        self._update_targets = {id(v) for v, _ in self._spec.updates}
+        session.sliceable_ids.update(id(s) for s in sliceable)
+        session.functions.append(self)
+
+    def __repr__(self) -> str:
+        return f"<synkhronos.Function {self.name or self._spec.fid}>"
+
+    @property
+    def _what(self) -> str:
+        return f"synkhronos function {self.name!r}" if self.name else "synkhronos function"
+
+    # ---- the reference -------------------------------------------------------------------
+    def as_pytensor(self, *args):
+        """Run the same graph in this process alone on whole numpy arrays (the reference).
+
+        Arguments are the scattered inputs then the broadcast inputs, as for a call.
+        Updates apply to rank 0's shared variables.
+        """
+        import pytensor
+
+        spec = self._spec
+        if self._reference is None:
+            mode = spec.mode if spec.mode is not None else self._session.backend.mode
+            if is_jax(mode):
+                from synkhronos.rank.backends import jax_compat  # noqa: F401
+            self._reference = pytensor.function(
+                spec.inputs + spec.bcast_inputs, spec.outputs, updates=spec.updates,
+                givens=spec.givens, mode=mode,
+                **{"on_unused_input": "ignore", **spec.function_kwargs})
+        outs = self._reference(*[np.asarray(a) for a in args])
+        outs = [np.asarray(o) for o in outs]
+        return outs[0] if self._single else outs
+
+    as_theano = as_pytensor
+
+    def build_inputs(self, *args, force_cast: bool = False, oversize: float = 1.0,
+                     minibatch: bool | Sequence[bool] = False) -> Data | list[Data]:
+        """Shared-memory ``Data`` objects holding ``args``, typed for this function's inputs.
+
+        ``minibatch`` is one flag for every input or a list of one per input. Returns one
+        ``Data`` for a function of one input, else a list.
+        """
+        if len(args) != len(self.inputs):
+            raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, "
+                            f"got {len(args)}")
+        flags = list(minibatch) if isinstance(minibatch, (list, tuple)) else (
+            [minibatch] * len(args))
+        if len(flags) != len(args):
+            raise ValueError(f"{self._what}: got {len(flags)} minibatch flags for "
+                             f"{len(args)} inputs")
+        built = [Data(a, var=v, force_cast=force_cast, oversize=oversize, minibatch=mb)
+                 for v, a, mb in zip(self.inputs, args, flags, strict=True)]
+        return built[0] if len(built) == 1 else built
+
+    def get_shared(self) -> list:
+        """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``).
+        """
+        return self._session.state.functions[self._spec.fid].get_shared()
+
+    # ---- a call --------------------------------------------------------------------------
+    @abort_on_error("a synkhronos function call")
+    def __call__(self, *args, batch=None, batch_s=None, num_slices: int = 1,
+                 output_subset: Sequence[int] | None = None, **kwargs):
+        """Run data-parallel on every rank and return the reduced outputs.
+
+        Parameters
+        ----------
+        *args : Data or array_like
+            Scattered inputs (split along axis 0 across ranks), then broadcast inputs.
+            Numpy arrays are copied into shared memory; ``Data`` is read in place.
+        batch : int, slice or array of int, optional
+            Rows of the scattered inputs to use (the first ``n``, a slice, or indices),
+            split across ranks in order. ``Data`` made with ``minibatch=True`` is read by
+            position: its row k pairs with the k-th selected row.
+        batch_s : slice or array of int, or a list of them (one per rank), optional
+            Rows of the sliceable shared variables each rank uses (default: all).
+        num_slices : int
+            Each rank computes in this many sequential chunks and combines them, which
+            bounds memory; outputs equal the unsliced call's. Every chunk computes from
+            the same shared values; each update's values are combined over the chunks with
+            its op (see :func:`function`) and applied once, at the end.
+        output_subset : sequence of int, optional
+            Indices of the outputs to return (one index: the value, else a list).
+        **kwargs : Data or array_like
+            Inputs by their variables' names, as ``pytensor`` functions take them.
+
+        Returns
+        -------
+        The reduced outputs: one value for a single output, else a list.
+        """
+        session = launch.current()
+        if session is not self._session:
+            raise RuntimeError(f"{self._what} was built before the last synk.fork(); build it "
+                               f"again")
+        if kwargs:
+            args = self._by_name(args, kwargs)
+        if not self._shipped:
+            session.distribute()
+        plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
+        arrays = plan.encode() if session.n_ranks > 1 else ()
+        weight, host, reduced = session.execute(
+            Command.CALL, arrays, lambda: run_plan(session.state, plan, lambda d: d.data))
+        if not self._update_targets.isdisjoint(session.sliceable_ids):
+            session.forget_lengths()  # the rows batch_s may select have changed
+        single = self._single if output_subset is None else len(plan.subset) == 1
+        replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
+        return collect_outputs(replies, self._spec, plan.subset, weight, host, reduced, single)
+
+    def _by_name(self, args: tuple, kwargs: dict) -> tuple:
+        """The positional arguments, with those given by name put in their places."""
+        ordered = list(args) + [None] * (len(self.inputs) - len(args))
+        given = [True] * len(args) + [False] * (len(self.inputs) - len(args))
+        for name, value in kwargs.items():
+            i = self._positions.get(name)
+            if i is None:
+                raise TypeError(f"{self._what} has no input named {name!r}")
+            if given[i]:
+                raise TypeError(f"{self._what}: input {name!r} given twice")
+            ordered[i], given[i] = value, True
+        if not all(given):
+            missing = [_label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
+            raise TypeError(f"{self._what}: missing {', '.join(missing)}")
+        return tuple(ordered)
+
+    def _plan(self, session, args, batch, batch_s, num_slices, output_subset,
+              every_rank_rows: bool = False) -> CallPlan:
+        """The call's plan, every argument checked; with ``every_rank_rows``, a call that
+        gives some rank (of any node) no rows is refused too."""
+        spec = self._spec
+        n_in, n_b = len(spec.inputs), len(spec.bcast_inputs)
+        if len(args) != n_in + n_b:
+            raise TypeError(f"{self._what}: expected {n_in + n_b} arguments ({n_in} scattered "
+                            f"inputs, then {n_b} broadcast inputs), got {len(args)}")
+        if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)):
+            raise TypeError(f"num_slices must be an int, got {num_slices!r}")
+        if num_slices < 1:
+            raise ValueError(f"num_slices must be at least 1, got {num_slices}")
+        n_out = len(spec.outputs)
+        if output_subset is None:
+            subset = self._all_outputs
+        else:
+            subset = np.asarray(list(output_subset))
+            if subset.ndim != 1 or (subset.size and (subset.dtype.kind not in "iu" or subset.min()
+                                                     < 0 or subset.max() >= n_out)):
+                raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")
+            subset = subset.astype(np.int64)
+        if num_slices > 1 and any(spec.output_ops[i] in (None, "per_rank") for i in subset):
+            raise ValueError("outputs with reduce op None or 'per_rank' cannot be combined "
+                             "over num_slices > 1")
+        scatter = [self._scattered(i, var, arg)
+                   for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))]
+        bcast, kinds = [], []
+        for i, (var, arg) in enumerate(zip(spec.bcast_inputs, args[n_in:], strict=True)):
+            what = f"{self._what}, {_label(var, i, 'broadcast input')}"
+            if isinstance(arg, Data):
+                if arg.dtype != var.dtype:
+                    raise TypeError(f"{what}: Data has dtype {arg.dtype}, expected {var.dtype}")
+                _check_static_shape(var, arg.shape, what, skip_first=False)
+                bcast.append(arg)
+                kinds.append(Arg.DATA)
+            else:
+                try:
+                    value = np.asarray(var.type.filter(arg, allow_downcast=self._downcast
+                                                       or None))
+                except (TypeError, ValueError) as e:
+                    raise type(e)(f"{what}: {e}") from None
+                bcast.append(value)
+                kinds.append(Arg.VALUE)
+        by_position = np.array([d.minibatch for d in scatter], np.int64)
+        rows = None
+        if n_in:
+            whole = self._batch_rows(scatter, batch)
+            if every_rank_rows:  # ranks take split_bounds shares of the whole selection
+                self._refuse_empty_ranks("batch", split_bounds(selection_length(whole),
+                                                               current_nodes().n_global))
+            sel = current_nodes().node_share(whole)
+            for i, d in enumerate(scatter):
+                if d.minibatch and selection_length(sel) > len(d):
+                    raise ValueError(f"{self._what}: batch selects {selection_length(sel)} "
+                                     f"rows but {_label(spec.inputs[i], i, 'input')} (minibatch "
+                                     f"data, read by position) has {len(d)}")
+                if not d.minibatch and _last_row(sel) >= len(d):
+                    raise ValueError(f"{self._what}: batch selects row {_last_row(sel)} but "
+                                     f"{_label(spec.inputs[i], i, 'input')} has {len(d)} rows")
+            rows = RankRows.split(sel, session.n_ranks)
+        elif batch is not None:
+            raise ValueError(f"{self._what} has no scattered inputs; batch does not apply")
+        s_rows = None
+        if batch_s is not None:
+            everyone = self._global_batch_s_rows(session, batch_s)
+            if every_rank_rows and not n_in:
+                self._refuse_empty_ranks("batch_s", [0, *np.cumsum(
+                    [selection_length(s) for s in everyone])])
+            world = current_nodes()
+            s_rows = RankRows.per_rank(everyone[world.offset: world.offset + session.n_ranks])
+        elif every_rank_rows and not n_in and spec.sliceable:  # each rank takes all its rows
+            lengths = sliceable_lengths(session, spec.sliceable)
+            self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
+        return CallPlan(spec.fid, int(num_slices), subset, scatter, by_position,
+                        rows, bcast, np.array(kinds, np.int64), s_rows)
+
+    def _scattered(self, i: int, var, arg) -> Data:
+        what = f"{self._what}, {_label(var, i, 'input')}"
+        if isinstance(arg, Data):
+            if arg.dtype != var.dtype:
+                raise TypeError(f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
+                                f"(make it with dtype={var.dtype!s})")
+            _check_static_shape(var, arg.shape, what, skip_first=True)
+            return arg
+        value = np.asarray(arg)
+        if value.dtype != var.dtype and not np.can_cast(value.dtype, var.dtype, "same_kind"):
+            raise TypeError(f"{what}: cannot use an array of dtype {value.dtype} for an input "
+                            f"of dtype {var.dtype}")
+        if (value.dtype != var.dtype and not self._downcast
+                and not np.can_cast(value.dtype, var.dtype, "safe")):
+            raise TypeError(f"{what}: casting {value.dtype} to {var.dtype} would lose "
+                            f"precision; cast it first")
+        _check_static_shape(var, value.shape, what, skip_first=True)
+        scratch = self._scratch.get(i)
+        if scratch is None:
+            scratch = self._scratch[i] = Data(var=var, name=f"{var.name or i} scratch")
+        scratch.set_value(value, force_cast=self._downcast, oversize=1.25)
+        return scratch
+
+    def _batch_rows(self, scatter: list[Data], batch) -> Selection:
+        full = [len(d) for d in scatter if not d.minibatch]
+        if batch is None:
+            lengths = {len(d) for d in scatter}
+            if len(lengths) > 1:
+                names = ", ".join(f"{_label(v, i, 'input')}: {len(d)}" for i, (v, d) in
+                                  enumerate(zip(self._spec.inputs, scatter, strict=True)))
+                raise ValueError(f"{self._what}: scattered inputs have different lengths "
+                                 f"({names}); give batch= to select rows")
+            sel = slice(0, lengths.pop())
+        else:
+            sel = resolve_rows(batch, min(full) if full else None, "batch")
+        if selection_length(sel) == 0:
+            raise ValueError(f"{self._what}: batch selects no rows")
+        return sel
+
+    def _refuse_empty_ranks(self, what: str, bounds) -> None:
+        """``ValueError`` if a global rank's share ``bounds[r]:bounds[r + 1]`` is empty (the
+        same answer on every node)."""
+        counts = np.diff(np.asarray(bounds, np.int64))
+        empty = np.flatnonzero(counts == 0).tolist()
+        if empty:
+            raise ValueError(
+                f"{self._what}: {what} gives {int(counts.sum())} row(s) to {len(counts)} "
+                f"ranks, none to rank(s) {empty}; in this chain every rank needs at least one "
+                f"row (a later step reads what this function writes): drop or pad the last "
+                f"short batch")
+
+    def _global_batch_s_rows(self, session, batch_s) -> list[Selection]:
+        """Every global rank's rows of the sliceable shared variables for ``batch_s``."""
+        if not self._spec.sliceable:
+            raise ValueError(f"{self._what} has no sliceable_shareds; batch_s does not apply")
+        lengths = sliceable_lengths(session, self._spec.sliceable)  # per global rank
+        world = current_nodes()
+        n = world.n_global
+        per_rank = (isinstance(batch_s, (list, tuple)) and len(batch_s) == n and all(
+            isinstance(b, (slice, list, tuple, np.ndarray)) for b in batch_s))
+        specs = list(batch_s) if per_rank else [batch_s] * n
+        return [resolve_rows(specs[r], lengths[r], f"batch_s (rank {r})") for r in range(n)]
+
+
+def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=None,
+             sliceable_shareds=None, name: str | None = None, mode=None,
+             **kwargs) -> Function:
+    """Build a function that runs data-parallel on every rank.
+
+    Takes what :func:`pytensor.function` takes, split by how each input is distributed.
+
+    Parameters
+    ----------
+    inputs : list of Variable
+        Inputs scattered along axis 0 across ranks (uneven splits are fine).
+    outputs : Variable, (Variable, op), or a list of them
+        ``op`` reduces the ranks' results: "avg" (default; weighted by each rank's rows,
+        so a per-sample mean equals the single-device mean), "sum", "prod", "max", "min",
+        "gather" (concatenate along axis 0 in data order), None (rank 0's own result;
+        the workers send nothing) or "per_rank" (the list of every rank's result). The
+        ``c_`` forms ("c_avg", "c_sum", "c_prod", "c_max", "c_min", "c_gather") give the
+        same result reduced from the ranks' replies on the host, never by the
+        communicator (NCCL on GPU ranks).
+    bcast_inputs : list of Variable
+        Inputs every rank receives whole.
+    updates : dict, or list of (SharedVariable, Variable) or (SharedVariable, Variable, op)
+        Applied on every rank to its own copy; nothing is synchronised implicitly. With
+        ``num_slices > 1`` every slice computes from the same values, and the update's
+        values are combined over the slices with ``op`` ("avg", row-weighted, for pairs;
+        "sum", "prod", "max", "min") and applied once at the end of the call.
+    givens : dict or list of pairs
+        As for :func:`pytensor.function`.
+    sliceable_shareds : list of SharedVariable
+        Shared variables whose rows a call may select with ``batch_s``.
+    name : str, optional
+    mode : str or pytensor Mode, optional
+        Compile mode; default: the backend's (PyTensor's default on CPU, "JAX" on GPU).
+    **kwargs
+        Passed to every underlying :func:`pytensor.function` (``allow_input_downcast``,
+        ``on_unused_input``, ...).
+
+    Raises
+    ------
+    Exception
+        Whatever :func:`pytensor.function` raises for the graph: rank 0 compiles its copy
+        here, before anything is shipped, and the session stays usable.
+
+    Examples
+    --------
+    >>> import numpy as np, pytensor.tensor as pt, synkhronos as synk
+    >>> n = synk.fork(2, backend="cpu")
+    >>> x = pt.matrix("x")
+    >>> f = synk.function([x], [x.mean(), (x.sum(), "sum"), (x.max(axis=1), "gather")])
+    >>> mean, total, row_max = f(np.arange(10.0).reshape(5, 2))
+    >>> float(mean), float(total), row_max.tolist()
+    (4.5, 45.0, [1.0, 3.0, 5.0, 7.0, 9.0])
+    >>> synk.close()
+    """
+    return Function(launch.current(), inputs, outputs, bcast_inputs, updates, givens,
+                    sliceable_shareds, name, mode, kwargs)
+

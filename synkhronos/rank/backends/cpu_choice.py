@@ -1,0 +1,213 @@
+"""Which CPU backend ``backend="auto"`` takes: measured once on this machine, remembered.
+
+PyTensor's JAX mode can be faster than its default mode on a CPU, or slower: on the VMs
+this project was measured on, a one-core training step of a 784-512-512-10 MLP at 128
+rows ran 2.0x faster in JAX mode on one (AMD Zen 5, AVX-512) and 3% slower on another.
+No rule fixes the answer in advance, so :func:`faster_cpu_backend` times that step in
+both modes, in a child process pinned to one core with one thread (as a rank runs), and
+takes "jax-cpu" only when JAX mode is at least :data:`MARGIN` times faster. The answer is
+kept in a small JSON file keyed by the CPU, the package versions and floatX (with
+float64, PyTensor turns on JAX's 64-bit mode: the same float32 step then ran 2.6x slower
+in JAX mode than in the default mode on that Zen 5 VM), so that the measurement (a few
+seconds, most of it compiling) runs once per machine and floatX.
+
+The environment variable ``SYNK_CPU_BACKEND`` ("cpu" or "jax-cpu") decides instead of
+the measurement; ``SYNK_CACHE_DIR`` moves the file (default ``$XDG_CACHE_HOME/synkhronos``
+or ``~/.cache/synkhronos``).
+
+Run as ``python -m synkhronos.rank.backends.cpu_choice`` to print the two step times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from synkhronos.rank.backends.cpu import xla_flags
+
+MARGIN = 1.10
+"""How much faster JAX mode must be before "auto" takes it: near a tie the default mode
+wins, as it has none of JAX mode's caveats (with floatX float32 JAX computes 64-bit values
+in 32 bits, which :func:`synkhronos.function` warns of; some ops do not compile)."""
+
+CHOICE_VAR = "SYNK_CPU_BACKEND"
+CACHE_VAR = "SYNK_CACHE_DIR"
+PROBE_TIMEOUT_S = 300
+CHOICES = ("cpu", "jax-cpu")
+_SIZES, _ROWS, _STEPS, _ROUNDS = (784, 512, 512, 10), 128, 20, 3
+
+
+def cache_file() -> Path:
+    """Where the measured choice is kept."""
+    base = os.environ.get(CACHE_VAR) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "synkhronos")
+    return Path(base) / "cpu_backend.json"
+
+
+_CPU_LINES = ("model name", "flags", "Features", "CPU implementer", "CPU part",
+              "CPU architecture")  # /proc/cpuinfo lines naming the CPU (x86, then Arm)
+
+
+def machine_key(float_x: str) -> str:
+    """What the answer depends on: the CPU (model and features), the package versions,
+    floatX (with float64, PyTensor turns on JAX's 64-bit mode, which is slower) and the
+    environment that changes either mode's code: ``PYTENSOR_FLAGS``, ``XLA_FLAGS``, and
+    OpenBLAS's kernel choice (``OPENBLAS_CORETYPE``, ``OPENBLAS_L2_SIZE``; SciPy's
+    OpenBLAS runs the default mode's matrix products). On the Zen 5 VM of
+    ``bench/RESULTS.md`` ``OPENBLAS_CORETYPE=Haswell`` made the default mode's step 1.65x
+    slower than with the kernels OpenBLAS picks itself, taking JAX mode's lead from 1.1x
+    to 1.9x."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(_CPU_LINES)]
+        cpu = "".join(sorted(set(lines))) or cpu
+    except OSError:
+        pass
+    versions = []
+    for package in ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba"):
+        try:
+            versions.append(f"{package}={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package}=none")
+    flags = [os.environ.get(v, "") for v in ("PYTENSOR_FLAGS", "XLA_FLAGS",
+                                              "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")]
+    text = "\n".join([platform.machine(), cpu, *versions, float_x, *flags])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def choose(seconds: dict[str, float]) -> str:
+    """The backend for measured step times ``{"cpu": s, "jax-cpu": s}``.
+
+    Examples
+    --------
+    >>> choose({"cpu": 4.5e-3, "jax-cpu": 2.2e-3})
+    'jax-cpu'
+    >>> choose({"cpu": 4.5e-3, "jax-cpu": 4.3e-3})   # within MARGIN: the default mode
+    'cpu'
+    """
+    return "jax-cpu" if seconds["cpu"] >= MARGIN * seconds["jax-cpu"] else "cpu"
+
+
+def faster_cpu_backend() -> str:
+    """"cpu" or "jax-cpu": the environment's choice, else the remembered or new measurement.
+
+    Without JAX installed the answer is "cpu", unmeasured. A measurement that fails
+    prints why and gives "cpu" (and is not remembered).
+    """
+    forced = os.environ.get(CHOICE_VAR)
+    if forced:
+        if forced not in CHOICES:
+            raise ValueError(f"{CHOICE_VAR}={forced!r}; use one of {CHOICES}")
+        return forced
+    if importlib.util.find_spec("jax") is None:
+        return "cpu"
+    import pytensor
+
+    float_x = pytensor.config.floatX
+    path, key = cache_file(), machine_key(float_x)
+    try:  # one entry per key: machines may share a home directory
+        kept = json.loads(path.read_text())
+        if not isinstance(kept, dict):
+            kept = {}
+    except (OSError, ValueError):
+        kept = {}
+    entry = kept.get(key)
+    if isinstance(entry, dict) and entry.get("choice") in CHOICES:
+        return entry["choice"]
+    print(f"synkhronos: backend='auto' is timing PyTensor's default and JAX modes on this "
+          f"CPU, once (the answer is kept in {path})", file=sys.stderr)
+    try:
+        seconds = _measure_in_child(float_x)
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as error:
+        print(f"synkhronos: the measurement failed ({error}); using backend 'cpu'",
+              file=sys.stderr)
+        return "cpu"
+    choice = choose(seconds)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written aside and renamed, so that a program starting meanwhile reads all or none.
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        kept[key] = {"choice": choice, "seconds": seconds}
+        partial.write_text(json.dumps(kept, indent=1))
+        os.replace(partial, path)
+    except OSError:
+        pass  # not remembered: measured again next time
+    return choice
+
+
+def _measure_in_child(float_x: str) -> dict[str, float]:
+    """Step times from ``python -m synkhronos.rank.backends.cpu_choice`` on one core."""
+    flags = ",".join(f for f in (os.environ.get("PYTENSOR_FLAGS"), f"floatX={float_x}") if f)
+    # As a one-core rank runs: one BLAS thread, XLA without its pool (the user's flags
+    # kept), and this process's sys.path (synkhronos may be importable only through it).
+    env = dict(os.environ, PYTENSOR_FLAGS=flags, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1", XLA_FLAGS=xla_flags(os.environ.get("XLA_FLAGS", ""), 1),
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-m", __name__], env=env, capture_output=True,
+                          text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    if done.returncode:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise subprocess.SubprocessError(f"exit {done.returncode}: {tail[0]}")
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        raise subprocess.SubprocessError("the measurement printed nothing")
+    seconds = json.loads(lines[-1])
+    return {name: float(seconds[name]) for name in CHOICES}
+
+
+def _step_seconds() -> dict[str, float]:
+    """(Child) Median seconds of an SGD step of the MLP at 128 rows, float32, per mode."""
+    import jax
+    import numpy as np
+    import pytensor
+    import pytensor.tensor as pt
+
+    from synkhronos.rank.backends import jax_compat  # noqa: F401 - PyTensor's JAX arange fix
+
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    rng = np.random.default_rng(0)
+    data = rng.random((_ROWS, _SIZES[0]), dtype=np.float32)
+    labels = rng.integers(0, _SIZES[-1], _ROWS).astype(np.int32)
+    steps = {}
+    for name, mode in (("cpu", None), ("jax-cpu", "JAX")):
+        x, y = pt.matrix("x", dtype="float32"), pt.vector("y", dtype="int32")
+        h, params = x, []
+        for i, (n_in, n_out) in enumerate(zip(_SIZES[:-1], _SIZES[1:], strict=True)):
+            w = pytensor.shared((rng.normal(size=(n_in, n_out)) / np.sqrt(n_in))
+                                .astype(np.float32))
+            b = pytensor.shared(np.zeros(n_out, np.float32))
+            params += [w, b]
+            h = h @ w + b
+            h = pt.maximum(h, 0) if i < len(_SIZES) - 2 else pt.special.log_softmax(h, axis=1)
+        loss = -h[pt.arange(y.shape[0]), y].mean()
+        updates = [(p, p - np.float32(0.01) * g) for p, g in zip(params, pt.grad(loss, params),
+                                                       strict=True)]
+        fn = pytensor.function([x, y], loss, updates=updates, mode=mode)
+
+        def run(n, fn=fn, params=params):
+            for _ in range(n):
+                fn(data, labels)
+            jax.block_until_ready([p.get_value(borrow=True) for p in params])
+
+        run(3)
+        steps[name] = run
+    rounds: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(_ROUNDS):  # the modes take turns, so that load drifts hit both
+        for name, run in steps.items():
+            start = time.perf_counter()
+            run(_STEPS)
+            rounds[name].append((time.perf_counter() - start) / _STEPS)
+    return {name: float(np.median(times)) for name, times in rounds.items()}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_step_seconds()))

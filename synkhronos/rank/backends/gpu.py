@@ -1,0 +1,140 @@
+"""GPU ranks: one GPU per rank, PyTensor's JAX mode, values kept on the device.
+
+Nothing here initialises CUDA in rank 0 before the workers start: GPUs are counted and
+described with ``nvidia-smi``, and each rank is shown only its own GPU through
+``CUDA_VISIBLE_DEVICES`` before JAX or CuPy load.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+
+from synkhronos.rank.backends.base import Backend
+
+EXTRA_HINT = "install the GPU extra: pip install 'synkhronos[cuda]'"
+
+
+def gpu_packages_missing() -> list[str]:
+    """The packages of the GPU extra that cannot be imported (found without importing)."""
+    return [m for m in ("jax", "cupy") if importlib.util.find_spec(m) is None]
+
+
+def _require_gpu_packages() -> None:
+    missing = gpu_packages_missing()
+    if missing:
+        raise ImportError(f"the gpu backend needs {' and '.join(missing)}; {EXTRA_HINT}")
+
+
+def gpu_table() -> list[tuple[str, str, str]]:
+    """(index, name, memory) of every GPU nvidia-smi lists; ``RuntimeError`` if it fails."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RuntimeError(f"no usable GPU: nvidia-smi failed ({e})") from e
+    return [tuple(field.strip() for field in line.split(",")) for line in out.splitlines()
+            if line.strip()]
+
+
+def parse_visible_devices(text: str) -> list[str]:
+    """The GPU ids a ``CUDA_VISIBLE_DEVICES`` value lists (empty entries and "-1" dropped).
+
+    Examples
+    --------
+    >>> parse_visible_devices("2, 0,-1")
+    ['2', '0']
+    >>> parse_visible_devices("")
+    []
+    """
+    return [d.strip() for d in text.split(",") if d.strip() not in ("", "-1")]
+
+
+def visible_gpus(table: list[tuple[str, str, str]] | None = None) -> list[str]:
+    """Ids of the GPUs this process may use, found without initialising CUDA.
+
+    Those ``CUDA_VISIBLE_DEVICES`` lists when it is set, else every GPU of ``table``
+    (default: nvidia-smi's list; none when nvidia-smi fails).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return parse_visible_devices(visible)
+    if table is None:
+        try:
+            table = gpu_table()
+        except RuntimeError:
+            return []
+    return sorted((row[0] for row in table), key=int)
+
+
+def prepare_gpus(n_parallel: int | None, gpus: list[int] | None,
+                 master_rank: int = 0) -> list[str]:
+    """Choose one GPU per rank, print them, and set rank 0's process up for its GPU.
+
+    Without ``gpus``, the visible GPUs from the ``master_rank``-th on (it is rank 0's),
+    then those before it. Returns the GPU ids (as strings for ``CUDA_VISIBLE_DEVICES``),
+    rank 0's first.
+    """
+    _require_gpu_packages()
+    rows = gpu_table()
+    table = {index: (name, memory) for index, name, memory in rows}
+    available = visible_gpus(rows)
+    if gpus is None and master_rank:
+        if not 0 <= master_rank < len(available):
+            raise ValueError(f"master_rank={master_rank}, but {len(available)} GPUs are "
+                             f"visible")
+        available = [available[master_rank], *available[:master_rank],
+                     *available[master_rank + 1:]]
+    chosen = [str(g) for g in gpus] if gpus is not None else available[:n_parallel]
+    if not chosen or (n_parallel is not None and len(chosen) != n_parallel):
+        raise ValueError(f"asked for {n_parallel} GPU ranks with gpus={gpus}, but GPUs "
+                         f"{available} are visible")
+    for rank, gpu in enumerate(chosen):
+        name, memory = table.get(gpu, ("?", "?"))
+        print(f"synkhronos rank {rank}: GPU {gpu}, {name}, {memory}")
+    # JAX would otherwise take 75% of each GPU's memory at start; keep the user's choice.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    if "jax" in sys.modules or "cupy" in sys.modules:
+        warnings.warn("jax or cupy was imported before synk.fork(): rank 0 uses the default "
+                      "device, which may not be GPU " + chosen[0], stacklevel=3)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = chosen[0]
+    _default_float32()
+    return chosen
+
+
+def _default_float32() -> None:
+    """floatX is float32 on GPUs unless the user set it."""
+    import pytensor
+
+    if "floatX" not in os.environ.get("PYTENSOR_FLAGS", ""):
+        pytensor.config.floatX = "float32"
+
+
+class GpuBackend(Backend):
+    """GPU ranks: shared variables hold JAX device arrays and stay on the device."""
+
+    def __init__(self):
+        super().__init__("gpu", "JAX", device_outputs=True)
+
+    def to_comm(self, array):
+        import jax
+
+        return jax.device_put(array) if isinstance(array, (np.ndarray, np.generic)) else array
+
+    def set_value(self, var, value, owned: bool = False) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        if isinstance(value, np.ndarray):
+            value = jax.device_put(value.astype(var.dtype, copy=False))
+        elif value.dtype != np.dtype(var.dtype):
+            value = jnp.asarray(value, dtype=var.dtype)
+        # Bypass the container's filter, which would copy the value to the host.
+        var.container.storage[0] = value

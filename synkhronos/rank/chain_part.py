@@ -1,0 +1,140 @@
+"""Every rank's part of a chained call: functions and collectives run back to back.
+
+Rank 0 (:mod:`synkhronos.api.chains`) sends one CHAIN command; each rank then runs the steps
+in order without returning to rank 0 in between. The command's arrays are the step
+table, then the encoded :class:`~synkhronos.transport.callplan.CallPlan` of the first function
+step (the only one that takes arguments). The table is one int64 vector::
+
+    n_steps, then per step:
+        FUNCTION, fid
+        COLLECTIVE, kind, op index, nccl, n_vars, registry indices[n_vars]
+
+A worker replies, per function step, ``[weight, n_host]`` (int64) then its ``n_host``
+host outputs. A step that fails on a rank names the step and the rank (an exception
+note); the other ranks, waiting in a later collective, see the abort flag and give up,
+as for a single collective.
+
+Examples
+--------
+>>> steps = [3, CollectiveStep(Collective.ALL_REDUCE, np.array([0, 2]), "sum", True), 4]
+>>> table = encode_table(steps)
+>>> table.tolist()
+[3, 0, 3, 1, 5, 1, 1, 2, 0, 2, 0, 4]
+>>> decode_table(table) == steps
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from synkhronos.rank import collective_part
+from synkhronos.rank.state import RankState, run_plan
+from synkhronos.transport.callplan import CallPlan
+from synkhronos.transport.channel import Aborted
+from synkhronos.transport.protocol import Collective
+from synkhronos.transport.reduction import COLLECTIVE_OPS
+
+FUNCTION, COLLECTIVE = 0, 1  # the marker opening each step of the table
+
+CHAINABLE = {"all_reduce": Collective.ALL_REDUCE, "broadcast": Collective.BROADCAST,
+             "all_gather": Collective.ALL_GATHER, "reduce": Collective.REDUCE}
+"""Collectives a chain may hold, by name: those that need no values from rank 0 and
+return nothing to it (they act on the variables of every rank)."""
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+@dataclass
+class CollectiveStep:
+    """A collective of a chain: its kind, the registry indices of its variables, its op."""
+
+    kind: Collective
+    indices: np.ndarray
+    op: str
+    nccl: bool
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, CollectiveStep) and self.kind == other.kind
+                and np.array_equal(self.indices, other.indices) and self.op == other.op
+                and self.nccl == other.nccl)
+
+    def describe(self) -> str:
+        return f"{self.kind.name.lower()} of {len(self.indices)} variable(s), op {self.op!r}"
+
+
+Step = int | CollectiveStep  # a function step is its fid
+
+
+def encode_table(steps: list[Step]) -> np.ndarray:
+    """The step table (module docstring) as one int64 vector."""
+    words = [len(steps)]
+    for step in steps:
+        if isinstance(step, CollectiveStep):
+            words += [COLLECTIVE, int(step.kind), COLLECTIVE_OPS.index(step.op),
+                      int(step.nccl), len(step.indices), *step.indices.tolist()]
+        else:
+            words += [FUNCTION, int(step)]
+    return np.array(words, np.int64)
+
+
+def decode_table(table: np.ndarray) -> list[Step]:
+    """The steps :func:`encode_table` wrote."""
+    words = table.tolist()
+    steps, pos = [], 1
+    for _ in range(words[0]):
+        if words[pos] == FUNCTION:
+            steps.append(words[pos + 1])
+            pos += 2
+        else:
+            kind, op, nccl, n = words[pos + 1: pos + 5]
+            steps.append(CollectiveStep(Collective(kind),
+                                        np.array(words[pos + 5: pos + 5 + n], np.int64),
+                                        COLLECTIVE_OPS[op], bool(nccl)))
+            pos += 5 + n
+    return steps
+
+
+def bare_plan(state: RankState, fid: int) -> CallPlan:
+    """The plan of an argument-free call of function ``fid``, returning every output."""
+    n_out = len(state.functions[fid].spec.outputs)
+    return CallPlan(fid, 1, np.arange(n_out, dtype=np.int64), [], _EMPTY, None, [], _EMPTY,
+                    None)
+
+
+def run_steps(state: RankState, steps: list[Step], plan: CallPlan | None,
+              resolve) -> list[tuple]:
+    """Run this rank's part of every step; ``plan`` is the first function step's.
+
+    Returns :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host, reduced)`` per function
+    step. An exception from a step gets a note naming the step and this rank.
+    """
+    results = []
+    for i, step in enumerate(steps):
+        try:
+            if isinstance(step, CollectiveStep):
+                collective_part.run(state, step.kind, state.shared(step.indices), step.op,
+                                     0, None, step.nccl)
+            else:
+                this = plan if not results and plan is not None else bare_plan(state, step)
+                results.append(run_plan(state, this, resolve))
+        except Aborted:
+            raise  # another rank failed; its error names its step
+        except BaseException as error:
+            what = step.describe() if isinstance(step, CollectiveStep) else (
+                f"function {state.functions[step].spec.name or step}")
+            error.add_note(f"in step {i} ({what}) of a synkhronos chain, on rank {state.rank}")
+            raise
+    return results
+
+
+def run_chain(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
+    """(Worker) decode a CHAIN command, run the steps, and return the reply arrays."""
+    steps = decode_table(arrays[0])
+    plan = CallPlan.decode(arrays[1:]) if len(arrays) > 1 else None
+    reply = []
+    for weight, host, _ in run_steps(state, steps, plan, resolve):
+        reply += [np.array([weight, len(host)], np.int64), *host]
+    return reply

@@ -1,0 +1,195 @@
+"""One rank's compiled copy of a synkhronos function, and how it runs its share of a call.
+
+Rank 0 and the workers run the same code here; only where the arrays come from differs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.graph.replace import clone_replace
+
+from synkhronos.rank.graphs import GraphSpec
+from synkhronos.transport.partition import Selection, selection_length, split_selection
+from synkhronos.transport.reduction import accumulate, combine, reduces_in_place
+
+
+def is_jax(mode) -> bool:
+    """Whether ``mode`` (a name or a PyTensor Mode) compiles with JAX."""
+    if mode is None:
+        return False
+    if isinstance(mode, str):
+        return mode.upper() == "JAX"
+    return type(getattr(mode, "linker", None)).__name__.upper().startswith("JAX")
+
+
+class RankFunction:
+    """The compiled function of one rank.
+
+    Functions with sliceable shared variables compile a variant taking ``start, stop``
+    (rows ``s[start:stop]``, a view) and, on first use of an index list, one taking an
+    index vector (``s[idx]``).
+
+    Parameters
+    ----------
+    spec : GraphSpec
+        The graph, as built by the user (rank 0) or unpickled (workers).
+    default_mode : str or pytensor Mode or None
+        The backend's mode, used when the spec names none.
+    device_outputs : bool
+        Keep the outputs that :func:`~synkhronos.transport.reduction.reduces_in_place` allows in the
+        function's own arrays (JAX device arrays) instead of copying them to the host.
+    """
+
+    def __init__(self, spec: GraphSpec, default_mode=None, device_outputs: bool = False):
+        self.spec = spec
+        self.mode = spec.mode if spec.mode is not None else default_mode
+        self.on_device = [device_outputs and reduces_in_place(op, var.dtype)
+                          for var, op in zip(spec.outputs, spec.output_ops, strict=True)]
+        # Outputs of op None: rank 0's own result; the workers do not send theirs.
+        self.rank_0_only = {i for i, op in enumerate(spec.output_ops) if op is None}
+        # JAX traces slices with static bounds only, so JAX ranks select rows by index.
+        self.slices_by_index = is_jax(self.mode)
+        if self.slices_by_index:
+            from synkhronos.rank.backends import jax_compat  # noqa: F401 - registers fixes to PyTensor's JAX backend
+        self._compiled: dict[str, object] = {}
+
+    def compile(self) -> None:
+        """Compile the variant plain calls use (done at distribution time)."""
+        if not self.spec.sliceable:
+            self._function("plain")
+        else:
+            self._function("index" if self.slices_by_index else "slice")
+
+    def _function(self, variant: str, sliced_updates: bool = False):
+        """The compiled ``variant`` ("plain", "slice" or "index"); with ``sliced_updates``
+        the update values are extra outputs and nothing is updated (``num_slices > 1``)."""
+        fn = self._compiled.get((variant, sliced_updates))
+        if fn is None:
+            spec = self.spec
+            outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
+            if variant != "plain":
+                if variant == "slice":
+                    extra = [pt.scalar("synk_start", dtype="int64"),
+                             pt.scalar("synk_stop", dtype="int64")]
+                    rows = slice(extra[0], extra[1])
+                else:
+                    extra = [pt.vector("synk_rows", dtype="int64")]
+                    rows = extra[0]
+                if givens:
+                    # The user's givens may refer to sliceable variables (x -> x_shared):
+                    # apply them first, since one givens may not feed another.
+                    n = len(outputs)
+                    replaced = clone_replace(
+                        list(outputs) + [u for _, u in updates], dict(givens))
+                    outputs = replaced[:n]
+                    updates = [(t, u) for (t, _), u in zip(updates, replaced[n:], strict=True)]
+                givens = [(s, s[rows]) for s in spec.sliceable]
+            if sliced_updates:
+                outputs, updates = list(outputs) + [u for _, u in updates], []
+            kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
+            try:
+                fn = pytensor.function(
+                    spec.inputs + spec.bcast_inputs + extra, outputs, updates=updates,
+                    givens=givens, mode=self.mode, name=spec.name, **kwargs)
+            except NotImplementedError as error:
+                if is_jax(self.mode) and spec.mode is None:  # the backend's mode
+                    error.add_note("PyTensor's JAX mode lacks an op of this graph; on CPU "
+                                   "ranks fork with backend='cpu' (or set SYNK_CPU_BACKEND"
+                                   "=cpu: backend='auto' takes 'jax-cpu' where it measured "
+                                   "JAX mode faster)")
+                raise
+            fn.trust_input = True  # rank 0 checked every argument before the call was sent
+            self._compiled[(variant, sliced_updates)] = fn
+        return fn
+
+    def get_shared(self) -> list:
+        """The shared variables the compiled function uses."""
+        return self._function("plain" if not self.spec.sliceable else (
+            "index" if self.slices_by_index else "slice")).get_shared()
+
+    def sliceable_lengths(self) -> list[int]:
+        """Rows of each sliceable shared variable on this rank."""
+        return [int(np.shape(s.get_value(borrow=True))[0]) for s in self.spec.sliceable]
+
+    def run(self, scattered: list, rows: Selection | None, positions: Selection | None,
+            by_position: list[int], bcast_values: list, s_rows: Selection | None,
+            num_slices: int, subset: list[int]) -> tuple[int, list | None]:
+        """Run this rank's share in ``num_slices`` chunks and combine the chunks.
+
+        Parameters
+        ----------
+        scattered : list of array_like
+            The whole arrays of the scattered inputs (shared-memory views).
+        rows : Selection or None
+            This rank's rows of the scattered inputs (None when there are none).
+        positions : Selection or None
+            Where this rank's rows sit within the call's selection (a slice): the rows of
+            the inputs read by position (minibatch data).
+        by_position : list of int
+            Per scattered input, 1 when it is read at ``positions`` rather than ``rows``.
+        bcast_values : list
+            Values of the broadcast inputs.
+        s_rows : Selection or None
+            This rank's rows of the sliceable shared variables (None when there are none).
+        num_slices : int
+            Number of sequential chunks. With more than one, every chunk computes from the
+            same shared values, and each update's values are combined over the chunks with
+            its op and applied once at the end.
+        subset : list of int
+            Indices of the outputs to return.
+
+        Returns
+        -------
+        weight : int
+            Rows this rank computed on (1 when the function has no row-wise input).
+        outputs : list or None
+            The combined outputs in ``subset`` order (host arrays, except those kept
+            :attr:`on_device`); None when ``weight`` is 0.
+        """
+        n_rows = None if rows is None else selection_length(rows)
+        n_s = None if s_rows is None else selection_length(s_rows)
+        weight = n_rows if n_rows is not None else (n_s if n_s is not None else 1)
+        if weight == 0:
+            return 0, None
+        if isinstance(s_rows, slice) and self.slices_by_index:
+            s_rows = np.arange(s_rows.start, s_rows.stop, dtype=np.int64)
+        k = num_slices if (rows is not None or s_rows is not None) else 1
+        row_chunks = split_selection(rows, k) if rows is not None else [None] * k
+        pos_chunks = split_selection(positions, k) if rows is not None else [None] * k
+        s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
+        variant = "plain" if s_rows is None else (
+            "slice" if isinstance(s_rows, slice) else "index")
+        sliced_updates = k > 1 and bool(self.spec.updates)
+        fn = self._function(variant, sliced_updates)
+        n_out = len(self.spec.outputs)
+        results, update_values, weights = [], [], []
+        for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
+            w = selection_length(chunk) if chunk is not None else (
+                selection_length(s_chunk) if s_chunk is not None else 1)
+            if w == 0:
+                continue
+            args = [] if chunk is None else [
+                x[pos if mb else chunk] for x, mb in zip(scattered, by_position, strict=True)]
+            args += bcast_values
+            if isinstance(s_chunk, slice):
+                # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
+                args += [np.array(s_chunk.start, np.int64), np.array(s_chunk.stop, np.int64)]
+            elif s_chunk is not None:
+                args.append(s_chunk)
+            outs = fn(*args)
+            results.append([outs[i] if self.on_device[i] else np.asarray(outs[i])
+                            for i in subset])
+            update_values.append(outs[n_out:])
+            weights.append(w)
+        if sliced_updates:
+            for j, ((var, _), op) in enumerate(zip(self.spec.updates, self.spec.update_ops,
+                                                   strict=True)):
+                value = combine(op, [np.asarray(u[j]) for u in update_values], weights)
+                var.set_value(value.astype(var.dtype, copy=False))
+        if len(results) == 1:
+            return weight, results[0]
+        ops = self.spec.output_ops
+        return weight, [(accumulate if self.on_device[i] else combine)(
+            ops[i], [r[j] for r in results], weights) for j, i in enumerate(subset)]

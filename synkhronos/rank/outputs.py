@@ -1,0 +1,148 @@
+"""How the ranks' outputs of a call come together in rank 0.
+
+Two paths, chosen per output, the same way on every rank (outputs of op None take
+neither: rank 0 returns its own result, and the workers send nothing):
+
+- **Host** (CPU ranks, and on every backend "gather", "per_rank", the ``c_*`` ops and
+  integer "avg"): each worker replies with its outputs as host arrays through the command
+  channel, and rank 0 combines them with
+  :func:`synkhronos.transport.reduction.combine`. Nothing here waits on another rank, so a
+  failed worker never blocks the others.
+- **Communicator** (backends with ``device_outputs``: "gpu"; CI runs it with
+  ``tests/fake_cupy``): the other reductions go through ``comm.reduce``, which on GPU
+  ranks is NCCL, so values stay on the devices and only rank 0's result is copied to the
+  host, once.
+  First the ranks exchange their row counts and output shapes through shared memory. That
+  exchange is the barrier where a rank's failure aborts the others (shared-memory barriers
+  abort; NCCL calls would wait forever), and where mismatched shapes raise the same error
+  on every rank. If any rank had no rows, and so no outputs, every rank takes the host path.
+  Between that barrier and NCCL only the scaling of "avg" values and NCCL's own buffers
+  remain; a rank failing there (out of GPU memory, say) would leave the others waiting, as
+  in any NCCL program.
+
+Across several nodes (:mod:`synkhronos.transport.nodes`) the communicator spans every node, and each
+node's rank 0 then combines its host-path results with the other nodes' over MPI
+(:meth:`World.combine_outputs <synkhronos.transport.nodes.World.combine_outputs>`).
+
+The communicator path sums in the outputs' own dtype, where the host path averages in
+float64: float32 results may differ from a single device's in the last digits, float16
+ones more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from synkhronos.transport.nodes import current as current_nodes
+from synkhronos.transport.reduction import bare_op, combine
+
+
+def _host(values) -> list:
+    """Host arrays of ``values``, leaving out the None entries (op None on a worker)."""
+    return [np.asarray(v) for v in values if v is not None]
+
+
+def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict]:
+    """(Every rank) Reduce what the communicator path takes; return the rest.
+
+    Parameters
+    ----------
+    state : RankState
+        This rank's state (communicator, backend).
+    fn : RankFunction
+        This rank's compiled function (output ops, and which outputs it kept on device).
+    subset : sequence of int
+        The outputs this call returns, in order.
+    weight : int
+        Rows this rank computed on (0: it computed nothing).
+    outs : list or None
+        This rank's outputs in ``subset`` order (None when ``weight`` is 0).
+
+    Returns
+    -------
+    host : list
+        The outputs of the host path, as host arrays, in order (empty when ``weight`` is 0);
+        on the workers without those of op None, which only rank 0's result gives.
+    reduced : dict
+        On rank 0, position in ``subset`` -> reduced value (backend array) of the outputs
+        that took the communicator path; empty elsewhere.
+    """
+    if not weight:
+        outs = []
+    elif state.rank and fn.rank_0_only:
+        outs = [None if i in fn.rank_0_only else o for o, i in zip(outs, subset, strict=True)]
+    device = [] if state.n_ranks == 1 else [j for j, i in enumerate(subset) if fn.on_device[i]]
+    if not device:
+        return _host(outs), {}
+    shapes = [np.shape(outs[j]) for j in device] if weight else []
+    mine = np.array([weight, *(d for s in shapes for d in (len(s), *s))], np.int64)
+    everyone = [a[0] for a in state.comm.all_gather([mine])]
+    weights = [int(a[0]) for a in everyone]
+    if min(weights) == 0:
+        return _host(outs), {}
+    for rank, theirs in enumerate(everyone):
+        if not np.array_equal(theirs[1:], mine[1:]):
+            raise ValueError(
+                f"outputs {[int(subset[j]) for j in device]} have shapes {shapes} on rank "
+                f"{state.rank} but not on rank {rank} ({theirs[1:].tolist()} as ndim, dims); "
+                f"outputs reduced with avg/sum/prod/max/min need the same shape on every rank")
+    total = sum(weights)
+    ops = {j: fn.spec.output_ops[subset[j]] for j in device}
+    # "avg" is a sum of values scaled by their share of the rows, so it goes with "sum".
+    comm_ops = {j: "sum" if op == "avg" else op for j, op in ops.items()}
+    reduced = {}
+    for comm_op in dict.fromkeys(comm_ops.values()):  # one collective per op, same order
+        positions = [j for j in device if comm_ops[j] == comm_op]
+        values = [state.backend.to_comm(outs[j] * (weight / total) if ops[j] == "avg"
+                                        else outs[j]) for j in positions]
+        got = state.comm.reduce(values, comm_op)
+        if got is not None:
+            reduced.update(zip(positions, got, strict=True))
+    return _host(o for j, o in enumerate(outs) if j not in ops), reduced
+
+
+def _check_same_shapes(output: int, op: str, values: list) -> None:
+    """Refuse to reduce per-rank values of different shapes (NumPy would broadcast some).
+
+    The call has run by then: its updates are applied on every rank."""
+    if bare_op(op) == "gather":
+        return
+    shapes = [None if v is None else np.shape(v) for v in values]
+    if len({s for s in shapes if s is not None}) > 1:
+        offset = current_nodes().offset  # this node's rank 0, as a global rank
+        listed = ", ".join(f"rank {offset + r}: {s}" for r, s in enumerate(shapes)
+                           if s is not None)
+        raise ValueError(f"output {output} has shapes {listed}; outputs reduced with "
+                         f"avg/sum/prod/max/min need the same shape on every rank")
+
+
+def collect_outputs(replies: list[list[np.ndarray]], spec, subset, weight: int, host: list,
+                    reduced: dict, single: bool):
+    """(Rank 0) Put together the call's results from its own share and the workers'
+    ``replies`` (rank 1 onwards, each ``[weight, *host outputs]``)."""
+    weights, per_rank = [weight], [host if weight else None]
+    for reply in replies:
+        weights.append(int(reply[0][0]))
+        per_rank.append(reply[1:] if weights[-1] else None)
+    results, mine, theirs = [], 0, 0  # positions in rank 0's and in the workers' replies
+    for j, i in enumerate(subset):
+        op = spec.output_ops[i]
+        if j in reduced:
+            results.append(np.array(reduced[j]))  # to the host (from a GPU), and writable
+        elif op is None:
+            results.append(per_rank[0][mine] if weight else None)
+            mine += 1
+        else:
+            values = [None if o is None else o[theirs if rank else mine]
+                      for rank, o in enumerate(per_rank)]
+            mine, theirs = mine + 1, theirs + 1
+            if op == "per_rank":
+                results.append([None if v is None else np.array(v) for v in values])
+            else:
+                _check_same_shapes(i, op, values)
+                results.append(combine(op, values, weights))
+    world = current_nodes()
+    if world.n_nodes > 1:  # the same global result on every node
+        results = world.combine_outputs([spec.output_ops[i] for i in subset], results,
+                                        sum(weights), set(reduced))
+    return results[0] if single else results

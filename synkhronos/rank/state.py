@@ -1,0 +1,86 @@
+"""What every rank (rank 0 included) keeps and runs: its state, and its share of a call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from synkhronos.rank.backends import Backend
+from synkhronos.rank.compiled import RankFunction
+from synkhronos.rank.graphs import GraphSpec, SharedRegistry
+from synkhronos.rank.outputs import share_outputs
+from synkhronos.transport.callplan import CallPlan
+from synkhronos.transport.comm import Communicator
+from synkhronos.transport.protocol import Arg
+
+
+class RankState:
+    """What one rank holds between commands.
+
+    Parameters
+    ----------
+    rank, n_ranks : int
+        This rank and the number of ranks.
+    comm : Communicator
+        The collectives of this rank.
+    backend : Backend
+        How this rank compiles and moves values.
+    """
+
+    def __init__(self, rank: int, n_ranks: int, comm: Communicator, backend: Backend):
+        self.rank, self.n_ranks = rank, n_ranks
+        self.comm, self.backend = comm, backend
+        self.registry = SharedRegistry()
+        self.functions: dict[int, RankFunction] = {}
+
+    def compile(self, spec: GraphSpec) -> RankFunction:
+        """Compile ``spec`` and keep it (rank 0 does so when the function is built, so
+        that a graph error raises there, before anything is shipped)."""
+        function = RankFunction(spec, self.backend.mode, self.backend.device_outputs)
+        function.compile()
+        self.functions[spec.fid] = function
+        return function
+
+    def add_functions(self, specs: list[GraphSpec]) -> None:
+        """Compile and keep those of ``specs`` not compiled yet (their shared variables are
+        registered already)."""
+        for spec in specs:
+            if spec.fid not in self.functions:
+                self.compile(spec)
+
+    def shared(self, indices) -> list:
+        """The shared variables with these registry indices."""
+        return [self.registry[int(i)] for i in indices]
+
+
+def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict]:
+    """Run this rank's share of a planned call (rank 0 and workers alike).
+
+    ``resolve`` turns a ``Data`` entry of the plan into its array (rank 0: the ``Data``
+    object; workers: a descriptor). Returns the rows it computed on and
+    :func:`synkhronos.rank.outputs.share_outputs`'s result.
+    """
+    fn = state.functions[plan.fid]
+    rank = state.rank
+    data = int(Arg.DATA)
+    bcast = [resolve(v) if k == data else v
+             for v, k in zip(plan.bcast, plan.bcast_kinds.tolist(), strict=True)]
+    rows = positions = None
+    if plan.rows is not None:
+        rows, positions = plan.rows.for_rank(rank), plan.rows.positions(rank)
+    if plan.s_rows is not None:
+        s_rows = plan.s_rows.for_rank(rank)
+    elif fn.spec.sliceable:
+        s_rows = slice(0, min(fn.sliceable_lengths()))
+    else:
+        s_rows = None
+    subset = [int(i) for i in plan.subset]
+    weight, outs = fn.run([resolve(d) for d in plan.scatter], rows, positions,
+                          plan.by_position.tolist(), bcast, s_rows, plan.num_slices, subset)
+    return (weight, *share_outputs(state, fn, subset, weight, outs))
+
+
+def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
+    """(Worker) decode a CALL command, run this rank's share, and return the reply arrays:
+    ``[weight]`` (int64), then the host outputs."""
+    weight, host, _ = run_plan(state, CallPlan.decode(arrays), resolve)
+    return [np.array([weight], np.int64), *host]

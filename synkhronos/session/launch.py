@@ -1,0 +1,589 @@
+"""Starting and stopping the workers, and running one command on every rank.
+
+Workers are fresh interpreters (``python -m synkhronos.worker``), not ``os.fork`` copies,
+so they inherit no threads, device contexts or imported state from the user's process.
+They run in their own process session (a Ctrl-C in the terminal reaches rank 0 only) and
+die with rank 0 (``PR_SET_PDEATHSIG``), sweeping the shared memory if rank 0 could not.
+While rank 0 waits on them, a :class:`~synkhronos.session.liveness.Watchdog` declares a worker
+that makes no progress for the fork's ``timeout`` hung. SIGTERM to rank 0 closes the
+session before the previous handler runs; :func:`fork` removes the names that programs
+which died left in ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+import weakref
+
+import numpy as np
+
+from synkhronos.rank.backends import get_backend, gpu
+from synkhronos.rank.backends.cpu import xla_flags as cpu_xla_flags
+from synkhronos.rank.backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
+from synkhronos.rank.graphs import pack
+from synkhronos.rank.heap import keep_freed_memory
+from synkhronos.rank.state import RankState
+from synkhronos.session.liveness import Watchdog
+from synkhronos.transport.channel import (
+    Aborted,
+    Channel,
+    ControlBlock,
+    RemoteError,
+    WorkerDied,
+    WorkerHung,
+)
+from synkhronos.transport.comm import make_communicator
+from synkhronos.transport.nodes import LAYOUT_VAR, under_mpi_launcher
+from synkhronos.transport.nodes import start as start_nodes
+from synkhronos.transport.nodes import stop as stop_nodes
+from synkhronos.transport.protocol import FORGET_DATA, Command
+from synkhronos.transport.shared_arrays import released_ids
+from synkhronos.transport.shm import process_prefix, sweep, sweep_dead
+
+STOP_GRACE_S = 5.0  # how long close() waits for workers to exit before SIGKILL
+DEFAULT_TIMEOUT_S = 300.0  # seconds without progress (not per call) before a rank is hung
+
+_fork_count = itertools.count()
+_session: Session | None = None
+
+
+def _auto_backend() -> str:
+    """"gpu" when GPUs are visible and the GPU extra is installed, else
+    :func:`_auto_cpu_backend`'s choice."""
+    if not gpu.visible_gpus():
+        return _auto_cpu_backend()
+    missing = gpu.gpu_packages_missing()
+    if missing:
+        print(f"synkhronos: GPUs are visible but {' and '.join(missing)} is missing, so "
+              f"running on CPU ranks; {gpu.EXTRA_HINT}")
+        return _auto_cpu_backend()
+    return "gpu"
+
+
+def _auto_cpu_backend() -> str:
+    """"jax-cpu" where PyTensor's JAX mode was measured faster on this machine, else "cpu"
+    (:mod:`synkhronos.rank.backends.cpu_choice`); "cpu" under an MPI launcher, where nodes
+    measuring apart could choose apart."""
+    if under_mpi_launcher() and not os.environ.get(CHOICE_VAR):
+        return "cpu"
+    return faster_cpu_backend()
+
+
+def _match_jax_precision() -> None:
+    """Make rank 0's JAX precision follow floatX now, as the workers' will.
+
+    PyTensor's JAX backend fixes ``jax_enable_x64`` from floatX when it is first imported;
+    if floatX changed since, rank 0 would compute in another precision than the workers.
+    """
+    import pytensor
+
+    try:
+        import jax
+    except ImportError:
+        raise ImportError("the jax-cpu and gpu backends need JAX; install the extra: "
+                          "pip install 'synkhronos[jax]' (or [cuda] for GPUs)") from None
+    import pytensor.link.jax.dispatch  # noqa: F401 - sets x64 from floatX on first import
+
+    jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "NUMBA_NUM_THREADS")
+
+
+def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
+    """The cores each rank is pinned to, or None to pin none.
+
+    Rank ``r`` gets ``cores[r * k:(r + 1) * k]`` of the sorted ``available`` cores (default:
+    this process's affinity set), ``k = len(cores) // n_ranks``. None when there are fewer
+    cores than ranks, or when the environment variable ``SYNK_AFFINITY`` is ``0``.
+
+    Examples
+    --------
+    >>> rank_cores(2, {0, 1, 2, 3, 4})
+    [[0, 1], [2, 3]]
+    >>> rank_cores(3, {4, 6}) is None
+    True
+    """
+    cores = sorted(os.sched_getaffinity(0) if available is None else available)
+    if len(cores) < n_ranks or os.environ.get("SYNK_AFFINITY") == "0":
+        return None
+    k = len(cores) // n_ranks
+    return [cores[r * k:(r + 1) * k] for r in range(n_ranks)]
+
+
+class _RankZeroLimits:
+    """What :class:`Session` changed in rank 0's process: its math libraries' threads, its
+    CPU affinity, ``XLA_FLAGS``, its heap (:mod:`synkhronos.rank.heap`);
+    :meth:`restore_original_limits` (at close) undoes it."""
+
+    def __init__(self, threads: int, cores: list[int] | None, backend: str):
+        import scipy.linalg  # noqa: F401 - load the BLAS that Numba-compiled graphs call
+        from threadpoolctl import threadpool_limits
+
+        self._blas = threadpool_limits(limits=threads)
+        self._affinity = os.sched_getaffinity(0)
+        self._xla_flags = os.environ.get("XLA_FLAGS")
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+        xla_flags = cpu_xla_flags(self._xla_flags or "", threads)
+        if backend == "jax-cpu" and xla_flags:
+            # Effective only if JAX has not started its CPU client yet in this process.
+            os.environ["XLA_FLAGS"] = xla_flags
+        self._restore_heap = keep_freed_memory()
+
+    def restore_original_limits(self) -> None:
+        self._blas.restore_original_limits()
+        if self._restore_heap is not None:
+            self._restore_heap()
+        os.sched_setaffinity(0, self._affinity)
+        if self._xla_flags is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = self._xla_flags
+
+
+def _limit_threads(threads: int, cores: list[int] | None, backend: str) -> _RankZeroLimits:
+    """Give rank 0 its share of the cores, as the workers get theirs: pin it to ``cores``
+    and limit its math libraries to ``threads`` threads.
+
+    Oversubscribed BLAS threads spin against each other and can make a step several
+    times slower; a rank that migrates between cores loses its caches. Limits numpy's and
+    scipy's BLAS (the one Numba-compiled graphs call); :meth:`Session.close` restores all.
+    """
+    return _RankZeroLimits(threads, cores, backend)
+
+
+def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
+    import pytensor
+
+    env = dict(os.environ)
+    for var in THREAD_VARS:
+        env.setdefault(var, str(threads))
+    flags = env.get("PYTENSOR_FLAGS", "")
+    env["PYTENSOR_FLAGS"] = ",".join(f for f in (flags, f"floatX={pytensor.config.floatX}") if f)
+    env["SYNK_SYS_PATH"] = json.dumps(sys.path)
+    if backend == "jax-cpu":
+        env["JAX_PLATFORMS"] = "cpu"
+        xla_flags = cpu_xla_flags(env.get("XLA_FLAGS", ""), threads)
+        if xla_flags:
+            env["XLA_FLAGS"] = xla_flags
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+class Session:
+    """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
+
+    def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None,
+                 timeout: float | None = DEFAULT_TIMEOUT_S):
+        self.name = f"{process_prefix()}_f{next(_fork_count)}"
+        self.n_ranks = n_ranks
+        self.backend = get_backend(backend_name)
+        self.broken = False
+        self.processes: list[subprocess.Popen] = []
+        self.control = control = ControlBlock(self.name, n_ranks, create=True)
+        self.watchdog = Watchdog([], lambda rank: int(control.heartbeat(rank)[0]), timeout)
+        check_alive = _weak(self.check_alive)
+        self.channel = Channel(self.name, 0, n_ranks, self.control, check_alive)
+        comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
+                                 check_alive)
+        self.state = RankState(0, n_ranks, comm, self.backend)
+        self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
+        # GPU ranks are driven by their GPUs; pinning them would only starve their threads.
+        self.cores = rank_cores(n_ranks) if backend_name != "gpu" else None
+        self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
+                                            backend_name)
+        self.functions: list = []  # every synkhronos Function built in this session
+        self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
+        # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
+        # by forget_lengths() whenever a call or collective may have changed them.
+        self.lengths_cache: dict[tuple, list[int]] = {}
+        try:
+            self._start_workers(backend_name, gpus)
+        except BaseException:
+            self.broken = True
+            self.close()
+            raise
+
+    def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
+        for rank in range(1, self.n_ranks):
+            gpu = gpus[rank] if gpus else None
+            self.processes.append(subprocess.Popen(
+                [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
+                 str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
+                env=_worker_env(self.threads, backend_name, gpu),
+                stdin=subprocess.DEVNULL, start_new_session=True))
+            if self.cores is not None:
+                # Set on the fresh interpreter before it loads numpy: every thread it
+                # starts later inherits the set. (One that died is reported just below.)
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(self.processes[-1].pid, self.cores[rank])
+            self.watchdog.pids.append(self.processes[-1].pid)
+        failures = self.channel.wait_done()  # each worker reports once it is ready
+        if failures:
+            raise RemoteError(_describe(failures))
+
+    def forget_lengths(self) -> None:
+        """Drop the cached rows of sliceable variables (their values may have changed)."""
+        self.lengths_cache.clear()
+
+    def distribute(self) -> None:
+        """Ship every function built but not yet shipped to the workers, and compile them.
+
+        One pickle carries them all, so a shared variable several functions use stays one
+        variable on each rank; shared variables shipped earlier are referred to, not copied.
+        """
+        pending = [f for f in self.functions if not f._shipped]
+        if not pending:
+            return
+        specs = [f._spec for f in pending]
+        payload = np.frombuffer(pack(specs, self.state.registry), np.uint8)
+        try:
+            self.execute(Command.DISTRIBUTE, [payload], lambda: self.state.add_functions(specs))
+        except BaseException:
+            self.broken = True  # the ranks' registries may now disagree
+            raise
+        for f in pending:
+            f._shipped = True
+
+    def check_alive(self) -> None:
+        """Raise :class:`WorkerDied` if any worker has exited, :class:`WorkerHung` if one
+        made no progress for ``timeout`` seconds (polled while rank 0 waits)."""
+        for rank, process in enumerate(self.processes, start=1):
+            code = process.poll()
+            if code is not None:
+                self.broken = True
+                how = f"signal {-code}" if code < 0 else f"exit code {code}"
+                raise WorkerDied(f"synkhronos worker rank {rank} died ({how}); call "
+                                 f"synk.close() and fork again")
+        try:
+            self.watchdog.check()
+        except WorkerHung:
+            self.broken = True
+            raise
+
+    def execute(self, code: Command, arrays, local):
+        """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
+
+        Raises rank 0's own exception, or a :class:`RemoteError` naming the failed workers'
+        ranks with their tracebacks; returns ``local()``'s result otherwise.
+        """
+        if self.broken:
+            raise RuntimeError("this synkhronos session is broken (a worker died or a call "
+                               "was interrupted); call synk.close() and fork again")
+        if released_ids:
+            # Tell the workers to unmap released Data along with this command.
+            code, arrays = code | FORGET_DATA, [*arrays, self._released()]
+        if self.processes:
+            self.watchdog.arm()
+            self.channel.send(code, arrays)
+        error = None
+        try:
+            result = local()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the workers
+            error = _interrupt_behind(e)
+            self.control.set_abort(True)
+        try:
+            failures = self.channel.wait_done()
+        except BaseException:
+            self.broken = True
+            raise
+        if self.control.aborted:
+            self.state.comm.reset()
+            self.control.set_abort(False)
+        if failures:
+            remote = RemoteError(_describe(failures))
+            if error is not None and not isinstance(error, Aborted):
+                raise error from remote
+            raise remote
+        if error is not None:
+            if isinstance(error, KeyboardInterrupt):
+                self.broken = True
+            raise error
+        return result
+
+    @staticmethod
+    def _released() -> np.ndarray:
+        ids = []
+        while released_ids:  # pop: a finalizer may append meanwhile
+            ids.append(released_ids.pop())
+        return np.array(ids, np.int64)
+
+    def close(self) -> None:
+        """Stop the workers and remove every segment.
+
+        A sound session sends STOP; a broken one (a worker died or hung, a call was
+        interrupted) sends SIGTERM. Workers still running after :data:`STOP_GRACE_S` get
+        SIGKILL.
+        """
+        try:
+            if not self.broken and all(p.poll() is None for p in self.processes):
+                self.channel.send(Command.STOP)
+            else:
+                self._terminate()
+            # STOP carries no arrays and the workers hold open what they still use, so the
+            # names can go now: should rank 0 be killed while it waits, nothing is left.
+            sweep(self.name)
+            deadline = time.monotonic() + STOP_GRACE_S
+            for process in self.processes:
+                try:
+                    process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    try:
+                        process.wait(STOP_GRACE_S)
+                    except subprocess.TimeoutExpired:  # e.g. stuck in a driver call
+                        warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
+                                      f"after SIGKILL; leaving it", stacklevel=2)
+        finally:
+            self.state.comm.close()
+            sweep(self.name)
+            self.thread_limits.restore_original_limits()
+            self.functions.clear()  # they refer to this session: no cycle to wait on
+
+    def _terminate(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                process.send_signal(signal.SIGCONT)  # a stopped worker acts on it once resumed
+
+
+def _weak(method):
+    """``method``, called through a weak reference to its object.
+
+    The channel and communicator call back into the session; with strong references the
+    session would sit in a reference cycle, and its mappings (one fd each) would outlive
+    it until the next garbage collection.
+    """
+    ref = weakref.WeakMethod(method)
+    return lambda: ref()()
+
+
+def _interrupt_behind(error: BaseException) -> BaseException:
+    """The ``KeyboardInterrupt`` that caused ``error``, else ``error``.
+
+    Ctrl-C while a Numba-compiled graph runs surfaces as a ``SystemError`` ("returned a
+    result with an exception set") caused by the interrupt; the user pressed Ctrl-C, so
+    that is what is raised.
+    """
+    cause = error
+    while cause is not None and not isinstance(cause, KeyboardInterrupt):
+        cause = cause.__cause__ or cause.__context__
+    return error if cause is None else cause
+
+
+def _describe(failures: list[tuple[int, str]]) -> str:
+    parts = [f"synkhronos worker rank {rank} failed:\n{text}" for rank, text in failures]
+    return "\n".join(parts)
+
+
+def current() -> Session:
+    """The running session; ``RuntimeError`` if :func:`fork` was not called."""
+    if _session is None:
+        raise RuntimeError("synkhronos is not running: call synk.fork() first")
+    return _session
+
+
+def backend() -> str:
+    """The backend of the running fork: "cpu", "jax-cpu" or "gpu" (what "auto" chose).
+
+    Examples
+    --------
+    >>> synk.fork(backend="auto")                 # doctest: +SKIP
+    >>> mode = "CVM" if synk.backend() == "cpu" else None   # doctest: +SKIP
+    """
+    return current().backend.name
+
+
+def get_n_gpu() -> int:
+    """The number of GPUs this process may use, counted without initialising CUDA
+    (``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``; 0 when neither finds any).
+
+    Examples
+    --------
+    >>> import synkhronos as synk
+    >>> synk.get_n_gpu() >= 0
+    True
+    """
+    return len(gpu.visible_gpus())
+
+
+def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int = 0,
+         profile_workers: bool = False, max_n_var: int = 1000, max_dim: int = 16,
+         backend: str = "auto", gpus: list[int] | None = None,
+         timeout: float | None = DEFAULT_TIMEOUT_S, nodes: bool | None = None) -> int:
+    """Start the worker processes; return the number of ranks (rank 0 is this process).
+
+    Parameters
+    ----------
+    n_parallel : int, optional
+        Number of ranks. Default: one per usable CPU core (``os.sched_getaffinity``) on
+        CPU backends, one per visible GPU on "gpu".
+    use_gpu : bool
+        False: CPU ranks (with ``backend="auto"``, "cpu" or "jax-cpu" as below).
+    master_rank : int
+        Which visible GPU rank 0 drives (the others follow in order); ignored on CPU
+        ranks and when ``gpus`` is given.
+    profile_workers, max_n_var, max_dim
+        Accepted for programs written for the original Synkhronos, and ignored: there
+        is no worker profiling here, and nothing has a fixed number of variables or
+        dimensions.
+    backend : {"auto", "cpu", "jax-cpu", "gpu"}
+        "auto" picks "gpu" when GPUs are visible (counted with ``nvidia-smi``, without
+        initialising CUDA here) and the GPU extra is installed. Otherwise it picks
+        "jax-cpu" where PyTensor's JAX mode was measured at least 1.1x faster than its
+        default mode on this machine and floatX, else "cpu"; the measurement (a few
+        seconds) runs once and is remembered (see :doc:`model`). The environment
+        variable ``SYNK_CPU_BACKEND`` ("cpu" or "jax-cpu") decides instead, and under
+        an MPI launcher it is "cpu" unless that variable says otherwise.
+    gpus : list of int, optional
+        GPU ids to use, one per rank (default: the first ``n_parallel`` visible, from
+        ``master_rank`` on).
+    timeout : float or None
+        Seconds a worker may go without progress, while rank 0 waits on it, before
+        :class:`~synkhronos.transport.channel.WorkerHung` is raised naming its rank and the session
+        is broken (:func:`close` then ends the workers). A worker computing, or waiting
+        for another rank, is making progress however long a call takes; one stopped or
+        deadlocked is not. ``None`` waits forever. Default 300.
+    nodes : bool, optional
+        Several machines over MPI (see :doc:`nodes`): None (default) when started by an
+        MPI launcher (``mpiexec``, ``srun``) with more than one process; True to require
+        MPI (``mpi4py``); False for this machine only. Under MPI the ranks started here
+        are this node's local ranks, and the count returned is theirs.
+
+    Notes
+    -----
+    Until :func:`close`, SIGTERM to this process first closes the session, then acts as
+    before (by default, ends the process), and every rank, this process included, keeps
+    the memory it frees for its next steps instead of giving it back to the system
+    (:mod:`synkhronos.rank.heap`; ``SYNK_KEEP_MEMORY=0`` leaves the C library's settings
+    alone). ``fork`` also removes what programs that died left in ``/dev/shm``; names of
+    running programs are left alone.
+
+    Examples
+    --------
+    >>> import synkhronos as synk
+    >>> n = synk.fork(2, backend="cpu")
+    >>> synk.close()
+    """
+    global _session
+    if _session is not None:
+        raise RuntimeError("synkhronos is already forked; call synk.close() before forking "
+                           "again")
+    if not use_gpu:
+        if backend == "gpu":
+            raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
+        backend = _auto_cpu_backend() if backend == "auto" else backend
+    if backend == "auto":
+        backend = _auto_backend()
+    get_backend(backend)
+    gpu_ids = None
+    if backend == "gpu":
+        gpu_ids = gpu.prepare_gpus(n_parallel, gpus, master_rank)
+        n_parallel = len(gpu_ids)
+    if backend != "cpu":
+        _match_jax_precision()
+    if n_parallel is None:
+        n_parallel = len(os.sched_getaffinity(0))
+    if not isinstance(n_parallel, int) or n_parallel < 1:
+        raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, got "
+                         f"{timeout!r}")
+    sweep_dead()  # names left by programs that died (their workers could not sweep)
+    world = start_nodes(nodes, n_parallel, close)
+    if world.n_nodes > 1:
+        os.environ[LAYOUT_VAR] = world.layout  # read by every rank's make_communicator
+    try:
+        session = Session(n_parallel, backend, gpu_ids, timeout)
+    except BaseException:
+        stop_nodes()
+        raise
+    finally:
+        os.environ.pop(LAYOUT_VAR, None)
+    _session = session
+    atexit.register(close)
+    _close_on_sigterm()
+    return n_parallel
+
+
+def distribute() -> None:
+    """Ship every function built but not yet shipped to the workers, and compile them.
+
+    One pickle carries them all, so a shared variable several functions use stays one
+    variable on each rank; shared variables shipped earlier are referred to, not copied.
+    Calling a function that was not shipped yet distributes automatically.
+
+    Examples
+    --------
+    >>> f = synk.function([x], x.sum())           # doctest: +SKIP
+    >>> synk.distribute()                         # doctest: +SKIP
+    """
+    current().distribute()
+
+
+def close() -> None:
+    """Stop the workers and free their shared memory (also run at interpreter exit).
+
+    ``Data`` objects stay valid; functions must be built again after a new :func:`fork`.
+    """
+    global _session
+    session, _session = _session, None
+    if session is not None:
+        atexit.unregister(close)
+        try:
+            _restore_sigterm()
+        finally:
+            stop_nodes()
+            session.close()
+
+
+_previous_sigterm = None  # the SIGTERM handler _close_on_sigterm replaced
+
+
+def _close_on_sigterm() -> None:
+    """Make SIGTERM close the session first, then act as it did before the fork.
+
+    Python's default for SIGTERM is to die at once, skipping ``atexit``: the workers would
+    still exit (parent-death signal) and sweep, but later, and not if one is stopped. A
+    program's own handler is left alone: it may still need the session (a checkpoint on
+    preemption), and ``atexit`` closes the session when that handler exits.
+    """
+    global _previous_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; the parent-death path remains
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        return  # ignored, handled by the program, or outside Python: leave it so
+    _previous_sigterm = previous
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _restore_sigterm() -> None:
+    global _previous_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; fork() set none from elsewhere
+    if _previous_sigterm is not None and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, _previous_sigterm)
+    _previous_sigterm = None
+
+
+def _on_sigterm(signum, frame) -> None:
+    if _session is not None:
+        _session.broken = True  # a call may be under way: end the workers, send nothing
+    close()  # restores SIG_DFL
+    # Die of the signal, as without synkhronos (atexit hooks do not run).
+    sweep(process_prefix())  # the Data segments too
+    os.kill(os.getpid(), signum)

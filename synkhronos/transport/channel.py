@@ -1,0 +1,208 @@
+"""Commands from rank 0 to the workers, and their replies, through shared memory.
+
+Rank 0 writes a command (an integer code plus arrays) into the control segment, releases
+each worker's "go" semaphore, and waits on the shared "done" semaphore once per worker.
+Workers answer with arrays in their own reply mailbox and a status word. No pickling
+happens per command, and every wait polls for dead peers so that nothing hangs; a worker's
+polls also bump its heartbeat word, which tells rank 0 that it is alive while it waits
+(:mod:`synkhronos.session.liveness`).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+
+import numpy as np
+import posix_ipc
+
+from synkhronos.transport.protocol import Status
+from synkhronos.transport.shm import Mailbox, Segment, message_words
+
+MAX_ARRAYS = 512  # arrays in one message (function outputs, shared variables in a collective)
+POLL_S = 0.05  # how often a blocked wait checks that its peers are alive
+SPIN_S = 100e-6  # how long a wait polls before it blocks
+
+
+class RemoteError(RuntimeError):
+    """An exception raised in a worker, re-raised in rank 0 with the worker's traceback."""
+
+
+class WorkerDied(RuntimeError):
+    """A rank's process ended while rank 0 needed it; the session must be closed."""
+
+
+class WorkerHung(WorkerDied):
+    """A rank made no progress for the fork's ``timeout``; the session must be closed."""
+
+
+class Aborted(RuntimeError):
+    """A collective was abandoned because another rank failed (its error is reported)."""
+
+
+class ControlBlock:
+    """The control segment's int64 words, carved into named regions.
+
+    Layout: ``[abort flag, command code]``, the command's message header, then per rank
+    a status word, a heartbeat word, a reply-mailbox header and a communicator-mailbox
+    header, then the header of the communicator's result buffer.
+    """
+
+    def __init__(self, session: str, n_ranks: int, create: bool):
+        msg = message_words(MAX_ARRAYS)
+        self.per_rank = 2 + 2 * msg
+        n_words = 2 + msg + n_ranks * self.per_rank + msg
+        self.segment = Segment(f"{session}_control", n_words * 8, create)
+        self.words = self.segment.array(np.int64, (n_words,))
+        self.msg = msg
+        self.n_ranks = n_ranks
+
+    @property
+    def command(self) -> int:
+        """The command word: a :class:`~synkhronos.transport.protocol.Command`, maybe or-ed with
+        :data:`~synkhronos.transport.protocol.FORGET_DATA`."""
+        return int(self.words[1])
+
+    @command.setter
+    def command(self, code: int) -> None:
+        self.words[1] = int(code)
+
+    def command_header(self) -> np.ndarray:
+        return self.words[2: 2 + self.msg]
+
+    def _rank_words(self, rank: int) -> np.ndarray:
+        start = 2 + self.msg + rank * self.per_rank
+        return self.words[start: start + self.per_rank]
+
+    def status(self, rank: int) -> np.ndarray:
+        return self._rank_words(rank)[0:1]
+
+    def heartbeat(self, rank: int) -> np.ndarray:
+        """The word that worker ``rank`` bumps while it waits (see
+        :mod:`~synkhronos.session.liveness`)."""
+        return self._rank_words(rank)[1:2]
+
+    def reply_header(self, rank: int) -> np.ndarray:
+        return self._rank_words(rank)[2: 2 + self.msg]
+
+    def comm_header(self, rank: int) -> np.ndarray:
+        return self._rank_words(rank)[2 + self.msg:]
+
+    def result_header(self) -> np.ndarray:
+        return self.words[len(self.words) - self.msg:]
+
+    @property
+    def aborted(self) -> bool:
+        return bool(self.words[0])
+
+    def set_abort(self, value: bool) -> None:
+        self.words[0] = int(value)
+
+
+def semaphore(name: str, create: bool) -> posix_ipc.Semaphore:
+    """A named semaphore: created with value 0, or attached."""
+    if create:
+        return posix_ipc.Semaphore("/" + name, posix_ipc.O_CREX, initial_value=0)
+    return posix_ipc.Semaphore("/" + name)
+
+
+def wait(sem: posix_ipc.Semaphore, check: Callable[[], None]) -> None:
+    """Acquire ``sem``, calling ``check`` (which raises to give up) while it stays blocked.
+
+    Spins briefly first: the peer usually answers within microseconds, and a sleeping
+    process takes tens of microseconds to wake.
+    """
+    deadline = time.perf_counter() + SPIN_S
+    while time.perf_counter() < deadline:
+        try:
+            sem.acquire(0)
+            return
+        except posix_ipc.BusyError:
+            pass
+    while True:
+        try:
+            sem.acquire(POLL_S)
+            return
+        except (posix_ipc.BusyError, posix_ipc.SignalError):
+            check()  # SignalError: interrupted; Python's own handler runs after this
+
+
+def drain(sem: posix_ipc.Semaphore) -> None:
+    """Take every pending release of ``sem`` (after an aborted command)."""
+    while True:
+        try:
+            sem.acquire(0)
+        except posix_ipc.BusyError:
+            return
+
+
+class Channel:
+    """Rank 0's and one worker's end of the command channel.
+
+    Parameters
+    ----------
+    session : str
+        Name prefix of the fork.
+    rank, n_ranks : int
+        This process's rank and the number of ranks.
+    control : ControlBlock
+        The shared control words.
+    check_alive : callable
+        Raises when a peer this rank waits on has died.
+    """
+
+    def __init__(self, session: str, rank: int, n_ranks: int, control: ControlBlock,
+                 check_alive: Callable[[], None]):
+        create = rank == 0
+        self.rank, self.n_ranks, self.control = rank, n_ranks, control
+        self.check_alive = check_alive
+        self.go = [semaphore(f"{session}_go{r}", create) for r in range(1, n_ranks)]
+        self.done = semaphore(f"{session}_done", create)
+        self.payload = Mailbox(f"{session}_cmd", control.command_header())
+        self.replies = [Mailbox(f"{session}_reply{r}", control.reply_header(r))
+                        for r in range(n_ranks)]
+
+    # ---- rank 0 -------------------------------------------------------------------------
+    def send(self, code: int, arrays=()) -> None:
+        """Post a command to every worker."""
+        self.payload.post(arrays)
+        self.control.command = code
+        for go in self.go:
+            go.release()
+
+    def wait_done(self) -> list[tuple[int, str]]:
+        """Wait until every worker has reported; return ``(rank, traceback)`` of failures."""
+        for _ in self.go:
+            wait(self.done, self.check_alive)
+        failures = []
+        for r in range(1, self.n_ranks):
+            if self.control.status(r)[0] == Status.FAILED:
+                text = bytes(self.replies[r].read()[0]).decode("utf-8", "replace")
+                failures.append((r, text))
+        return failures
+
+    def reply_arrays(self, rank: int) -> list[np.ndarray]:
+        """Views of what worker ``rank`` replied to the last command."""
+        return self.replies[rank].read()
+
+    # ---- workers -------------------------------------------------------------------------
+    def receive(self) -> tuple[int, list[np.ndarray]]:
+        """(Worker) block until rank 0 sends a command; return its code and arrays."""
+        wait(self.go[self.rank - 1], self.check_alive)
+        return self.control.command, self.payload.read()
+
+    def reply(self, arrays) -> None:
+        """(Worker) answer the current command with ``arrays``."""
+        self.replies[self.rank].post(arrays)
+
+    def report(self, error: BaseException | None = None, aborted: bool = False) -> None:
+        """(Worker) tell rank 0 this command is finished: done, failed, or abandoned."""
+        status = Status.ABORTED if aborted else Status.OK
+        if error is not None:
+            status = Status.FAILED
+            self.control.set_abort(True)
+            text = "".join(traceback.format_exception(error))
+            self.replies[self.rank].post([np.frombuffer(text.encode(), np.uint8)])
+        self.control.status(self.rank)[0] = status
+        self.done.release()

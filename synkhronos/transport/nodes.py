@@ -1,0 +1,220 @@
+"""Several machines: the MPI world of node leaders.
+
+Started as ``mpiexec -n NODES python train.py``, the same serial script runs once per node;
+each node's :func:`synkhronos.fork` starts its local ranks as on one machine, and the
+node's rank 0 (the user's process, the *leader*) is the only process that talks MPI. The
+workers never import ``mpi4py``: they learn their global rank from the
+:data:`LAYOUT_VAR` environment variable (see :mod:`synkhronos.transport.comm.node`).
+
+Global ranks are numbered node by node: node ``k``'s local rank ``r`` is global rank
+``offset[k] + r``. A call's batch goes to the nodes in data order (node ``k`` takes the
+rows global ranks ``offset[k]`` onwards would take), then within each node to its ranks as
+on one machine, so the split is the one a single machine with every global rank would make.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from synkhronos.transport.partition import Selection, split_bounds
+from synkhronos.transport.reduction import combine
+from synkhronos.transport.shm import process_prefix, sweep
+
+# Set by the MPI launchers (mpich's hydra, Open MPI's mpirun, Slurm's srun with PMI/PMIx):
+# without one of them there is no MPI world, and mpi4py is not imported at all.
+LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+LAYOUT_VAR = "SYNK_NODES"  # "offset,n_global" for the workers' communicators
+
+
+def under_mpi_launcher() -> bool:
+    """Whether an MPI launcher started this process (one of :data:`LAUNCHER_VARS` is set)."""
+    return any(v in os.environ for v in LAUNCHER_VARS)
+
+
+@dataclass
+class World:
+    """Where this node sits among the nodes.
+
+    Attributes
+    ----------
+    node, n_nodes : int
+        This node's index and the number of nodes.
+    local_ranks : list of int
+        The number of local ranks of every node.
+    mpi : mpi4py communicator or None
+        The leaders' communicator (None on one machine).
+    on_abort : callable
+        Run before :meth:`abort` ends the job (closes the session).
+    """
+
+    node: int = 0
+    n_nodes: int = 1
+    local_ranks: list[int] = field(default_factory=lambda: [1])
+    mpi: object = None
+    on_abort: Callable[[], None] = lambda: None
+
+    @property
+    def offset(self) -> int:
+        """The global rank of this node's rank 0."""
+        return sum(self.local_ranks[:self.node])
+
+    @property
+    def n_global(self) -> int:
+        """The number of ranks over all nodes."""
+        return sum(self.local_ranks)
+
+    @property
+    def layout(self) -> str:
+        """The value of :data:`LAYOUT_VAR` for this node's workers."""
+        return f"{self.offset},{self.n_global}"
+
+    def describe(self) -> str:
+        per_node = sorted(set(self.local_ranks))
+        local = per_node[0] if len(per_node) == 1 else self.local_ranks
+        return (f"synkhronos: {self.n_nodes} nodes (MPI), {local} local ranks each, "
+                f"{self.n_global} global ranks; this is node {self.node} (pid {os.getpid()}), "
+                f"global ranks {self.offset}..{self.offset + self.local_ranks[self.node] - 1}")
+
+    def node_share(self, sel: Selection) -> Selection:
+        """This node's rows of a call's selection: those its global ranks would take."""
+        if self.n_nodes == 1:
+            return sel
+        n = sel.stop - sel.start if isinstance(sel, slice) else len(sel)
+        bounds = split_bounds(n, self.n_global)
+        lo, hi = bounds[self.offset], bounds[self.offset + self.local_ranks[self.node]]
+        if isinstance(sel, slice):
+            return slice(sel.start + lo, sel.start + hi)
+        return sel[lo:hi]
+
+    def combine_outputs(self, ops: list, results: list, weight: int, done: set) -> list:
+        """Every node's results of a call, combined as its ranks' are within the node.
+
+        ``ops`` are the outputs' reduce ops, ``results`` this node's combined results,
+        ``weight`` its rows, ``done`` the positions already reduced over every node (by the
+        communicator). Op None gives node 0's result, "per_rank" every global rank's.
+        """
+        mine = [None if j in done else r for j, r in enumerate(results)]
+        everyone = self.mpi.allgather((weight, mine))
+        weights = [w for w, _ in everyone]
+        combined = []
+        for j, (op, result) in enumerate(zip(ops, results, strict=True)):
+            values = [theirs[j] for _, theirs in everyone]
+            if j in done:
+                combined.append(result)
+            elif op is None:
+                combined.append(values[0])
+            elif op == "per_rank":
+                combined.append([v for node_values in values for v in node_values])
+            else:
+                combined.append(combine(op, values, weights))
+        return combined
+
+    def abort(self, what: str, error: BaseException) -> None:
+        """Print ``error`` naming this node, close the session, remove this process's
+        shared memory, and end every node's process (``MPI_Abort``, which skips exit
+        hooks): the other nodes may be waiting for this one in MPI."""
+        text = "".join(traceback.format_exception(error))
+        print(f"synkhronos: node {self.node} of {self.n_nodes} (global ranks "
+              f"{self.offset}..{self.offset + self.local_ranks[self.node] - 1}) failed in "
+              f"{what}; aborting every node:\n{text}", file=sys.stderr, flush=True)
+        try:
+            self.on_abort()
+            sweep(process_prefix())
+        finally:
+            self.mpi.Abort(1)
+
+
+_world = World()
+
+
+def current() -> World:
+    """The world of the running fork (one node when not under MPI)."""
+    return _world
+
+
+def _leaders_comm(nodes: bool | None):
+    """MPI's world communicator, or None when this is no MPI run (or ``nodes`` is False)."""
+    if nodes is False or (nodes is None and not under_mpi_launcher()):
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        if nodes:
+            raise ImportError("fork(nodes=True) needs mpi4py: pip install "
+                              "'synkhronos[mpi]'") from None
+        return None
+    comm = MPI.COMM_WORLD
+    return comm if nodes or comm.Get_size() > 1 else None
+
+
+def start(nodes: bool | None, n_local: int, on_abort: Callable[[], None]) -> World:
+    """Find the nodes (collectively, over MPI) and make their world the current one.
+
+    Parameters
+    ----------
+    nodes : bool or None
+        None: MPI when started by an MPI launcher with more than one process; True: MPI
+        (mpi4py must be installed); False: this machine only.
+    n_local : int
+        This node's number of ranks.
+    on_abort : callable
+        Closes the session before :meth:`World.abort` ends the job.
+    """
+    global _world
+    comm = _leaders_comm(nodes)
+    if comm is None:
+        _world = World(local_ranks=[n_local])
+    else:
+        _world = World(comm.Get_rank(), comm.Get_size(), comm.allgather(n_local), comm,
+                       on_abort)
+        print(_world.describe(), flush=True)
+        if _world.n_nodes > 1:
+            sys.excepthook = _abort_on_uncaught
+    return _world
+
+
+def stop() -> None:
+    """Forget the world (at :func:`synkhronos.close`)."""
+    global _world
+    _world = World()
+    if sys.excepthook is _abort_on_uncaught:
+        sys.excepthook = sys.__excepthook__
+
+
+def _abort_on_uncaught(kind, error, tb) -> None:
+    """``sys.excepthook`` under MPI: an exception that ends the script on one node ends
+    every node, instead of leaving them waiting for it in their next call."""
+    _world.abort("the script", error)
+
+
+@contextlib.contextmanager
+def abort_on_error(what: str) -> Iterator[None]:
+    """Under MPI, end the job when an exception escapes the block (see :meth:`World.abort`);
+    on one machine, let it through."""
+    try:
+        yield
+    except BaseException as error:
+        if _world.mpi is not None and _world.n_nodes > 1:
+            _world.abort(what, error)
+        raise
+
+
+def node_rows(n: int) -> tuple[int, int]:
+    """The rows ``[start, stop)`` of ``n`` that this node computes when a call selects
+    all of them (for loading one shard per node).
+
+    Examples
+    --------
+    >>> node_rows(11)  # one machine: every row
+    (0, 11)
+    """
+    share = _world.node_share(slice(0, n))
+    return share.start, share.stop
+
+
+__all__ = ["World", "abort_on_error", "current", "node_rows", "start", "stop", "under_mpi_launcher"]

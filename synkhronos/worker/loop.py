@@ -1,0 +1,125 @@
+"""The worker loop: wait for a command from rank 0, run this rank's part, report.
+
+Started by :func:`synkhronos.fork` as ``python -m synkhronos.worker SESSION PREFIX RANK
+N_RANKS MASTER_PID BACKEND``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+from synkhronos.rank.heap import keep_freed_memory
+from synkhronos.transport.channel import Aborted, Channel, ControlBlock
+from synkhronos.transport.shm import sweep
+
+PR_SET_PDEATHSIG = 1
+PARENT_DIED = signal.SIGUSR1  # the parent-death signal: SIGTERM stays a plain "exit now"
+
+
+def _die_with_parent(master_pid: int, prefix: str) -> None:
+    """Exit when rank 0 dies or sends SIGTERM; remove the session's names if rank 0 is gone.
+
+    Rank 0 killed by any signal, SIGKILL included, sends :data:`PARENT_DIED` here.
+    """
+    def on_parent_died(signum, frame):
+        # The signal can arrive before this process is re-parented (and is also sent
+        # when the thread that started the worker ends), so give the kernel a moment
+        # before deciding that rank 0 is gone.
+        deadline = time.monotonic() + 1.0
+        while os.getppid() == master_pid and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if os.getppid() == master_pid:
+            return  # only the forking thread ended; rank 0 lives on
+        on_term(signum, frame)
+
+    def on_term(signum, frame):
+        if os.getppid() != master_pid:
+            sweep(prefix)  # rank 0 is gone and cannot clean up
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(PARENT_DIED, on_parent_died)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, PARENT_DIED)
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent check in every wait still ends the worker
+    if os.getppid() != master_pid:
+        on_term(signal.SIGTERM, None)
+
+
+def main(argv: list[str]) -> None:
+    session, prefix, rank, n_ranks, master_pid, backend_name = argv
+    rank, n_ranks, master_pid = int(rank), int(n_ranks), int(master_pid)
+    _die_with_parent(master_pid, prefix)
+    keep_freed_memory()  # as rank 0 does at fork; this process ends with the session
+    sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
+                    if p not in sys.path]
+    control = ControlBlock(session, n_ranks, create=False)
+    heartbeat = control.heartbeat(rank)
+
+    def check_parent() -> None:
+        """Polled by every blocked wait: tell rank 0 this rank is alive, and that rank 0 is."""
+        heartbeat[0] += 1
+        if os.getppid() != master_pid:
+            sweep(prefix)
+            os._exit(1)
+
+    # Imported only now: the death signal is armed first, and these load PyTensor (slow).
+    from synkhronos.rank.backends import get_backend
+    from synkhronos.rank.chain_part import run_chain
+    from synkhronos.rank.collective_part import run_collective
+    from synkhronos.rank.graphs import unpack
+    from synkhronos.rank.routine_part import run_routine
+    from synkhronos.rank.state import RankState, run_share
+    from synkhronos.transport.comm import make_communicator
+    from synkhronos.transport.protocol import FORGET_DATA, Command
+    from synkhronos.transport.shared_arrays import DataViews
+
+    channel = Channel(session, rank, n_ranks, control, check_parent)
+    backend = get_backend(backend_name)
+    comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
+    state = RankState(rank, n_ranks, comm, backend)
+    views = DataViews(prefix)
+
+    def distribute(state, arrays, resolve) -> None:
+        state.add_functions(unpack(bytes(arrays[0]), state.registry, rank))
+
+    # This rank's part of each command: (state, arrays, resolve) -> reply arrays (None: no
+    # reply). STOP is handled by the loop itself.
+    handlers = {
+        Command.DISTRIBUTE: distribute,
+        Command.CALL: run_share,
+        Command.COLLECTIVE: lambda state, arrays, resolve: run_collective(state, arrays),
+        Command.ROUTINE: run_routine,
+        Command.CHAIN: run_chain,
+    }
+    channel.report()  # ready
+
+    while True:
+        code, arrays = channel.receive()
+        if code & FORGET_DATA:
+            views.forget(arrays[-1])
+            code, arrays = code & ~FORGET_DATA, arrays[:-1]
+        if code == Command.STOP:
+            comm.close()
+            channel.report()
+            return
+        try:
+            if code not in handlers:
+                raise ValueError(f"unknown synkhronos command {code}")
+            reply = handlers[code](state, arrays, views.view)
+            if reply is not None:
+                channel.reply(reply)
+        except Aborted:
+            channel.report(aborted=True)
+        except BaseException as error:  # noqa: BLE001 - reported to rank 0
+            channel.report(error)
+        else:
+            channel.report()
+
