@@ -13,6 +13,9 @@ import synkhronos as synk
 # Which CPU backend backend="auto" takes depends on what this machine measured faster;
 # the suite must not (test_cpu_choice.py tests that choice with this variable removed).
 os.environ["SYNK_CPU_BACKEND"] = "cpu"
+# `make test` runs two test processes at once (pytest-xdist): pinned, the ranks of both
+# would share the same cores and leave the others idle (test_affinity.py unsets this).
+os.environ["SYNK_AFFINITY"] = "0"
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,10 @@ CORES = sorted(os.sched_getaffinity(0))
 
 
 @pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores")
-def test_ranks_pinned_to_their_own_cores_and_restored():
+def test_ranks_pinned_to_their_own_cores_and_restored(monkeypatch):
     from threadpoolctl import threadpool_info
 
+    monkeypatch.delenv("SYNK_AFFINITY")  # conftest.py turns pinning off for the suite
     before = os.sched_getaffinity(0)
     synk.fork(2, backend="cpu")
     try:

@@ -5,11 +5,14 @@ Rank 0 and the workers run the same code here; only where the arrays come from d
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import clone_replace
 
+from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
 from synkhronos.transport.partition import Selection, selection_length, split_selection
 from synkhronos.transport.reduction import accumulate, combine, reduces_in_place
@@ -40,11 +43,18 @@ class RankFunction:
     device_outputs : bool
         Keep the outputs that :func:`~synkhronos.transport.reduction.reduces_in_place` allows in the
         function's own arrays (JAX device arrays) instead of copying them to the host.
+    first_calls : FirstCalls
+        The lock each variant's first call takes, so that ranks compile its machine code
+        one after another and all but the first load it from the cache
+        (:mod:`synkhronos.rank.first_calls`; not in JAX mode, which caches nothing on disk).
     """
 
-    def __init__(self, spec: GraphSpec, default_mode=None, device_outputs: bool = False):
+    def __init__(self, spec: GraphSpec, default_mode, device_outputs: bool,
+                 first_calls: FirstCalls):
         self.spec = spec
         self.mode = spec.mode if spec.mode is not None else default_mode
+        self.first_calls = first_calls
+        self._called: set[tuple] = set()  # variants called at least once
         self.on_device = [device_outputs and reduces_in_place(op, var.dtype)
                           for var, op in zip(spec.outputs, spec.output_ops, strict=True)]
         # Outputs of op None: rank 0's own result; the workers do not send theirs.
@@ -103,6 +113,13 @@ class RankFunction:
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
             self._compiled[(variant, sliced_updates)] = fn
         return fn
+
+    def _first_call(self, variant: tuple):
+        """The lock for ``variant``'s first call (its compile); nothing for later calls."""
+        if variant in self._called or is_jax(self.mode):  # JAX: nothing cached to share
+            return contextlib.nullcontext()
+        self._called.add(variant)
+        return self.first_calls.one_at_a_time()
 
     def get_shared(self) -> list:
         """The shared variables the compiled function uses."""
@@ -178,7 +195,8 @@ class RankFunction:
                 args += [np.array(s_chunk.start, np.int64), np.array(s_chunk.stop, np.int64)]
             elif s_chunk is not None:
                 args.append(s_chunk)
-            outs = fn(*args)
+            with self._first_call((variant, sliced_updates)):
+                outs = fn(*args)
             results.append([outs[i] if self.on_device[i] else np.asarray(outs[i])
                             for i in subset])
             update_values.append(outs[n_out:])

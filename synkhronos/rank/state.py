@@ -6,6 +6,7 @@ import numpy as np
 
 from synkhronos.rank.backends import Backend
 from synkhronos.rank.compiled import RankFunction
+from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec, SharedRegistry
 from synkhronos.rank.outputs import share_outputs
 from synkhronos.transport.callplan import CallPlan
@@ -24,18 +25,23 @@ class RankState:
         The collectives of this rank.
     backend : Backend
         How this rank compiles and moves values.
+    first_calls : FirstCalls
+        The lock the first call of each compiled function takes.
     """
 
-    def __init__(self, rank: int, n_ranks: int, comm: Communicator, backend: Backend):
+    def __init__(self, rank: int, n_ranks: int, comm: Communicator, backend: Backend,
+                 first_calls: FirstCalls):
         self.rank, self.n_ranks = rank, n_ranks
         self.comm, self.backend = comm, backend
+        self.first_calls = first_calls
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
 
     def compile(self, spec: GraphSpec) -> RankFunction:
         """Compile ``spec`` and keep it (rank 0 does so when the function is built, so
         that a graph error raises there, before anything is shipped)."""
-        function = RankFunction(spec, self.backend.mode, self.backend.device_outputs)
+        function = RankFunction(spec, self.backend.mode, self.backend.device_outputs,
+                                self.first_calls)
         function.compile()
         self.functions[spec.fid] = function
         return function

@@ -30,6 +30,7 @@ import numpy as np
 from synkhronos.rank.backends import get_backend, gpu
 from synkhronos.rank.backends.cpu import xla_flags as cpu_xla_flags
 from synkhronos.rank.backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
+from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import pack
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
@@ -199,7 +200,9 @@ class Session:
         self.channel = Channel(self.name, 0, n_ranks, self.control, check_alive)
         comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
                                  check_alive)
-        self.state = RankState(0, n_ranks, comm, self.backend)
+        # Rank 0 never waits for the lock: it must stay free to watch the workers.
+        first_calls = FirstCalls(control.segment.fd, wait=False)
+        self.state = RankState(0, n_ranks, comm, self.backend, first_calls)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         # GPU ranks are driven by their GPUs; pinning them would only starve their threads.
         self.cores = rank_cores(n_ranks) if backend_name != "gpu" else None
@@ -349,6 +352,7 @@ class Session:
                                       f"after SIGKILL; leaving it", stacklevel=2)
         finally:
             self.state.comm.close()
+            self.control.segment.close_fd()
             sweep(self.name)
             self.thread_limits.restore_original_limits()
             self.functions.clear()  # they refer to this session: no cycle to wait on

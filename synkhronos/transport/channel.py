@@ -46,14 +46,16 @@ class ControlBlock:
 
     Layout: ``[abort flag, command code]``, the command's message header, then per rank
     a status word, a heartbeat word, a reply-mailbox header and a communicator-mailbox
-    header, then the header of the communicator's result buffer.
+    header, then the header of the communicator's result buffer. Every rank keeps the
+    segment's file open (:attr:`Segment.fd <synkhronos.transport.shm.Segment.fd>`): the
+    file the ranks lock to compile one at a time (:mod:`synkhronos.rank.first_calls`).
     """
 
     def __init__(self, session: str, n_ranks: int, create: bool):
         msg = message_words(MAX_ARRAYS)
         self.per_rank = 2 + 2 * msg
         n_words = 2 + msg + n_ranks * self.per_rank + msg
-        self.segment = Segment(f"{session}_control", n_words * 8, create)
+        self.segment = Segment(f"{session}_control", n_words * 8, create, keep_fd=True)
         self.words = self.segment.array(np.int64, (n_words,))
         self.msg = msg
         self.n_ranks = n_ranks

@@ -153,9 +153,13 @@ class Segment:
         Bytes to allocate when ``create`` is true; ignored when attaching.
     create : bool
         Create (exclusively) rather than attach to an existing segment.
+    keep_fd : bool
+        Keep the segment's file descriptor open as :attr:`fd` (for ``flock``; closed by
+        :meth:`close_fd`), rather than closing it once mapped.
     """
 
-    def __init__(self, name: str, size: int = 0, create: bool = False):
+    def __init__(self, name: str, size: int = 0, create: bool = False,
+                 keep_fd: bool = False):
         size = max(int(size), ALIGN)
         if create and size > free_bytes():
             raise _full_error(name, size, free_bytes())
@@ -166,9 +170,19 @@ class Segment:
                 self._allocate(shm, size)
             self.size = shm.size
             self.map = mmap.mmap(shm.fd, self.size)
-        finally:
+        except BaseException:
             shm.close_fd()
+            raise
+        if not keep_fd:
+            shm.close_fd()
+        self.fd: int | None = shm.fd if keep_fd else None
         self.name = name
+
+    def close_fd(self) -> None:
+        """Close the file descriptor kept with ``keep_fd`` (the mapping stays)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     @staticmethod
     def _allocate(shm: posix_ipc.SharedMemory, size: int) -> None:

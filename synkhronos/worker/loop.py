@@ -74,6 +74,7 @@ def main(argv: list[str]) -> None:
     from synkhronos.rank.backends import get_backend
     from synkhronos.rank.chain_part import run_chain
     from synkhronos.rank.collective_part import run_collective
+    from synkhronos.rank.first_calls import FirstCalls
     from synkhronos.rank.graphs import unpack
     from synkhronos.rank.routine_part import run_routine
     from synkhronos.rank.state import RankState, run_share
@@ -84,7 +85,7 @@ def main(argv: list[str]) -> None:
     channel = Channel(session, rank, n_ranks, control, check_parent)
     backend = get_backend(backend_name)
     comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
-    state = RankState(rank, n_ranks, comm, backend)
+    state = RankState(rank, n_ranks, comm, backend, FirstCalls(control.segment.fd, wait=True))
     views = DataViews(prefix)
 
     def distribute(state, arrays, resolve) -> None:

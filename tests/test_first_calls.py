@@ -1,0 +1,75 @@
+"""First calls take the session's compile lock one rank at a time (rank/first_calls.py).
+
+The test holds the lock itself, through its own opening of the control segment, and
+watches who waits: a worker's first call of a compiled variant waits for the lock; rank 0
+never does; later calls and JAX-mode first calls take no lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import synkhronos as synk
+from synkhronos.session import launch
+from synkhronos.transport.shm import SHM_DIR
+
+HOLD_S = 0.5
+
+
+@pytest.fixture
+def session():
+    # A worker left waiting by a wrong lock is asleep: the watchdog names it, no hang.
+    synk.fork(2, backend="cpu", timeout=5.0)
+    yield launch.current()
+    synk.close()
+
+
+def _held_lock(session):
+    """The compile lock, held through a file description of the test's own."""
+    fd = os.open(os.path.join(SHM_DIR, session.control.segment.name), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _release_later(fd: int, seconds: float) -> threading.Thread:
+    def release():
+        time.sleep(seconds)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    return thread
+
+
+def test_workers_wait_for_the_lock_on_first_calls_only(session, rng):
+    x = pt.matrix("x")
+    graph = (pt.tanh(x) * 3.0).sum(axis=1)
+    f = synk.function([x], (graph, "gather"))
+    reference = pytensor.function([x], graph)
+    synk.distribute()  # compile (rewrite) first: only the first call is timed
+    fd = _held_lock(session)
+    try:
+        data = rng.normal(size=(7, 3))
+        start = time.monotonic()
+        releaser = _release_later(fd, HOLD_S)
+        got = f(data)  # rank 0 goes on without the lock; rank 1 waits for it
+        waited = time.monotonic() - start
+        releaser.join()
+        np.testing.assert_allclose(got, reference(data))
+        assert waited >= HOLD_S * 0.9, waited
+
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the end: a second call must not wait
+        np.testing.assert_allclose(f(data[:5]), reference(data[:5]))
+
+        jax_f = synk.function([x], (graph, "gather"), mode="JAX")  # nothing cached on disk
+        np.testing.assert_allclose(jax_f(data), reference(data))
+    finally:
+        os.close(fd)
