@@ -4,6 +4,7 @@ against Theano's documented meaning with NumPy references (one process, few grap
 Graphs compile with the Python linker (``FAST_COMPILE``), which runs the same kernels.
 """
 
+import importlib
 import itertools
 import logging
 import math
@@ -116,6 +117,47 @@ def test_theano_paths_import():
         assert getattr(T, name) is getattr(pytensor.tensor, name)
 
 
+# Every theano name that the original Synkhronos' programs and Lasagne's source use (read
+# from their source), less Lasagne's fallbacks for Theano before 1.0 (theano.sandbox.cuda,
+# theano.sandbox.gpuarray), which Theano 1.0 no longer had either.
+USED_NAMES = """
+Variable clone compile compile.SharedVariable config config.floatX function gof.Variable
+gof.graph.inputs gpuarray gpuarray.use gpuarray.pygpu_activated gpuarray.dnn.dnn_present
+grad gradient gradient.grad_clip sandbox sandbox.rng_mrg.MRG_RandomStreams scan shared tensor
+tensor.TensorType tensor.TensorVariable tensor.Variable tensor.abs_ tensor.add
+tensor.addbroadcast tensor.alloc tensor.any tensor.arange tensor.argmax tensor.argsort
+tensor.as_tensor_variable tensor.batched_dot tensor.cast tensor.ceil tensor.clip
+tensor.concatenate tensor.constant tensor.dot tensor.eq tensor.expm1 tensor.extra_ops
+tensor.extra_ops.repeat tensor.extra_ops.to_one_hot tensor.eye tensor.flatten tensor.floor
+tensor.ftensor4 tensor.ge tensor.imatrix tensor.inc_subtensor tensor.inv tensor.isnan
+tensor.ivector tensor.log tensor.matrix tensor.max tensor.mean tensor.min tensor.minimum
+tensor.mod tensor.neq tensor.nnet tensor.nnet.abstract_conv
+tensor.nnet.abstract_conv.AbstractConv2d_gradInputs
+tensor.nnet.abstract_conv.AbstractConv2d_gradWeights
+tensor.nnet.abstract_conv.AbstractConv3d_gradInputs tensor.nnet.binary_crossentropy
+tensor.nnet.categorical_crossentropy tensor.nnet.conv2d tensor.nnet.conv3d tensor.nnet.relu
+tensor.nnet.sigmoid tensor.nnet.softmax tensor.nnet.softplus tensor.ones tensor.ones_like
+tensor.patternbroadcast tensor.repeat tensor.reshape tensor.set_subtensor
+tensor.shape_padaxis tensor.shape_padleft tensor.shape_padright tensor.signal
+tensor.signal.pool tensor.signal.pool.pool_2d tensor.signal.pool.pool_3d tensor.sqr
+tensor.sqrt tensor.square tensor.stack tensor.sum tensor.switch tensor.tanh tensor.tensor4
+tensor.tensordot tensor.tile tensor.zeros
+""".split()
+
+
+def test_names_used_by_the_original_programs_and_lasagne_exist():
+    missing = []
+    for name in USED_NAMES:
+        obj = theano
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        if obj is None:
+            missing.append(name)
+    assert not missing
+    with pytest.raises(ImportError):  # removed in Theano 1.0, as here
+        importlib.import_module("synkhronos.theano.sandbox.cuda")
+
+
 def test_the_package_logs_and_never_prints():
     root = Path(theano.__file__).parent
     for path in root.rglob("*.py"):
@@ -162,8 +204,14 @@ def test_clone_and_graph_inputs():
     np.testing.assert_array_equal(alias.get_value(), [0.0, 1.0])  # same storage
     z = theano.clone(y, replace={x: 2 * x})
     assert float(function([x], z)(np.ones(2))) == 2.0
-    assert theano.gof.graph.inputs(reversed([y, x])) == [x, w]
+    a, b, c = T.scalars("a", "b", "c")
+    # Theano's order: left to right through each expression, the list's last one first.
+    assert theano.gof.graph.inputs([a * b + c]) == [a, b, c]
+    assert theano.gof.graph.inputs([c * b, a + b]) == [a, b, c]
+    product = a * b
+    assert theano.gof.graph.inputs([product + c], blockers=[product]) == [c]
     assert isinstance(y, theano.gof.Variable)
+    assert theano.gof.graph.is_same_graph(y, (w * x).sum())
 
 
 # ------------------------------------------------------------------ nnet
@@ -188,6 +236,7 @@ def test_activations_and_crossentropies(rng):
             -np.log(pv[np.arange(3), lv]), -(tv * np.log(pv) + (1 - tv) * np.log(1 - pv))]
     for g, w in zip(f(xv, tv, pv, lv), want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(T.nnet.relu(xv), np.maximum(xv, 0))  # NumPy in, NumPy out
     with pytest.raises(TypeError, match="rank mismatch"):
         T.nnet.categorical_crossentropy(p, T.tensor3())
 
@@ -255,7 +304,9 @@ def test_abstract_conv_gradients_are_adjoints(n, rng):
     gv = rng.normal(size=yv.shape)
     kern, img, top = T.TensorType(floatX, (False,) * (n + 2))("k"), \
         T.TensorType(floatX, (False,) * (n + 2))("i"), T.TensorType(floatX, (False,) * (n + 2))("g")
-    f = function([kern, img, top], [grad_inputs(**kwargs)(kern, top, x_shape[2:]),
+    # Lasagne gives the input's sizes as a symbolic vector
+    in_sizes = T.as_tensor_variable(np.array(x_shape[2:])) if n == 2 else x_shape[2:]
+    f = function([kern, img, top], [grad_inputs(**kwargs)(kern, top, in_sizes),
                                     grad_weights(**kwargs)(img, top, w_shape[2:])])
     gi, gw = f(wv, xv, gv)
     assert gi.shape == x_shape and gw.shape == w_shape

@@ -24,8 +24,7 @@ softplus = pt.softplus
 def relu(x, alpha=0) -> TensorVariable:
     """Rectifier ``max(x, 0)``; with ``alpha``, the leaky rectifier of slope ``alpha``
     below 0 (Theano's formula ``0.5 (1 + alpha) x + 0.5 (1 - alpha) |x|``, gradient
-    included)."""
-    x = pt.as_tensor_variable(x)
+    included). As Theano's, it computes on NumPy arrays too."""
     if isinstance(alpha, (int, float)) and alpha == 0:
         return 0.5 * (x + abs(x))
     alpha = pt.as_tensor_variable(alpha)

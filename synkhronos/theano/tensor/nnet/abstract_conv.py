@@ -14,11 +14,10 @@ input or its filters, taken by :func:`pytensor.grad`.
 [12.0, 120.0]
 """
 
-from collections.abc import Sequence
-
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions import conv as _conv
@@ -140,9 +139,12 @@ class _ConvGradient:
         self.filter_dilation = filter_dilation if filter_dilation is not None else (1,) * self._n
         self.num_groups, self.unshared = num_groups, unshared
 
-    def __call__(self, known, topgrad, shape: Sequence) -> TensorVariable:
-        """``known``: the filters (gradient of the input) or the input (of the filters)."""
+    def __call__(self, known, topgrad, shape) -> TensorVariable:
+        """``known``: the filters (gradient of the input) or the input (of the filters);
+        ``shape``: the spatial sizes (ints, symbolic scalars, or a symbolic vector)."""
         known, topgrad = pt.as_tensor_variable(known), pt.as_tensor_variable(topgrad)
+        if isinstance(shape, Variable):  # a symbolic shape vector
+            shape = [shape[i] for i in range(self._n)]
         shape = tuple(shape)
         if len(shape) != self._n:
             raise ValueError(f"shape must give {self._n} spatial sizes, got {shape!r}")
