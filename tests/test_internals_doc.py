@@ -69,7 +69,10 @@ def test_no_directive_names_a_missing_module():
 
 # The audiences of internals.rst's table, lowest layer first; a module may import from its
 # own package and from packages of a lower layer only. "session" and "worker" share a layer.
-LAYERS = {"transport": 0, "rank": 1, "session": 2, "worker": 2, "api": 3, "": 4}
+LAYERS = {"transport": 0, "rank": 1, "session": 2, "worker": 2, "api": 3, "": 4, "theano": 5}
+# Theano's names map onto the extensions' Ops (conv2d, pooling), so this face alone may
+# import them.
+IMPORTS_EXTENSIONS = {"theano"}
 
 
 def _package(module: str) -> str:
@@ -115,7 +118,9 @@ def test_imports_go_down_the_layers():
     for module, imported in _core_imports().items():
         for target in imported:
             if target.startswith(EXTENSIONS):
-                raise AssertionError(f"{module} imports the extension {target}")
+                assert _package(module) in IMPORTS_EXTENSIONS, (
+                    f"{module} imports the extension {target}")
+                continue
             own, theirs = _package(module), _package(target)
             if own == theirs:
                 continue

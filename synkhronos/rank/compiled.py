@@ -10,7 +10,6 @@ import contextlib
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from pytensor.graph.replace import clone_replace
 
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
@@ -87,15 +86,11 @@ class RankFunction:
                 else:
                     extra = [pt.vector("synk_rows", dtype="int64")]
                     rows = extra[0]
-                if givens:
-                    # The user's givens may refer to sliceable variables (x -> x_shared):
-                    # apply them first, since one givens may not feed another.
-                    n = len(outputs)
-                    replaced = clone_replace(
-                        list(outputs) + [u for _, u in updates], dict(givens))
-                    outputs = replaced[:n]
-                    updates = [(t, u) for (t, _), u in zip(updates, replaced[n:], strict=True)]
-                givens = [(s, s[rows]) for s in spec.sliceable]
+                # One substitution, the row selection first: PyTensor resolves a later
+                # pair's value through the earlier ones, so the user's x -> x_shared
+                # becomes x -> x_shared[rows] everywhere PyTensor rewrites the graph,
+                # the default updates (random generators' next states) included.
+                givens = [(s, s[rows]) for s in spec.sliceable] + list(givens)
             if sliced_updates:
                 outputs, updates = list(outputs) + [u for _, u in updates], []
             kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}

@@ -118,3 +118,29 @@ def test_graph_error_raises_in_rank_0_at_function(ranks, rng):
     g = synk.function([x], (x.sum(), "sum"))  # the session is usable
     xv = rng.normal(size=(7, 3))
     np.testing.assert_allclose(g(xv), xv.sum())
+
+
+def test_any_iterable_where_a_list_is_taken(ranks, rng):
+    """As in Theano, every list argument of ``function`` (inputs, outputs, updates, givens,
+    sliceable_shareds) and of the collectives may be any iterable: a generator, a dict view."""
+    s = pt.scalar("s", dtype="float64")
+    q = pt.vector("q", dtype="float64")
+    w = pytensor.shared(np.zeros(2), name="w_iter")
+    d = pytensor.shared(np.zeros(1), name="d_iter")
+    outputs = {"total": (x.sum() * s, "sum"), "y_and_d": ((2 * q).sum() + d.sum(), "sum")}
+    f = synk.function(iter([x, y]), outputs.values(), bcast_inputs=(v for v in [s]),
+                      updates=((v, v + s) for v in [w]), givens={q: y}.items(),
+                      sliceable_shareds=iter([d]))
+    params = {"w": w, "d": d}
+    synk.scatter(iter([d]), (v for v in [np.arange(4.0)]))  # rank 0: 0, 1; rank 1: 2, 3
+    xv, yv = rng.normal(size=(7, 3)), rng.normal(size=7)
+    total, y_and_d = f(xv, yv, 2.0, batch_s=slice(0, 1))
+    np.testing.assert_allclose(total, 2 * xv.sum())
+    np.testing.assert_allclose(y_and_d, 2 * yv.sum() + 0.0 + 2.0)
+    np.testing.assert_array_equal(synk.gather(params.values())[0], [[2.0, 2.0]] * ranks)
+    synk.broadcast(params.values(), (v for v in [np.ones(2), np.ones(3)]))
+    got_w, got_d = synk.get_value(1, params.values())
+    np.testing.assert_array_equal(got_w, np.ones(2))
+    np.testing.assert_array_equal(got_d, np.ones(3))
+    synk.all_reduce(iter([w]), op="sum")
+    np.testing.assert_array_equal(synk.get_value(1, w), [ranks, ranks])
