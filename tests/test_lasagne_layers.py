@@ -68,7 +68,8 @@ def correlate_nd(x, w, stride, pad, dilation=None):
 
 
 def transposed_nd(x, w, stride, crop):
-    """Transposed convolution by scatter: each input element adds ``x * W`` (unflipped)."""
+    """Transposed convolution by scatter: each input element adds ``x * w`` (``w`` as given;
+    the layers' default, ``flip_filters=False``, scatters their ``W`` flipped)."""
     n = x.ndim - 2
     kernel = w.shape[2:]
     full = [(x.shape[2 + a] - 1) * stride[a] + kernel[a] for a in range(n)]
@@ -153,7 +154,7 @@ def test_transposed_conv2d_layer(rng, stride, crop):
     x = rng.standard_normal((2, 2, 3, 4))
 
     def reference(x, w):
-        return transposed_nd(x, w, (stride,) * 2, (crop,) * 2)
+        return transposed_nd(x, w[:, :, ::-1, ::-1], (stride,) * 2, (crop,) * 2)
 
     expected = reference(x, layer.W.get_value())
     assert layer.output_shape[1:] == expected.shape[1:]
@@ -169,7 +170,7 @@ def test_transposed_conv2d_output_size_and_flip(rng):
     x = rng.standard_normal((1, 1, 3, 3))
     w = layer.W.get_value()
     expected = np.zeros((1, 1, 8, 8))
-    expected[:, :, :7, :7] = transposed_nd(x, w[:, :, ::-1, ::-1], (2, 2), (0, 0))
+    expected[:, :, :7, :7] = transposed_nd(x, w, (2, 2), (0, 0))
     assert layer.output_shape == (None, 1, 8, 8)
     np.testing.assert_allclose(run(layer, x), expected, rtol=1e-6)
 
@@ -180,7 +181,7 @@ def test_transposed_conv3d_layer(rng):
     x = rng.standard_normal((1, 2, 2, 3, 2))
 
     def reference(x, w):
-        return transposed_nd(x, w, (2, 1, 1), (0, 0, 0))
+        return transposed_nd(x, w[:, :, ::-1, ::-1, ::-1], (2, 1, 1), (0, 0, 0))
 
     assert layer.output_shape == (None, 1, 4, 4, 3)
     np.testing.assert_allclose(run(layer, x), reference(x, layer.W.get_value()), rtol=1e-6)
@@ -189,13 +190,13 @@ def test_transposed_conv3d_layer(rng):
 
 def test_dilated_conv2d_layer(rng):
     net = L.InputLayer((None, 2, 7, 6))
-    layer = L.DilatedConv2DLayer(net, 3, 2, dilation=(2, 3), pad=1, nonlinearity=None)
+    layer = L.DilatedConv2DLayer(net, 3, 2, dilation=(2, 3), nonlinearity=None)
     x = rng.standard_normal((2, 2, 7, 6))
 
     def reference(x, w):
-        return correlate_nd(x, w.transpose(1, 0, 2, 3), (1, 1), (1, 1), (2, 3))
+        return correlate_nd(x, w.transpose(1, 0, 2, 3), (1, 1), (0, 0), (2, 3))
 
-    assert layer.output_shape == (None, 3, 7, 5)
+    assert layer.output_shape == (None, 3, 5, 3)
     np.testing.assert_allclose(run(layer, x), reference(x, layer.W.get_value()), rtol=1e-6)
     check_param_grad(layer, x, layer.W, reference, rng)
 
@@ -302,13 +303,19 @@ def test_feature_pool_and_wta(rng):
         L.FeaturePoolLayer(net, 4)
 
 
-def test_spatial_pyramid_pooling(rng):
+@pytest.mark.parametrize(
+    ("implementation", "cols"),
+    # kaiming: [floor(i W / 3), ceil((i + 1) W / 3)); fast: windows of ceil(W / 3), floor(W / 3)
+    # apart (rows, 7: the same bins both ways)
+    [("kaiming", [(0, 2), (1, 4), (3, 5)]), ("fast", [(0, 2), (1, 3), (2, 4)])],
+)
+def test_spatial_pyramid_pooling(rng, implementation, cols):
     x = rng.standard_normal((2, 3, 7, 5))
-    layer = L.SpatialPyramidPoolingLayer(L.InputLayer((None, 3, 7, 5)), [3, 1])
-    bins = {3: ([(0, 3), (2, 5), (4, 7)], [(0, 2), (1, 4), (3, 5)])}
-    expected = [
-        x[:, :, r0:r1, c0:c1].max(axis=(2, 3)) for (r0, r1) in bins[3][0] for (c0, c1) in bins[3][1]
-    ]
+    layer = L.SpatialPyramidPoolingLayer(
+        L.InputLayer((None, 3, 7, 5)), [3, 1], implementation=implementation
+    )
+    rows = [(0, 3), (2, 5), (4, 7)]
+    expected = [x[:, :, r0:r1, c0:c1].max(axis=(2, 3)) for (r0, r1) in rows for (c0, c1) in cols]
     expected.append(x.max(axis=(2, 3)))
     assert layer.output_shape == (None, 3, 10)
     np.testing.assert_allclose(run(layer, x), np.stack(expected, axis=2))
@@ -516,5 +523,5 @@ def test_numpy_ints_are_sizes():
     conv = L.Conv2DLayer(inp, 3, np.int64(3), stride=np.int64(2), pad=np.int32(1))
     assert conv.output_shape == (None, 3, 5, 5)
     assert L.Pool3DLayer((None, 1, 4, 4, 4), np.int64(2)).output_shape == (None, 1, 2, 2, 2)
-    with pytest.raises(ValueError, match="3 ints"):
+    with pytest.raises(ValueError, match="length 3"):
         L.Conv3DLayer(L.InputLayer((None, 1, 4, 4, 4)), 1, (2, 2))
