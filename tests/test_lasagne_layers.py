@@ -175,6 +175,26 @@ def test_transposed_conv2d_output_size_and_flip(rng):
     np.testing.assert_allclose(run(layer, x), expected, rtol=1e-6)
 
 
+def test_transposed_conv_of_unknown_sizes(rng):
+    x_var = pt.tensor4("x")
+    x = rng.standard_normal((2, 2, 3, 4))
+    loose = L.TransposedConv2DLayer((None, 2, None, None), 3, 3, stride=2, crop="same",
+                                    flip_filters=True, b=None, nonlinearity=None)
+    assert loose.output_shape == (None, 3, None, None)
+    # output_size asks for one more row than the smallest output (a stride leaves a choice)
+    extended = L.TransposedConv2DLayer((None, 2, None, None), 3, (3, 2), stride=2,
+                                       output_size=pt.as_tensor(np.array([8, 8])),
+                                       flip_filters=True, b=None, nonlinearity=None)
+    assert extended.output_shape == (None, 3, None, None)
+    outputs = [loose.get_output_for(x_var), extended.get_output_for(x_var)]
+    got = pytensor.function([x_var], outputs, mode=MODE)(x)
+    full = transposed_nd(x, loose.W.get_value(), (2, 2), (0, 0))  # 7 x 9
+    np.testing.assert_allclose(got[0], full[:, :, 1:6, 1:8], rtol=1e-6)  # "same": crop 1
+    full = transposed_nd(x, extended.W.get_value(), (2, 2), (0, 0))  # 7 x 8
+    np.testing.assert_allclose(got[1][:, :, :7], full, rtol=1e-6)
+    np.testing.assert_allclose(got[1][:, :, 7], 0)
+
+
 def test_transposed_conv3d_layer(rng):
     net = L.InputLayer((None, 2, 2, 3, 2))
     layer = L.TransposedConv3DLayer(net, 1, 2, stride=(2, 1, 1), nonlinearity=None)

@@ -7,7 +7,8 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import POOL_MODES, pool1d, pool2d, pool3d, pool_output_length
+from synkhronos.extensions import conv
+from synkhronos.extensions.conv import POOL_MODES, pool1d, pool2d, pool3d
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
 
@@ -29,6 +30,34 @@ __all__ = [
 
 IntOrTuple = int | Sequence[int]
 _POOL_FUNCTIONS = {1: pool1d, 2: pool2d, 3: pool3d}
+
+
+def pool_output_length(input_length, pool_size, stride, pad, ignore_border):
+    """Length of a pooling output along one axis (Lasagne's helper).
+
+    Parameters
+    ----------
+    input_length
+        Input length (int, symbolic, or None).
+    pool_size, stride, pad
+        Pooling parameters along the axis.
+    ignore_border
+        Only full windows (True), or also a last partial one (False).
+
+    Returns
+    -------
+    int, TensorVariable or None
+        The length (see :func:`synkhronos.extensions.conv.pool_output_length`); None
+        if ``input_length`` or ``pool_size`` is None.
+
+    Examples
+    --------
+    >>> pool_output_length(7, 2, 2, 0, True), pool_output_length(7, 2, 2, 0, False)
+    (3, 4)
+    """
+    if input_length is None or pool_size is None:
+        return None
+    return conv.pool_output_length(input_length, pool_size, stride, pad, ignore_border)
 
 
 def _pool(input, ws, ignore_border, stride, pad, mode, n: int) -> TensorVariable:
@@ -148,7 +177,7 @@ class _PoolLayer(Layer):
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
         """``(batch, channels, *pooled sizes)``."""
         spatial = (
-            None if size is None else pool_output_length(size, k, s, p, self.ignore_border)
+            pool_output_length(size, k, s, p, self.ignore_border)
             for size, k, s, p in zip(
                 input_shape[2:], self.pool_size, self.stride, self.pad, strict=True
             )

@@ -32,7 +32,8 @@ def _padding(border_mode, filter_length: int | None) -> int:
         return int(border_mode)
     if border_mode in ("full", "half"):
         if filter_length is None:
-            raise ValueError(f"border_mode={border_mode!r} needs filters of known length")
+            raise ValueError(f"border_mode={border_mode!r} needs the filter length: filters "
+                             "of a known static shape, or filter_shape")
         return filter_length - 1 if border_mode == "full" else filter_length // 2
     if border_mode == "valid":
         return 0
@@ -40,10 +41,13 @@ def _padding(border_mode, filter_length: int | None) -> int:
                      "'half' or an int")
 
 
-def _conv1d(input, filters, border_mode, subsample, filter_flip: bool,
-            num_groups: int = 1) -> TensorVariable:
+def _conv1d(input, filters, border_mode, subsample, filter_flip: bool, num_groups: int = 1,
+            filter_shape=None) -> TensorVariable:
     filters = pt.as_tensor_variable(filters)
-    padding = _padding(border_mode, filters.type.shape[2])
+    length = filters.type.shape[2]
+    if length is None and filter_shape is not None:
+        length = filter_shape[2]
+    padding = _padding(border_mode, length)
     (stride,) = subsample
     if filter_flip:
         filters = filters[:, :, ::-1]
@@ -102,7 +106,8 @@ def conv1d_mc0(input, filters, image_shape=None, filter_shape=None, border_mode=
     input, filters
         ``(b, c, length)`` and ``(f, c / num_groups, k)``.
     image_shape, filter_shape
-        Their shapes, if known (accepted; the graph infers them).
+        Their shapes, if known (``"full"`` and ``"half"`` need the filter length, from
+        ``filter_shape`` or the filters' static shape).
     border_mode
         ``"valid"``, ``"full"``, ``"half"``, an int or ``(int,)`` (padding per side).
     subsample
@@ -117,7 +122,7 @@ def conv1d_mc0(input, filters, image_shape=None, filter_shape=None, border_mode=
     TensorVariable
         ``(b, f, output length)``.
     """
-    return _conv1d(input, filters, border_mode, subsample, filter_flip, num_groups)
+    return _conv1d(input, filters, border_mode, subsample, filter_flip, num_groups, filter_shape)
 
 
 def conv1d_mc1(input, filters, image_shape=None, filter_shape=None, border_mode="valid",
