@@ -524,17 +524,39 @@ def test_get_output_shape():
     assert L.get_output_shape(pool, {conv: (2, 4, 6, 6)}) == (2, 4, 3, 3)
 
 
-def test_gpu_module_names():
+def test_gpu_module_names(rng):
     inp = L.InputLayer((None, 3, 6, 6))
     assert L.dnn.Conv2DDNNLayer(inp, 2, 3).flip_filters is False
     assert L.corrmm.Conv2DMMLayer is L.dnn.Conv2DDNNLayer
-    assert L.dnn.MaxPool2DDNNLayer is L.MaxPool2DLayer
+    assert isinstance(L.dnn.MaxPool2DDNNLayer(inp, 2), L.Pool2DLayer)
+    with pytest.raises(NotImplementedError, match="ignore_border=False"):
+        L.dnn.MaxPool3DDNNLayer((1, 2, 4, 4, 4), 2, ignore_border=False)
     pool = L.cuda_convnet.MaxPool2DCCLayer(inp, 4)
     assert pool.output_shape == (None, 3, 2, 2)
     back = L.cuda_convnet.c01b_to_bc01(L.cuda_convnet.bc01_to_c01b(inp))
     assert back.output_shape == inp.output_shape
-    with pytest.raises(ValueError, match="bc01"):
-        L.cuda_convnet.Conv2DCCLayer(inp, 2, 3, dimshuffle=False)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        L.cuda_convnet.Conv2DCCLayer(inp, 2, 3)
+
+
+def test_cuda_convnet_c01b_layout(rng):
+    """dimshuffle=False: c01b tensors, filters (channels, rows, cols, num_filters)."""
+    c01b = L.InputLayer((4, 7, 7, None))
+    conv = L.cuda_convnet.Conv2DCCLayer(c01b, 16, 3, stride=2, untie_biases=True,
+                                        nonlinearity=None, dimshuffle=False)
+    assert conv.W.get_value().shape == (4, 3, 3, 16) and conv.b.get_value().shape == (16, 3, 3)
+    assert conv.output_shape == (16, 3, 3, None)
+    conv.b.set_value(rng.standard_normal((16, 3, 3)))
+    pool = L.cuda_convnet.MaxPool2DCCLayer(c01b, 3, stride=2, dimshuffle=False)
+    assert pool.output_shape == (4, 3, 3, None)
+    x = rng.standard_normal((4, 7, 7, 2))
+    got_conv, got_pool = (run(layer, x) for layer in (conv, pool))
+    bc01 = x.transpose(3, 0, 1, 2)
+    w = conv.W.get_value().transpose(3, 0, 1, 2)
+    expected = correlate_nd(bc01, w, (2, 2), (0, 0)) + conv.b.get_value()
+    np.testing.assert_allclose(got_conv, expected.transpose(1, 2, 3, 0), rtol=1e-6)
+    expected = pool_nd(bc01, (3, 3), (2, 2), (0, 0), "max", ignore_border=False)
+    np.testing.assert_allclose(got_pool, expected.transpose(1, 2, 3, 0))
 
 
 def test_numpy_ints_are_sizes():

@@ -196,9 +196,7 @@ class BaseConvLayer(Layer):
         else:
             self.pad = as_tuple(pad, n, int_types)
         channels = self.input_shape[1]
-        if channels is None:
-            raise ValueError(f"{type(self).__name__} needs a known number of input channels")
-        if num_groups <= 0 or num_filters % num_groups or channels % num_groups:
+        if num_groups <= 0 or num_filters % num_groups or (channels or 0) % num_groups:
             raise ValueError(
                 f"num_groups (here: {num_groups}) must be positive and evenly divide the "
                 f"number of input and output channels (here: {channels} and {num_filters})"
@@ -207,11 +205,17 @@ class BaseConvLayer(Layer):
         self.W = self.add_param(W, self.get_W_shape(), name="W")
         self.b = None
         if b is not None:
-            b_shape = (num_filters, *self.output_shape[2:]) if untie_biases else (num_filters,)
+            b_shape = self._untied_bias_shape() if untie_biases else (num_filters,)
             self.b = self.add_param(b, b_shape, name="b", regularizable=False)
+
+    def _untied_bias_shape(self) -> tuple[int, ...]:
+        """One bias per filter and output position: ``(num_filters, *spatial sizes)``."""
+        return (self.num_filters, *self.output_shape[2:])
 
     def get_W_shape(self) -> tuple[int, ...]:  # noqa: N802 (Lasagne's name)
         """Shape of the filters: ``(num_filters, channels / num_groups, *filter_size)``."""
+        if self.input_shape[1] is None:
+            raise ValueError(f"{type(self).__name__} needs a known number of input channels")
         return (self.num_filters, self.input_shape[1] // self.num_groups, *self.filter_size)
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
