@@ -68,7 +68,8 @@ def correlate_nd(x, w, stride, pad, dilation=None):
 
 
 def transposed_nd(x, w, stride, crop):
-    """Transposed convolution by scatter: each input element adds ``x * W`` (unflipped)."""
+    """Transposed convolution by scatter: each input element adds ``x * w`` (``w`` as given;
+    the layers' default, ``flip_filters=False``, scatters their ``W`` flipped)."""
     n = x.ndim - 2
     kernel = w.shape[2:]
     full = [(x.shape[2 + a] - 1) * stride[a] + kernel[a] for a in range(n)]
@@ -153,7 +154,7 @@ def test_transposed_conv2d_layer(rng, stride, crop):
     x = rng.standard_normal((2, 2, 3, 4))
 
     def reference(x, w):
-        return transposed_nd(x, w, (stride,) * 2, (crop,) * 2)
+        return transposed_nd(x, w[:, :, ::-1, ::-1], (stride,) * 2, (crop,) * 2)
 
     expected = reference(x, layer.W.get_value())
     assert layer.output_shape[1:] == expected.shape[1:]
@@ -169,9 +170,29 @@ def test_transposed_conv2d_output_size_and_flip(rng):
     x = rng.standard_normal((1, 1, 3, 3))
     w = layer.W.get_value()
     expected = np.zeros((1, 1, 8, 8))
-    expected[:, :, :7, :7] = transposed_nd(x, w[:, :, ::-1, ::-1], (2, 2), (0, 0))
+    expected[:, :, :7, :7] = transposed_nd(x, w, (2, 2), (0, 0))
     assert layer.output_shape == (None, 1, 8, 8)
     np.testing.assert_allclose(run(layer, x), expected, rtol=1e-6)
+
+
+def test_transposed_conv_of_unknown_sizes(rng):
+    x_var = pt.tensor4("x")
+    x = rng.standard_normal((2, 2, 3, 4))
+    loose = L.TransposedConv2DLayer((None, 2, None, None), 3, 3, stride=2, crop="same",
+                                    flip_filters=True, b=None, nonlinearity=None)
+    assert loose.output_shape == (None, 3, None, None)
+    # output_size asks for one more row than the smallest output (a stride leaves a choice)
+    extended = L.TransposedConv2DLayer((None, 2, None, None), 3, (3, 2), stride=2,
+                                       output_size=pt.as_tensor(np.array([8, 8])),
+                                       flip_filters=True, b=None, nonlinearity=None)
+    assert extended.output_shape == (None, 3, None, None)
+    outputs = [loose.get_output_for(x_var), extended.get_output_for(x_var)]
+    got = pytensor.function([x_var], outputs, mode=MODE)(x)
+    full = transposed_nd(x, loose.W.get_value(), (2, 2), (0, 0))  # 7 x 9
+    np.testing.assert_allclose(got[0], full[:, :, 1:6, 1:8], rtol=1e-6)  # "same": crop 1
+    full = transposed_nd(x, extended.W.get_value(), (2, 2), (0, 0))  # 7 x 8
+    np.testing.assert_allclose(got[1][:, :, :7], full, rtol=1e-6)
+    np.testing.assert_allclose(got[1][:, :, 7], 0)
 
 
 def test_transposed_conv3d_layer(rng):
@@ -180,7 +201,7 @@ def test_transposed_conv3d_layer(rng):
     x = rng.standard_normal((1, 2, 2, 3, 2))
 
     def reference(x, w):
-        return transposed_nd(x, w, (2, 1, 1), (0, 0, 0))
+        return transposed_nd(x, w[:, :, ::-1, ::-1, ::-1], (2, 1, 1), (0, 0, 0))
 
     assert layer.output_shape == (None, 1, 4, 4, 3)
     np.testing.assert_allclose(run(layer, x), reference(x, layer.W.get_value()), rtol=1e-6)
@@ -189,13 +210,13 @@ def test_transposed_conv3d_layer(rng):
 
 def test_dilated_conv2d_layer(rng):
     net = L.InputLayer((None, 2, 7, 6))
-    layer = L.DilatedConv2DLayer(net, 3, 2, dilation=(2, 3), pad=1, nonlinearity=None)
+    layer = L.DilatedConv2DLayer(net, 3, 2, dilation=(2, 3), nonlinearity=None)
     x = rng.standard_normal((2, 2, 7, 6))
 
     def reference(x, w):
-        return correlate_nd(x, w.transpose(1, 0, 2, 3), (1, 1), (1, 1), (2, 3))
+        return correlate_nd(x, w.transpose(1, 0, 2, 3), (1, 1), (0, 0), (2, 3))
 
-    assert layer.output_shape == (None, 3, 7, 5)
+    assert layer.output_shape == (None, 3, 5, 3)
     np.testing.assert_allclose(run(layer, x), reference(x, layer.W.get_value()), rtol=1e-6)
     check_param_grad(layer, x, layer.W, reference, rng)
 
@@ -302,13 +323,19 @@ def test_feature_pool_and_wta(rng):
         L.FeaturePoolLayer(net, 4)
 
 
-def test_spatial_pyramid_pooling(rng):
+@pytest.mark.parametrize(
+    ("implementation", "cols"),
+    # kaiming: [floor(i W / 3), ceil((i + 1) W / 3)); fast: windows of ceil(W / 3), floor(W / 3)
+    # apart (rows, 7: the same bins both ways)
+    [("kaiming", [(0, 2), (1, 4), (3, 5)]), ("fast", [(0, 2), (1, 3), (2, 4)])],
+)
+def test_spatial_pyramid_pooling(rng, implementation, cols):
     x = rng.standard_normal((2, 3, 7, 5))
-    layer = L.SpatialPyramidPoolingLayer(L.InputLayer((None, 3, 7, 5)), [3, 1])
-    bins = {3: ([(0, 3), (2, 5), (4, 7)], [(0, 2), (1, 4), (3, 5)])}
-    expected = [
-        x[:, :, r0:r1, c0:c1].max(axis=(2, 3)) for (r0, r1) in bins[3][0] for (c0, c1) in bins[3][1]
-    ]
+    layer = L.SpatialPyramidPoolingLayer(
+        L.InputLayer((None, 3, 7, 5)), [3, 1], implementation=implementation
+    )
+    rows = [(0, 3), (2, 5), (4, 7)]
+    expected = [x[:, :, r0:r1, c0:c1].max(axis=(2, 3)) for (r0, r1) in rows for (c0, c1) in cols]
     expected.append(x.max(axis=(2, 3)))
     assert layer.output_shape == (None, 3, 10)
     np.testing.assert_allclose(run(layer, x), np.stack(expected, axis=2))
@@ -497,17 +524,39 @@ def test_get_output_shape():
     assert L.get_output_shape(pool, {conv: (2, 4, 6, 6)}) == (2, 4, 3, 3)
 
 
-def test_gpu_module_names():
+def test_gpu_module_names(rng):
     inp = L.InputLayer((None, 3, 6, 6))
     assert L.dnn.Conv2DDNNLayer(inp, 2, 3).flip_filters is False
     assert L.corrmm.Conv2DMMLayer is L.dnn.Conv2DDNNLayer
-    assert L.dnn.MaxPool2DDNNLayer is L.MaxPool2DLayer
+    assert isinstance(L.dnn.MaxPool2DDNNLayer(inp, 2), L.Pool2DLayer)
+    with pytest.raises(NotImplementedError, match="ignore_border=False"):
+        L.dnn.MaxPool3DDNNLayer((1, 2, 4, 4, 4), 2, ignore_border=False)
     pool = L.cuda_convnet.MaxPool2DCCLayer(inp, 4)
     assert pool.output_shape == (None, 3, 2, 2)
     back = L.cuda_convnet.c01b_to_bc01(L.cuda_convnet.bc01_to_c01b(inp))
     assert back.output_shape == inp.output_shape
-    with pytest.raises(ValueError, match="bc01"):
-        L.cuda_convnet.Conv2DCCLayer(inp, 2, 3, dimshuffle=False)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        L.cuda_convnet.Conv2DCCLayer(inp, 2, 3)
+
+
+def test_cuda_convnet_c01b_layout(rng):
+    """dimshuffle=False: c01b tensors, filters (channels, rows, cols, num_filters)."""
+    c01b = L.InputLayer((4, 7, 7, None))
+    conv = L.cuda_convnet.Conv2DCCLayer(c01b, 16, 3, stride=2, untie_biases=True,
+                                        nonlinearity=None, dimshuffle=False)
+    assert conv.W.get_value().shape == (4, 3, 3, 16) and conv.b.get_value().shape == (16, 3, 3)
+    assert conv.output_shape == (16, 3, 3, None)
+    conv.b.set_value(rng.standard_normal((16, 3, 3)))
+    pool = L.cuda_convnet.MaxPool2DCCLayer(c01b, 3, stride=2, dimshuffle=False)
+    assert pool.output_shape == (4, 3, 3, None)
+    x = rng.standard_normal((4, 7, 7, 2))
+    got_conv, got_pool = (run(layer, x) for layer in (conv, pool))
+    bc01 = x.transpose(3, 0, 1, 2)
+    w = conv.W.get_value().transpose(3, 0, 1, 2)
+    expected = correlate_nd(bc01, w, (2, 2), (0, 0)) + conv.b.get_value()
+    np.testing.assert_allclose(got_conv, expected.transpose(1, 2, 3, 0), rtol=1e-6)
+    expected = pool_nd(bc01, (3, 3), (2, 2), (0, 0), "max", ignore_border=False)
+    np.testing.assert_allclose(got_pool, expected.transpose(1, 2, 3, 0))
 
 
 def test_numpy_ints_are_sizes():
@@ -516,5 +565,5 @@ def test_numpy_ints_are_sizes():
     conv = L.Conv2DLayer(inp, 3, np.int64(3), stride=np.int64(2), pad=np.int32(1))
     assert conv.output_shape == (None, 3, 5, 5)
     assert L.Pool3DLayer((None, 1, 4, 4, 4), np.int64(2)).output_shape == (None, 1, 2, 2, 2)
-    with pytest.raises(ValueError, match="3 ints"):
+    with pytest.raises(ValueError, match="length 3"):
         L.Conv3DLayer(L.InputLayer((None, 1, 4, 4, 4)), 1, (2, 2))

@@ -12,9 +12,9 @@ import pytensor
 import pytest
 
 from synkhronos.extensions.lasagne import init, nonlinearities
-from synkhronos.extensions.lasagne.layers.base import InputLayer
 from synkhronos.extensions.lasagne.layers.dense import DenseLayer
 from synkhronos.extensions.lasagne.layers.helper import get_all_layers, get_output
+from synkhronos.extensions.lasagne.layers.input import InputLayer
 from synkhronos.extensions.lasagne.layers.merge import ElemwiseSumLayer
 from synkhronos.extensions.lasagne.layers.recurrent import (
     CustomRecurrentLayer,

@@ -1,10 +1,11 @@
 """Lasagne on PyTensor: a Lasagne script ports by changing ``import lasagne`` to
 ``from synkhronos.extensions import lasagne``.
 
-The subpackage mirrors Lasagne's module tree (``layers``, ``init``, ``nonlinearities``,
-``objectives``, ``regularization``, ``updates``, ``utils``, ``random``); Synkhronos'
-own two-phase rules and training steps live beside it in
-:mod:`synkhronos.extensions.updates` and :mod:`synkhronos.extensions.train`.
+The subpackage mirrors Lasagne's module tree file for file (``layers`` with its
+modules, ``init``, ``nonlinearities``, ``objectives``, ``regularization``, ``updates``,
+``utils``, ``random``, ``theano_extensions``); Synkhronos' own two-phase rules and
+training steps live beside it in :mod:`synkhronos.extensions.updates` and
+:mod:`synkhronos.extensions.train`.
 """
 
 from . import (
@@ -28,3 +29,5 @@ __all__ = [
     "updates",
     "utils",
 ]
+
+__version__ = "0.2.dev1"  # the Lasagne version this port follows (GitHub master)

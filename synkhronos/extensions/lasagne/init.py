@@ -7,7 +7,6 @@ An initializer is called with a shape and returns a NumPy array of
 model at once).
 """
 
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,21 +45,20 @@ def _gain_value(gain: float | str) -> float:
     return float(gain)
 
 
-def _check_2d(shape: Shape, name: str) -> None:
+def _check_2d(shape: Shape) -> None:
     if len(shape) < 2:
-        raise ValueError(f"{name} initialisation needs a shape of at least 2 dimensions")
+        raise RuntimeError("This initializer only works with shapes of length >= 2")
 
 
-class Initializer(ABC):
+class Initializer:
     """Base class: ``init(shape)`` returns a new array of that shape."""
 
     def __call__(self, shape: Shape) -> np.ndarray:
         """Same as :meth:`sample`."""
         return self.sample(shape)
 
-    @abstractmethod
     def sample(self, shape: Shape) -> np.ndarray:
-        """Draw an array of ``shape`` (dtype ``floatX``).
+        """Draw an array of ``shape`` (dtype ``floatX``); subclasses define it.
 
         Parameters
         ----------
@@ -72,6 +70,7 @@ class Initializer(ABC):
         numpy.ndarray
             The initial values.
         """
+        raise NotImplementedError(f"{type(self).__name__} does not define sample")
 
 
 class Normal(Initializer):
@@ -125,8 +124,10 @@ class Uniform(Initializer):
         return _floatx(get_rng().uniform(*self.range, size=tuple(shape)))
 
 
-class _FanScaled(Initializer):
-    """Base of :class:`Glorot` and :class:`He`: ``initializer`` with a std from the fans.
+class _FanScaled:
+    """What :class:`Glorot` and :class:`He` share: ``initializer`` with a std from the
+    fans. A mixin, not an :class:`Initializer`: as in Lasagne, those two are direct
+    subclasses of :class:`Initializer`.
 
     Subclasses document and implement ``sample`` (their own fan formula), each calling
     :meth:`_draw`; keeping ``sample`` there keeps it in their rendered documentation.
@@ -135,18 +136,17 @@ class _FanScaled(Initializer):
     def __init__(self, initializer: type[Initializer], gain: float | str = 1.0, c01b: bool = False):
         self.initializer, self.gain, self.c01b = initializer, _gain_value(gain), c01b
 
-    def _check_c01b(self, shape: Shape) -> None:
+    @staticmethod
+    def _check_c01b(shape: Shape) -> None:
         if len(shape) != 4:
-            raise ValueError(
-                f"{type(self).__name__} with c01b=True needs a 4-d shape, got {tuple(shape)}"
-            )
+            raise RuntimeError("If c01b is True, only shapes of length 4 are accepted")
 
     def _draw(self, shape: Shape, variance: float) -> np.ndarray:
         """Draw ``shape`` values with std ``gain * sqrt(variance)``."""
         return self.initializer(std=self.gain * np.sqrt(variance)).sample(shape)
 
 
-class Glorot(_FanScaled):
+class Glorot(_FanScaled, Initializer):
     """Glorot (Xavier) scaling: std = gain * sqrt(2 / ((fan_in + fan_out) * receptive)).
 
     ``fan_in, fan_out = shape[:2]`` (symmetric, so dense ``(in, out)`` and conv
@@ -166,11 +166,11 @@ class Glorot(_FanScaled):
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw with the Glorot standard deviation for ``shape`` (at least 2-d)."""
-        _check_2d(shape, "Glorot")
         if self.c01b:
             self._check_c01b(shape)
             fan_sum = (shape[0] + shape[3]) * shape[1] * shape[2]
         else:
+            _check_2d(shape)
             fan_sum = (shape[0] + shape[1]) * int(np.prod(shape[2:]))
         return self._draw(shape, 2.0 / fan_sum)
 
@@ -205,7 +205,7 @@ class GlorotUniform(Glorot):
         super().__init__(Uniform, gain, c01b)
 
 
-class He(_FanScaled):
+class He(_FanScaled, Initializer):
     """He (Kaiming) scaling: std = gain * sqrt(1 / fan_in).
 
     ``fan_in`` is ``shape[0]`` for 2-d (dense ``(in, out)``) shapes and
@@ -224,11 +224,11 @@ class He(_FanScaled):
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw with the He standard deviation for ``shape`` (at least 2-d)."""
-        _check_2d(shape, "He")
         if self.c01b:
             self._check_c01b(shape)
             fan_in = int(np.prod(shape[:3]))
         else:
+            _check_2d(shape)
             fan_in = shape[0] if len(shape) == 2 else int(np.prod(shape[1:]))
         return self._draw(shape, 1.0 / fan_in)
 
@@ -294,7 +294,8 @@ class Orthogonal(Initializer):
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Orthogonal rows or columns from the SVD of a Gaussian matrix."""
-        _check_2d(shape, "Orthogonal")
+        if len(shape) < 2:
+            raise RuntimeError("Only shapes of length 2 or more are supported.")
         flat = (shape[0], int(np.prod(shape[1:])))
         u, _, vt = np.linalg.svd(get_rng().normal(size=flat), full_matrices=False)
         q = u if u.shape == flat else vt
@@ -324,7 +325,7 @@ class Sparse(Initializer):
     def sample(self, shape: Shape) -> np.ndarray:
         """Zeros, with ``int(sparsity * rows)`` random rows of each column drawn."""
         if len(shape) != 2:
-            raise ValueError(f"Sparse initializes matrices only, got shape {tuple(shape)}")
+            raise RuntimeError("sparse initializer only works with shapes of length 2")
         rows, cols = shape
         values = np.zeros(tuple(shape))
         per_column = int(self.sparsity * rows)

@@ -93,10 +93,11 @@ ScaledTanh = ScaledTanH
 """Alias of :class:`ScaledTanH` (both spellings are Lasagne's)."""
 
 
-@_with_tensor_doc("Elementwise ReLU of ``x``.")
+@_with_tensor_doc("Elementwise ReLU of ``x`` (a NumPy array for a NumPy ``x``).")
 def rectify(x) -> TensorVariable:
-    """Rectified linear unit ``max(x, 0)``."""
-    return pt.maximum(x, 0)
+    """Rectified linear unit ``max(x, 0)``, computed as ``(x + |x|) / 2`` like Theano's
+    ``relu``, which also applies to NumPy arrays."""
+    return 0.5 * (x + abs(x))
 
 
 class LeakyRectify:

@@ -3,13 +3,18 @@
 All return elementwise (or per-example) tensors; reduce them with :func:`aggregate`.
 """
 
+from warnings import warn
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions.lasagne.utils import as_theano_expression
+
 __all__ = [
     "aggregate",
+    "align_targets",
     "binary_accuracy",
     "binary_crossentropy",
     "binary_hinge_loss",
@@ -19,6 +24,36 @@ __all__ = [
     "multiclass_hinge_loss",
     "squared_error",
 ]
+
+
+def align_targets(predictions, targets) -> tuple:
+    """Give a vector of targets the column shape of ``(batch, 1)`` predictions.
+
+    Comparing a column of predictions with a vector of targets would otherwise
+    broadcast to a ``(batch, batch)`` matrix; the elementwise losses call this first.
+
+    Parameters
+    ----------
+    predictions
+        Predictions; only a ``(batch, 1)`` (broadcastable column) tensor is special.
+    targets
+        Targets.
+
+    Returns
+    -------
+    tuple
+        ``(predictions, targets)``, the targets as a column where that applies.
+
+    Examples
+    --------
+    >>> p, t = align_targets(pt.col("p"), pt.vector("t"))
+    >>> t.broadcastable
+    (False, True)
+    """
+    if (getattr(predictions, "broadcastable", None) == (False, True)
+            and getattr(targets, "ndim", None) == 1):
+        targets = as_theano_expression(targets).dimshuffle(0, "x")
+    return predictions, targets
 
 
 def binary_crossentropy(predictions, targets) -> TensorVariable:
@@ -36,7 +71,8 @@ def binary_crossentropy(predictions, targets) -> TensorVariable:
     TensorVariable
         The elementwise loss.
     """
-    predictions, targets = pt.as_tensor_variable(predictions), pt.as_tensor_variable(targets)
+    predictions, targets = align_targets(pt.as_tensor_variable(predictions), targets)
+    targets = pt.as_tensor_variable(targets)
     return -(targets * pt.log(predictions) + (1 - targets) * pt.log1p(-predictions))
 
 
@@ -77,7 +113,8 @@ def squared_error(a, b) -> TensorVariable:
     TensorVariable
         The elementwise squared difference.
     """
-    return pt.sqr(pt.as_tensor_variable(a) - b)
+    a, b = align_targets(pt.as_tensor_variable(a), b)
+    return pt.sqr(a - b)
 
 
 def categorical_accuracy(predictions, targets, top_k: int = 1) -> TensorVariable:
@@ -97,10 +134,17 @@ def categorical_accuracy(predictions, targets, top_k: int = 1) -> TensorVariable
     -------
     TensorVariable
         ``floatX`` vector of shape ``(batch,)``.
+
+    Raises
+    ------
+    TypeError
+        If ``targets`` has neither the rank of ``predictions`` nor one less.
     """
     predictions, targets = pt.as_tensor_variable(predictions), pt.as_tensor_variable(targets)
     if targets.ndim == predictions.ndim:
         targets = pt.argmax(targets, axis=-1)
+    elif targets.ndim != predictions.ndim - 1:
+        raise TypeError("rank mismatch between targets and predictions")
     if top_k == 1:
         hit = pt.eq(pt.argmax(predictions, axis=-1), targets)
     else:
@@ -136,7 +180,7 @@ def aggregate(loss, weights=None, mode: str = "mean") -> TensorVariable:
         return loss.sum()
     if mode == "normalized_sum":
         if weights is None:
-            raise ValueError("mode='normalized_sum' requires weights")
+            raise ValueError("require weights for mode='normalized_sum'")
         return loss.sum() / pt.as_tensor_variable(weights).sum()
     raise ValueError(f"mode must be 'mean', 'sum' or 'normalized_sum', got {mode!r}")
 
@@ -155,8 +199,8 @@ def binary_hinge_loss(
     delta
         Margin.
     log_odds
-        Whether ``predictions`` are log-odds; None means False (Lasagne warns and
-        assumes probabilities).
+        Whether ``predictions`` are log-odds; None means True, with a warning that
+        Lasagne planned to change this default (as Lasagne does).
     binary
         Whether ``targets`` are in {0, 1} (mapped to {-1, 1}).
 
@@ -171,11 +215,18 @@ def binary_hinge_loss(
     ...                   log_odds=True).eval()
     array([0. , 1.5])
     """
+    if log_odds is None:
+        warn("The `log_odds` argument to `binary_hinge_loss` will change its default to "
+             "`False` in a future version. Explicitly give `log_odds=True` to retain current "
+             "behavior in your code, but also check the documentation if this is what you "
+             "want.", stacklevel=2)
+        log_odds = True
     predictions, targets = pt.as_tensor_variable(predictions), pt.as_tensor_variable(targets)
     if not log_odds:
         predictions = pt.log(predictions / (1 - predictions))
     if binary:
         targets = 2 * targets - 1
+    predictions, targets = align_targets(predictions, targets)
     return pt.maximum(delta - predictions * targets, 0)
 
 
@@ -196,6 +247,11 @@ def multiclass_hinge_loss(predictions, targets, delta: float = 1) -> TensorVaria
     TensorVariable
         Loss per example.
 
+    Raises
+    ------
+    TypeError
+        If ``targets`` has neither the rank of ``predictions`` nor one less.
+
     Examples
     --------
     >>> multiclass_hinge_loss(pt.as_tensor([[3.0, 2.5, 0.0]]), pt.as_tensor([0])).eval()
@@ -205,7 +261,7 @@ def multiclass_hinge_loss(predictions, targets, delta: float = 1) -> TensorVaria
     if targets.ndim == predictions.ndim - 1:
         targets = pt.eq(targets[:, None], pt.arange(predictions.shape[1])[None, :])
     elif targets.ndim != predictions.ndim:
-        raise TypeError("targets must be class indices or one-hot rows like predictions")
+        raise TypeError("rank mismatch between targets and predictions")
     is_target = pt.cast(targets, "bool")
     correct = pt.sum(pt.switch(is_target, predictions, 0), axis=1)
     rest = pt.max(pt.switch(is_target, -np.inf, predictions), axis=1)
@@ -232,7 +288,8 @@ def huber_loss(predictions, targets, delta: float = 1) -> TensorVariable:
     >>> huber_loss(pt.as_tensor([0.5, 3.0]), pt.as_tensor([0.0, 0.0])).eval()
     array([0.125, 2.5  ])
     """
-    diff = abs(pt.as_tensor_variable(targets) - predictions)
+    predictions, targets = align_targets(pt.as_tensor_variable(predictions), targets)
+    diff = abs(targets - predictions)
     return pt.switch(diff <= delta, 0.5 * pt.sqr(diff), delta * (diff - delta / 2))
 
 
@@ -258,4 +315,5 @@ def binary_accuracy(predictions, targets, threshold: float = 0.5) -> TensorVaria
     >>> binary_accuracy(pt.as_tensor([0.7, 0.2]), pt.as_tensor([1, 1])).eval()
     array([ True, False])
     """
+    predictions, targets = align_targets(pt.as_tensor_variable(predictions), targets)
     return pt.eq(pt.ge(predictions, threshold), targets)

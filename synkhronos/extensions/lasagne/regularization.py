@@ -12,6 +12,7 @@ Examples
 from collections.abc import Callable, Iterable, Mapping
 
 import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer
@@ -62,12 +63,12 @@ def l2(x) -> TensorVariable:
 
 
 def apply_penalty(tensor_or_tensors, penalty: Callable, **kwargs) -> TensorVariable:
-    """``penalty`` summed over one tensor or a list of them.
+    """``penalty`` summed over one tensor or an iterable of them.
 
     Parameters
     ----------
     tensor_or_tensors
-        Tensor, or list of tensors.
+        Tensor, or any iterable of tensors (a list, a generator, ``dict.values()``).
     penalty
         Function of one tensor, e.g. :func:`l2`.
     **kwargs
@@ -78,9 +79,9 @@ def apply_penalty(tensor_or_tensors, penalty: Callable, **kwargs) -> TensorVaria
     TensorVariable
         Scalar penalty.
     """
-    if isinstance(tensor_or_tensors, list | tuple):
-        return sum(penalty(x, **kwargs) for x in tensor_or_tensors)
-    return penalty(tensor_or_tensors, **kwargs)
+    if isinstance(tensor_or_tensors, Variable):
+        return penalty(tensor_or_tensors, **kwargs)
+    return sum(penalty(x, **kwargs) for x in tensor_or_tensors)
 
 
 def regularize_layer_params(
@@ -94,7 +95,8 @@ def regularize_layer_params(
     Parameters
     ----------
     layer
-        A layer or a list of layers (only their own parameters, not their inputs').
+        A layer or any iterable of layers (only their own parameters, not their
+        inputs').
     penalty
         Function of one tensor.
     tags

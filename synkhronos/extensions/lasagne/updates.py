@@ -96,7 +96,8 @@ def get_or_compute_grads(loss_or_grads: LossOrGrads,
     Returns
     -------
     list of TensorVariable
-        ``pytensor.grad(loss_or_grads, params)`` for a loss; a list of gradients as given.
+        ``pytensor.grad(loss_or_grads, params)`` for a loss; a list of gradients is
+        returned itself (a tuple as a list).
 
     Raises
     ------
@@ -116,7 +117,7 @@ def get_or_compute_grads(loss_or_grads: LossOrGrads,
             raise ValueError(
                 f"Got {len(loss_or_grads)} gradient expressions for {len(params)} parameters"
             )
-        return list(loss_or_grads)
+        return loss_or_grads if isinstance(loss_or_grads, list) else list(loss_or_grads)
     return pytensor.grad(loss_or_grads, list(params))
 
 

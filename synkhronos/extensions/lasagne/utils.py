@@ -1,5 +1,6 @@
 """Helpers used throughout Lasagne (``lasagne.utils``)."""
 
+import inspect
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 
@@ -8,10 +9,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
-from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.variable import TensorVariable
-
-from synkhronos.extensions.lasagne.layers.base import create_param
 
 __all__ = [
     "as_theano_expression",
@@ -71,13 +69,14 @@ def shared_empty(dim: int = 2, dtype: str | None = None) -> SharedVariable:
     Examples
     --------
     >>> shared_empty(3).get_value().shape
-    (0, 0, 0)
+    (1, 1, 1)
     """
-    return pytensor.shared(np.zeros((0,) * dim, dtype=dtype or pytensor.config.floatX))
+    # size-1 axes, as Lasagne's: code that broadcasts the placeholder keeps working
+    return pytensor.shared(np.zeros((1,) * dim, dtype=dtype or pytensor.config.floatX))
 
 
 def as_theano_expression(input) -> Variable:
-    """``input`` as a symbolic PyTensor expression (constants become tensor constants).
+    """``input`` as a symbolic PyTensor expression (numbers and arrays become constants).
 
     Parameters
     ----------
@@ -89,6 +88,11 @@ def as_theano_expression(input) -> Variable:
     Variable
         The expression.
 
+    Raises
+    ------
+    TypeError
+        If ``input`` cannot be wrapped as a constant.
+
     Examples
     --------
     >>> as_theano_expression(np.ones(2)).ndim
@@ -97,15 +101,19 @@ def as_theano_expression(input) -> Variable:
     if isinstance(input, Variable):
         return input
     try:
-        return pt.as_tensor_variable(input)
-    except (TypeError, ValueError, NotImplementedError) as err:
+        return pt.constant(input)
+    except Exception as err:  # PyTensor raises several kinds for unconvertible input
         raise TypeError(
-            f"input of type {type(input).__name__} is not a PyTensor expression"
+            f"Input of type {type(input)} is not a PyTensor expression and cannot be "
+            f"wrapped as a constant ({err})"
         ) from err
 
 
 def collect_shared_vars(expressions: Variable | Iterable[Variable]) -> list[SharedVariable]:
-    """The shared variables that ``expressions`` depend on, each once, in graph order.
+    """The shared variables that ``expressions`` depend on, each once.
+
+    The order is that of a depth-first search from the first expression, each
+    operation's inputs left to right (so ``x + (y + z)`` gives ``x, y, z``).
 
     Parameters
     ----------
@@ -125,7 +133,19 @@ def collect_shared_vars(expressions: Variable | Iterable[Variable]) -> list[Shar
     """
     if isinstance(expressions, Variable):
         expressions = [expressions]
-    return unique(v for v in graph_inputs(list(expressions)) if isinstance(v, SharedVariable))
+    found: dict[SharedVariable, None] = {}
+    visited: set[Variable] = set()
+    stack = list(reversed(list(expressions)))
+    while stack:  # iterative: long unrolled graphs would exceed the recursion limit
+        var = stack.pop()
+        if var in visited:
+            continue
+        visited.add(var)
+        if isinstance(var, SharedVariable):
+            found[var] = None
+        elif var.owner is not None:
+            stack.extend(reversed(var.owner.inputs))
+    return list(found)
 
 
 def one_hot(x, m=None) -> TensorVariable:
@@ -149,10 +169,74 @@ def one_hot(x, m=None) -> TensorVariable:
     array([[1., 0., 0.],
            [0., 0., 1.]])
     """
-    x = pt.as_tensor_variable(x)
     if m is None:
         m = pt.cast(pt.max(x) + 1, "int32")
-    return pt.eq(x[:, None], pt.arange(m)[None, :]).astype(pytensor.config.floatX)
+    return pt.eye(m)[pt.cast(x, "int32")]
+
+
+def create_param(spec, shape: Iterable[int], name: str | None = None) -> Variable:
+    """A layer parameter: a shared variable made from ``spec``, or ``spec`` itself.
+
+    Parameters
+    ----------
+    spec
+        A number or NumPy array (copied into a new shared variable of its dtype); a
+        PyTensor shared variable or expression (returned as is, after a check of its
+        number of dimensions); or a callable, such as an
+        :class:`~synkhronos.extensions.lasagne.init.Initializer`, called with the shape
+        and returning any of the former.
+    shape
+        Required shape (any iterable of positive ints).
+    name
+        Name of the parameter; given to an expression only if it has none.
+
+    Returns
+    -------
+    Variable
+        The shared variable or expression.
+
+    Raises
+    ------
+    ValueError
+        If a size is not positive, or the value's shape or dimensions do not match.
+    TypeError
+        If ``spec`` (or what the callable returns) is none of the above.
+
+    Examples
+    --------
+    >>> create_param(np.zeros((2, 1)), (2, 1)).broadcastable
+    (False, True)
+    """
+    shape = tuple(shape)
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"Cannot create param with a non-positive shape dimension: "
+                         f"shape={shape!r}, name={name!r}")
+    from_callable = callable(spec)
+    what = "the {} returned by the provided callable" if from_callable else "the provided {}"
+    if from_callable:
+        spec = spec(shape)
+    prefix = f"cannot initialize parameter {name}: "
+    if isinstance(spec, numbers.Number | np.generic) and np.asarray(spec).dtype.kind in "biufc":
+        spec = np.asarray(spec)
+    if isinstance(spec, np.ndarray):
+        if spec.shape != shape:
+            raise ValueError(prefix + what.format("numpy array")
+                             + f" has shape {spec.shape}, should be {shape}")
+        # Parameters keep their shape, so a static one lets PyTensor infer every
+        # shape computed from them (and broadcast their size-1 axes).
+        spec = pytensor.shared(spec, shape=shape)
+    if isinstance(spec, Variable):
+        if spec.ndim != len(shape):
+            raise ValueError(prefix + what.format("variable")
+                             + f" has {spec.ndim} dimensions, should be {len(shape)}")
+        if not spec.name:
+            spec.name = name
+        return spec
+    if from_callable:
+        raise TypeError(prefix + what.format("value")
+                        + " is not a numpy array or a PyTensor expression")
+    raise TypeError(prefix + what.format("spec")
+                    + " is not a numpy array, a PyTensor expression, or a callable")
 
 
 def unique(l: Iterable) -> list:  # noqa: E741 (Lasagne's parameter name)
@@ -193,6 +277,13 @@ def as_tuple(x, N: int, t: type | tuple[type, ...] | None = None) -> tuple:  # n
     tuple
         ``N`` values.
 
+    Raises
+    ------
+    TypeError
+        If an element is not of type ``t``.
+    ValueError
+        If ``x`` is iterable but does not hold ``N`` values.
+
     Examples
     --------
     >>> as_tuple(3, 2)
@@ -204,10 +295,20 @@ def as_tuple(x, N: int, t: type | tuple[type, ...] | None = None) -> tuple:  # n
         values = tuple(x)
     except TypeError:
         values = (x,) * N
-    if len(values) != N or (t is not None and not all(isinstance(v, t) for v in values)):
-        kind = "" if t is None else f" of {t}"
-        raise TypeError(f"expected a single value or an iterable of {N} values{kind}, got {x!r}")
+    if t is not None and not all(isinstance(v, t) for v in values):
+        raise TypeError(f"expected a single value or an iterable of {_type_names(t)}, "
+                        f"got {x} instead")
+    if len(values) != N:
+        raise ValueError(f"expected a single value or an iterable with length {N}, "
+                         f"got {x} instead")
     return values
+
+
+def _type_names(t: type | tuple[type, ...]) -> str:
+    """``t`` as an error message names it: ``int_types`` reads "int"."""
+    if t == int_types:
+        return "int"
+    return " or ".join(tt.__name__ for tt in t) if isinstance(t, tuple) else t.__name__
 
 
 def inspect_kwargs(func: Callable) -> list[str]:
@@ -228,8 +329,6 @@ def inspect_kwargs(func: Callable) -> list[str]:
     >>> inspect_kwargs(lambda a, b=1, *, c=2: None)
     ['b', 'c']
     """
-    import inspect
-
     return [
         name
         for name, p in inspect.signature(func).parameters.items()
@@ -253,11 +352,21 @@ def compute_norms(array: np.ndarray | Variable, norm_axes: Sequence[int] | None 
     numpy.ndarray or TensorVariable
         The norms.
 
+    Raises
+    ------
+    RuntimeError
+        If ``array`` is neither a NumPy array nor a PyTensor variable.
+    ValueError
+        If ``norm_axes`` is None and ``array`` has more than 5 dimensions.
+
     Examples
     --------
     >>> compute_norms(np.array([[3.0, 1.0], [4.0, 1.0]]))
     array([5.        , 1.41421356])
     """
+    if not isinstance(array, np.ndarray | Variable):
+        raise RuntimeError(f"Unsupported type {type(array)}: compute_norms takes PyTensor "
+                           "variables and NumPy arrays")
     ndim = array.ndim
     if norm_axes is None:
         if ndim == 1:
@@ -267,7 +376,7 @@ def compute_norms(array: np.ndarray | Variable, norm_axes: Sequence[int] | None 
         elif ndim in (3, 4, 5):
             norm_axes = tuple(range(1, ndim))
         else:
-            raise ValueError(f"no default norm_axes for {ndim} dimensions; pass norm_axes")
+            raise ValueError(f"Unsupported tensor dimensionality {ndim}: pass norm_axes")
     norm_axes = tuple(norm_axes)
     if isinstance(array, np.ndarray):
         return np.sqrt(np.sum(array**2, axis=norm_axes))
@@ -289,7 +398,7 @@ def unroll_scan(
     fn
         Step function called as ``fn(*sequence_steps, *previous_outputs, *non_sequences)``.
     sequences
-        Tensors iterated over their first axis.
+        A tensor or a list of tensors, iterated over their first axis.
     outputs_info
         Initial values of the outputs.
     non_sequences
@@ -312,6 +421,8 @@ def unroll_scan(
     >>> sums.eval({x: np.array([1.0, 2.0, 3.0])})
     array([1., 3., 6.])
     """
+    if not isinstance(sequences, list | tuple):
+        sequences = [sequences]
     steps = range(n_steps - 1, -1, -1) if go_backwards else range(n_steps)
     previous = list(outputs_info)
     history: list[list] = [[] for _ in previous]

@@ -7,7 +7,7 @@ re-exported here.
 """
 
 from synkhronos.extensions.lasagne.layers import corrmm, cuda_convnet, dnn
-from synkhronos.extensions.lasagne.layers.base import InputLayer, Layer, MergeLayer
+from synkhronos.extensions.lasagne.layers.base import Layer, MergeLayer
 from synkhronos.extensions.lasagne.layers.conv import (
     BaseConvLayer,
     Conv1DLayer,
@@ -19,7 +19,7 @@ from synkhronos.extensions.lasagne.layers.conv import (
     TransposedConv2DLayer,
     TransposedConv3DLayer,
 )
-from synkhronos.extensions.lasagne.layers.dense import DenseLayer, NINLayer, NonlinearityLayer
+from synkhronos.extensions.lasagne.layers.dense import DenseLayer, NINLayer
 from synkhronos.extensions.lasagne.layers.embedding import EmbeddingLayer
 from synkhronos.extensions.lasagne.layers.helper import (
     count_params,
@@ -30,6 +30,7 @@ from synkhronos.extensions.lasagne.layers.helper import (
     get_output_shape,
     set_all_param_values,
 )
+from synkhronos.extensions.lasagne.layers.input import InputLayer
 from synkhronos.extensions.lasagne.layers.local import LocallyConnected2DLayer
 from synkhronos.extensions.lasagne.layers.merge import (
     ConcatLayer,
@@ -92,6 +93,7 @@ from synkhronos.extensions.lasagne.layers.special import (
     BiasLayer,
     ExpressionLayer,
     InverseLayer,
+    NonlinearityLayer,
     ParametricRectifierLayer,
     RandomizedRectifierLayer,
     ScaleLayer,

@@ -1,10 +1,9 @@
-"""Layer base classes and the input layer (``lasagne.layers.base`` / ``input``)."""
+"""The layer base classes (``lasagne.layers.base``)."""
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
@@ -12,43 +11,12 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne import nonlinearities
+from synkhronos.extensions.lasagne.utils import collect_shared_vars, create_param
 
-__all__ = ["InputLayer", "Layer", "MergeLayer", "add_default_update", "create_param"]
+__all__ = ["Layer", "MergeLayer"]
 
 Shape = tuple[int | None, ...]
-ParamSpec = SharedVariable | np.ndarray | Callable[[Sequence[int]], np.ndarray]
-
-
-def create_param(spec: ParamSpec, shape: Sequence[int], name: str | None = None) -> SharedVariable:
-    """Make a shared variable from an initializer, an array or an existing shared variable.
-
-    Parameters
-    ----------
-    spec
-        A shared variable (used as is), a NumPy array (copied), or a callable such as an
-        :class:`~synkhronos.extensions.lasagne.init.Initializer` called with ``shape``.
-    shape
-        Required shape of the parameter.
-    name
-        Name of the created shared variable.
-
-    Returns
-    -------
-    SharedVariable
-        The parameter.
-    """
-    shape = tuple(shape)
-    if any(d is None or d <= 0 for d in shape):
-        raise ValueError(f"parameter {name} needs a fully known positive shape, got {shape}")
-    if isinstance(spec, SharedVariable):
-        if spec.ndim != len(shape):
-            raise ValueError(f"shared variable for {name} has {spec.ndim} dims, expected {shape}")
-        return spec
-    value = np.asarray(spec if isinstance(spec, np.ndarray) else spec(shape))
-    if value.shape != shape:
-        raise ValueError(f"initial value for {name} has shape {value.shape}, expected {shape}")
-    # A static shape lets PyTensor infer the shapes of everything computed from it.
-    return pytensor.shared(np.array(value, dtype=pytensor.config.floatX), name=name, shape=shape)
+ParamSpec = Variable | np.ndarray | float | Callable[[Sequence[int]], np.ndarray | Variable]
 
 
 def add_default_update(variable: SharedVariable, update: Variable) -> None:
@@ -80,8 +48,25 @@ def as_nonlinearity(nonlinearity: Callable | None) -> Callable:
     return nonlinearities.linear if nonlinearity is None else nonlinearity
 
 
+def _checked_shape(layer: "Layer", shape: Shape) -> Shape:
+    """``shape``, refused if ``get_output_shape_for`` computed it symbolically."""
+    if any(isinstance(s, Variable) for s in shape):
+        raise ValueError(
+            f"{type(layer).__name__} returned a symbolic output shape from its "
+            f"get_output_shape_for() method: {shape!r}. Shapes must be tuples of ints "
+            "for known sizes and None for sizes known only at run time."
+        )
+    return shape
+
+
 class Layer:
     """Base class of layers with one input.
+
+    A layer takes part in a network through the attributes of Lasagne's layer protocol:
+    ``input_layer`` (or ``input_layers``), ``input_shape``, ``output_shape``, ``params``,
+    ``get_output_kwargs``, :meth:`get_output_shape_for` and :meth:`get_output_for`.
+    The helpers of :mod:`~synkhronos.extensions.lasagne.layers.helper` use nothing
+    else, so a user's class providing them works as well as a subclass.
 
     Parameters
     ----------
@@ -98,34 +83,43 @@ class Layer:
         else:
             self.input_shape, self.input_layer = incoming.output_shape, incoming
         self.name = name
-        self.params: dict[SharedVariable, set[str]] = {}
+        self.params: dict[Variable, set[str]] = {}
+        # names of get_output() keywords this layer reads beyond its get_output_for's own
+        self.get_output_kwargs: list[str] = []
         if any(d is not None and d <= 0 for d in self.input_shape):
-            raise ValueError(f"layer {name} got an input shape with a non-positive size")
+            raise ValueError(
+                f"Cannot create Layer with a non-positive input_shape dimension. "
+                f"input_shape={self.input_shape!r}, self.name={name!r}"
+            )
 
     @property
     def output_shape(self) -> Shape:
         """Shape of this layer's output (None for sizes unknown before run time)."""
-        return self.get_output_shape_for(self.input_shape)
+        return _checked_shape(self, self.get_output_shape_for(self.input_shape))
 
-    def get_params(self, **tags: bool) -> list[SharedVariable]:
+    def get_params(self, unwrap_shared: bool = True, **tags: bool) -> list[Variable]:
         """This layer's parameters, filtered by tags.
 
         Parameters
         ----------
+        unwrap_shared
+            For parameters given as expressions: return the shared variables they
+            depend on (True) or the expressions themselves (False).
         **tags
             ``tag=True`` keeps only parameters with the tag, ``tag=False`` only those
-            without it (e.g. ``trainable=True``, ``regularizable=False``).
+            without it (e.g. ``trainable=True``, ``regularizable=False``). An
+            expression's tags apply to every variable in it.
 
         Returns
         -------
-        list of SharedVariable
-            Parameters in creation order.
+        list of Variable
+            Parameters in the order they were added.
         """
-        return [
-            p
-            for p, p_tags in self.params.items()
-            if all((t in p_tags) == v for t, v in tags.items())
+        params = [
+            p for p, p_tags in self.params.items()
+            if all((t in p_tags) == bool(v) for t, v in tags.items())
         ]
+        return collect_shared_vars(params) if unwrap_shared else params
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
         """Output shape for a given input shape; the identity unless overridden.
@@ -150,7 +144,7 @@ class Layer:
         input
             The input expression.
         **kwargs
-            Options such as ``deterministic``, passed to every layer by ``get_output``.
+            Keywords given to ``get_output`` (e.g. ``deterministic``).
 
         Returns
         -------
@@ -160,14 +154,15 @@ class Layer:
         raise NotImplementedError(f"{type(self).__name__} does not define get_output_for")
 
     def add_param(
-        self, spec: ParamSpec, shape: Sequence[int], name: str | None = None, **tags: bool
-    ) -> SharedVariable:
-        """Create a parameter (see :func:`create_param`) and register it with tags.
+        self, spec: ParamSpec, shape: Iterable[int], name: str | None = None, **tags: bool
+    ) -> Variable:
+        """Create a parameter (see :func:`~synkhronos.extensions.lasagne.utils.create_param`)
+        and register it with tags.
 
         Parameters
         ----------
         spec
-            Initializer, array or shared variable.
+            Initializer, number, array, shared variable or expression.
         shape
             Shape of the parameter.
         name
@@ -177,8 +172,8 @@ class Layer:
 
         Returns
         -------
-        SharedVariable
-            The parameter.
+        Variable
+            The parameter (a shared variable, or the expression given).
         """
         if name is not None and self.name is not None:
             name = f"{self.name}.{name}"
@@ -194,21 +189,33 @@ class MergeLayer(Layer):
     Parameters
     ----------
     incomings
-        The layers (or input shapes) feeding this one.
+        The layers (or input shapes) feeding this one: any iterable.
     name
         Optional name.
     """
 
-    def __init__(self, incomings: Sequence["Layer | Shape"], name: str | None = None):
+    def __init__(self, incomings: Iterable["Layer | Shape"], name: str | None = None):
+        incomings = list(incomings)
         self.input_shapes = [i if isinstance(i, tuple) else i.output_shape for i in incomings]
         self.input_layers = [None if isinstance(i, tuple) else i for i in incomings]
         self.name = name
         self.params = {}
+        self.get_output_kwargs = []
 
     @property
     def output_shape(self) -> Shape:
-        """Shape of this layer's output (None for sizes unknown before run time)."""
-        return self.get_output_shape_for(self.input_shapes)
+        """Shape of this layer's output (None for sizes unknown before run time).
+
+        A class that does not define ``get_output_shape_for`` has no output shape: the
+        attribute is missing (AttributeError), so that ``hasattr`` and
+        ``unittest.mock``'s specs, which read every attribute, see an abstract layer.
+        """
+        if type(self).get_output_shape_for is MergeLayer.get_output_shape_for:
+            raise AttributeError(
+                f"{type(self).__name__} has no output_shape: it does not define "
+                "get_output_shape_for"
+            )
+        return _checked_shape(self, self.get_output_shape_for(self.input_shapes))
 
     def get_output_shape_for(self, input_shapes: list[Shape]) -> Shape:
         """Output shape for the given input shapes; subclasses define it.
@@ -225,42 +232,19 @@ class MergeLayer(Layer):
         """
         raise NotImplementedError(f"{type(self).__name__} does not define get_output_shape_for")
 
+    def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
+        """Symbolic output for the symbolic inputs; subclasses define it.
 
-class InputLayer(Layer):
-    """Holds the symbolic input of a network.
+        Parameters
+        ----------
+        inputs
+            The input expressions, in the order of ``input_layers``.
+        **kwargs
+            Keywords given to ``get_output``.
 
-    Parameters
-    ----------
-    shape
-        Input shape; None marks sizes known only at run time (usually the batch).
-    input_var
-        Symbolic variable to use; by default a new ``floatX`` tensor of this shape.
-    name
-        Optional name, also used for the created variable.
-    **kwargs
-        Accepted and ignored, as Lasagne does.
-    """
-
-    def __init__(
-        self,
-        shape: Sequence[int | None],
-        input_var: TensorVariable | None = None,
-        name: str | None = None,
-        **kwargs,
-    ):
-        self.shape = tuple(None if d is None else int(d) for d in shape)
-        if any(d is not None and d <= 0 for d in self.shape):
-            raise ValueError(f"input shape must be positive or None, got {self.shape}")
-        if input_var is None:
-            input_var = pt.tensor(name=name, dtype=pytensor.config.floatX, shape=self.shape)
-        elif input_var.ndim != len(self.shape):
-            raise ValueError(f"input_var has {input_var.ndim} dims, shape has {len(self.shape)}")
-        self.input_var = input_var
-        self.input_shape, self.input_layer = self.shape, None
-        self.name = name
-        self.params = {}
-
-    @property
-    def output_shape(self) -> Shape:
-        """The input shape."""
-        return self.shape
+        Returns
+        -------
+        TensorVariable
+            The output expression.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define get_output_for")

@@ -11,18 +11,13 @@ from collections.abc import Callable, Sequence
 
 import pytensor
 import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import (
-    conv1d,
-    conv2d,
-    conv2d_transpose,
-    conv3d,
-    conv_output_length,
-    int_tuple,
-)
+from synkhronos.extensions.conv import conv1d, conv2d, conv2d_transpose, conv3d
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
+from synkhronos.extensions.lasagne.utils import as_tuple, int_types
 
 __all__ = [
     "BaseConvLayer",
@@ -35,50 +30,108 @@ __all__ = [
     "TransposedConv2DLayer",
     "TransposedConv3DLayer",
     "conv_input_length",
+    "conv_output_length",
 ]
 
 PadSpec = int | str | Sequence[int]
 IntOrTuple = int | Sequence[int]
 
 
-def _padding(pad: PadSpec, filter_size: tuple[int, ...]) -> tuple[int, ...]:
-    """Symmetric padding per axis for Lasagne's ``pad`` (or ``crop``) argument."""
+def conv_output_length(input_length, filter_size: int, stride: int, pad: int | str = 0):
+    """Output length of a convolution along one axis, as Lasagne computes it.
+
+    Parameters
+    ----------
+    input_length
+        Input length (int or None).
+    filter_size, stride
+        Convolution parameters along the axis.
+    pad
+        Zero padding on each side: an int, ``"valid"`` (0), ``"full"`` (filter size -
+        1) or ``"same"`` (the output keeps the input's length at stride 1).
+
+    Returns
+    -------
+    int or None
+        The output length, None if ``input_length`` is None.
+
+    Raises
+    ------
+    ValueError
+        For another ``pad``.
+
+    Examples
+    --------
+    >>> conv_output_length(13, 5, 3, "full"), conv_output_length(13, 5, 3, 2)
+    (6, 5)
+    """
+    if input_length is None:
+        return None
     if pad == "valid":
-        return (0,) * len(filter_size)
-    if pad == "full":
-        return tuple(k - 1 for k in filter_size)
-    if pad == "same":
-        if any(k % 2 == 0 for k in filter_size):
-            raise NotImplementedError("pad='same' needs odd filter sizes")
-        return tuple(k // 2 for k in filter_size)
-    if isinstance(pad, str):
-        raise ValueError(f"pad must be an int, a tuple, 'valid', 'full' or 'same', got {pad!r}")
-    return int_tuple(pad, len(filter_size), "pad")
+        length = input_length - filter_size + 1
+    elif pad == "full":
+        length = input_length + filter_size - 1
+    elif pad == "same":
+        length = input_length
+    elif isinstance(pad, int_types):
+        length = input_length + 2 * pad - filter_size + 1
+    else:
+        raise ValueError(f"Invalid pad: {pad}")
+    return (length + stride - 1) // stride  # ceil(length / stride)
 
 
-def conv_input_length(output_length, filter_size: int, stride: int, pad: int):
-    """Largest input length that a convolution maps to ``output_length`` (None if unknown).
+def conv_input_length(output_length, filter_size: int, stride: int, pad: int | str = 0):
+    """Smallest input length that a convolution maps to ``output_length``.
+
+    This is the output length of the transposed convolution.
 
     Parameters
     ----------
     output_length
         Output length (int or None).
     filter_size, stride, pad
-        Convolution parameters along the axis.
+        Convolution parameters along the axis (``pad`` as for
+        :func:`conv_output_length`).
 
     Returns
     -------
     int or None
-        ``(output_length - 1) * stride - 2 * pad + filter_size``.
+        ``(output_length - 1) * stride - 2 * pad + filter_size``; None if
+        ``output_length`` is None.
+
+    Raises
+    ------
+    ValueError
+        If ``pad`` is neither an int nor one of the three mode names.
 
     Examples
     --------
-    >>> conv_input_length(3, 3, 2, 1)
-    5
+    >>> conv_input_length(3, 3, 2, 1), conv_input_length(3, 3, 2, "same")
+    (5, 5)
     """
     if output_length is None:
         return None
-    return (output_length - 1) * stride - 2 * pad + filter_size
+    padding = _pad_amount(pad, filter_size)
+    return (output_length - 1) * stride - 2 * padding + filter_size
+
+
+def _pad_amount(pad: int | str, filter_size: int) -> int:
+    """Zero padding on each side for one axis's ``pad`` (an int or a mode name)."""
+    if pad == "valid":
+        return 0
+    if pad == "full":
+        return filter_size - 1
+    if pad == "same":
+        return filter_size // 2
+    if not isinstance(pad, int_types):
+        raise ValueError(f"Invalid pad: {pad}")
+    return pad
+
+
+def _pad_amounts(pad: tuple | str, filter_size: tuple[int, ...]) -> tuple[int, ...]:
+    """:func:`_pad_amount` for every axis of a layer's ``pad`` (a mode or a tuple)."""
+    pads = pad if isinstance(pad, tuple) else (pad,) * len(filter_size)
+    return tuple(_pad_amount(p, k) for p, k in zip(pads, filter_size, strict=True))
 
 
 def _flipped(filters: TensorVariable, n: int) -> TensorVariable:
@@ -90,7 +143,18 @@ class BaseConvLayer(Layer):
     """Shared logic of the ``n``-dimensional convolution layers (``lasagne.layers.BaseConvLayer``).
 
     Subclasses define :meth:`convolve`.  Parameters are those of :class:`Conv2DLayer`,
-    with ``n`` values per tuple and ``n`` the number of spatial dimensions.
+    with ``n`` values per tuple and ``n`` the number of spatial dimensions (inferred
+    from the input shape when None).
+
+    Raises
+    ------
+    ValueError
+        If the input does not have ``n + 2`` dimensions, or ``num_groups`` does not
+        divide the input and output channels.
+    TypeError
+        If ``pad`` is neither a mode name nor ints.
+    NotImplementedError
+        For ``pad="same"`` with an even filter size.
     """
 
     def __init__(
@@ -105,55 +169,75 @@ class BaseConvLayer(Layer):
         b: ParamSpec | None = init.Constant(0.0),  # noqa: B008
         nonlinearity: Callable | None = nonlinearities.rectify,
         flip_filters: bool = True,
-        n: int | None = None,
         num_groups: int = 1,
+        n: int | None = None,
         **kwargs,
     ):
         super().__init__(incoming, **kwargs)
-        n = len(self.input_shape) - 2 if n is None else n
-        if n < 1 or len(self.input_shape) != n + 2:
-            raise ValueError(
-                f"{type(self).__name__} needs a {n + 2}-d input, got shape {self.input_shape}"
-            )
-        channels = self.input_shape[1]
-        if channels is None or channels % num_groups or num_filters % num_groups:
-            raise ValueError(
-                f"{channels} input channels and {num_filters} filters do not fit "
-                f"num_groups={num_groups}"
-            )
-        self.n, self.num_filters, self.num_groups = n, num_filters, num_groups
-        self.filter_size = int_tuple(filter_size, n, "filter_size")
-        self.stride = int_tuple(stride, n, "stride")
-        self.pad = _padding(pad, self.filter_size)
-        self.untie_biases, self.flip_filters = untie_biases, flip_filters
         self.nonlinearity = as_nonlinearity(nonlinearity)
+        if n is None:
+            n = len(self.input_shape) - 2
+        elif n != len(self.input_shape) - 2:
+            raise ValueError(
+                f"Tried to create a {n}D convolution layer with input shape "
+                f"{self.input_shape!r}. Expected {n + 2} input dimensions (batchsize, "
+                f"channels, {n} spatial dimensions)."
+            )
+        self.n, self.num_filters, self.flip_filters = n, num_filters, flip_filters
+        self.filter_size = as_tuple(filter_size, n, int_types)
+        self.stride = as_tuple(stride, n, int_types)
+        self.untie_biases = untie_biases
+        if pad == "same" and any(k % 2 == 0 for k in self.filter_size):
+            raise NotImplementedError("`same` padding requires odd filter size.")
+        if pad == "valid":
+            self.pad = (0,) * n
+        elif pad in ("full", "same"):
+            self.pad = pad
+        else:
+            self.pad = as_tuple(pad, n, int_types)
+        channels = self.input_shape[1]
+        if num_groups <= 0 or num_filters % num_groups or (channels or 0) % num_groups:
+            raise ValueError(
+                f"num_groups (here: {num_groups}) must be positive and evenly divide the "
+                f"number of input and output channels (here: {channels} and {num_filters})"
+            )
+        self.num_groups = num_groups
         self.W = self.add_param(W, self.get_W_shape(), name="W")
         self.b = None
         if b is not None:
-            b_shape = (num_filters, *self.output_shape[2:]) if untie_biases else (num_filters,)
+            b_shape = self._untied_bias_shape() if untie_biases else (num_filters,)
             self.b = self.add_param(b, b_shape, name="b", regularizable=False)
+
+    def _untied_bias_shape(self) -> tuple[int, ...]:
+        """One bias per filter and output position: ``(num_filters, *spatial sizes)``."""
+        return (self.num_filters, *self.output_shape[2:])
 
     def get_W_shape(self) -> tuple[int, ...]:  # noqa: N802 (Lasagne's name)
         """Shape of the filters: ``(num_filters, channels / num_groups, *filter_size)``."""
+        if self.input_shape[1] is None:
+            raise ValueError(f"{type(self).__name__} needs a known number of input channels")
         return (self.num_filters, self.input_shape[1] // self.num_groups, *self.filter_size)
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
         """``(batch, num_filters, *spatial output sizes)``."""
+        pads = self.pad if isinstance(self.pad, tuple) else (self.pad,) * self.n
         spatial = (
-            None if size is None else conv_output_length(size, k, s, p, p)
-            for size, k, s, p in zip(
-                input_shape[2:], self.filter_size, self.stride, self.pad, strict=True
-            )
+            conv_output_length(size, k, s, p)
+            for size, k, s, p in zip(input_shape[2:], self.filter_size, self.stride, pads,
+                                     strict=True)
         )
         return (input_shape[0], self.num_filters, *spatial)
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """The convolution of ``input`` with ``W``, before bias and nonlinearity."""
-        raise NotImplementedError(f"{type(self).__name__} does not define convolve")
+        raise NotImplementedError(
+            "BaseConvLayer does not implement the convolve() method: use a subclass such "
+            "as Conv2DLayer."
+        )
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``nonlinearity(convolve(input) + b)``."""
-        conved = self.convolve(input, **kwargs)
+        conved = self.convolve(pt.as_tensor_variable(input), **kwargs)
         if self.b is not None:
             spatial = tuple(range(1, self.n + 1)) if self.untie_biases else ("x",) * self.n
             conved = conved + self.b.dimshuffle("x", 0, *spatial)
@@ -170,7 +254,8 @@ class _ForwardConvLayer(BaseConvLayer):
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``convolution(input, W)``, with ``W`` flipped if ``flip_filters``."""
         filters = _flipped(self.W, self.n) if self.flip_filters else self.W
-        return self.convolution(input, filters, self.stride, self.pad, 1, self.num_groups)
+        padding = _pad_amounts(self.pad, self.filter_size)
+        return self.convolution(input, filters, self.stride, padding, 1, self.num_groups)
 
 
 class Conv1DLayer(_ForwardConvLayer):
@@ -204,7 +289,7 @@ class Conv1DLayer(_ForwardConvLayer):
     ):
         super().__init__(
             incoming, num_filters, filter_size, stride, pad, untie_biases, W, b, nonlinearity,
-            flip_filters, n=1, num_groups=num_groups, convolution=convolution, **kwargs,
+            flip_filters, num_groups, n=1, convolution=convolution, **kwargs,
         )  # fmt: skip
 
 
@@ -269,7 +354,7 @@ class Conv2DLayer(_ForwardConvLayer):
     ):
         super().__init__(
             incoming, num_filters, filter_size, stride, pad, untie_biases, W, b, nonlinearity,
-            flip_filters, n=2, num_groups=num_groups, convolution=convolution, **kwargs,
+            flip_filters, num_groups, n=2, convolution=convolution, **kwargs,
         )  # fmt: skip
 
 
@@ -305,8 +390,7 @@ class Conv3DLayer(_ForwardConvLayer):
     ):
         super().__init__(
             incoming, num_filters, filter_size, stride, pad, untie_biases, W, b, nonlinearity,
-            flip_filters, n=3, num_groups=num_groups, convolution=convolution or conv3d,
-            **kwargs,
+            flip_filters, num_groups, n=3, convolution=convolution or conv3d, **kwargs,
         )  # fmt: skip
 
 
@@ -314,52 +398,65 @@ class _TransposedConvLayer(BaseConvLayer):
     """The transpose of a convolution (the gradient of one with respect to its input).
 
     ``W`` is ``(channels, num_filters, *filter_size)``, the filters of the convolution
-    being transposed; with ``flip_filters=False`` (Lasagne's default here) each input
-    element scatters ``W`` unflipped into the output.
+    being transposed. As in Lasagne, ``flip_filters=False`` (the default) transposes a
+    convolution that flips its filters, so each input element scatters ``W`` flipped
+    into the output; ``flip_filters=True`` scatters ``W`` as it is.
     """
 
     def __init__(self, incoming, num_filters, filter_size, stride, crop, untie_biases, W, b,
                  nonlinearity, flip_filters, output_size, n, **kwargs):  # fmt: skip
-        self.crop = crop
-        self.output_size = None if output_size is None else int_tuple(output_size, n, "output_size")
+        if output_size is not None and not isinstance(output_size, Variable):
+            output_size = as_tuple(output_size, n, int_types)
+        self.output_size = output_size
         super().__init__(
             incoming, num_filters, filter_size, stride, crop, untie_biases, W, b, nonlinearity,
             flip_filters, n=n, **kwargs,
         )  # fmt: skip
+        self.crop = self.pad
+        del self.pad  # Lasagne's attribute here is crop
 
     def get_W_shape(self) -> tuple[int, ...]:  # noqa: N802
         """``(channels, num_filters, *filter_size)``."""
         return (self.input_shape[1], self.num_filters, *self.filter_size)
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
-        """``(batch, num_filters, *sizes)``, ``output_size`` if given."""
+        """``(batch, num_filters, *sizes)``: ``output_size`` if given (None for each size
+        when it is symbolic), else the smallest sizes the convolution maps to the input's."""
         if self.output_size is not None:
-            return (input_shape[0], self.num_filters, *self.output_size)
+            sizes = (None,) * self.n if isinstance(self.output_size, Variable) else (
+                self.output_size)
+            return (input_shape[0], self.num_filters, *sizes)
+        # during __init__ (the untied biases' shape) the mode is still in pad
+        crop = getattr(self, "crop", getattr(self, "pad", None))
+        crops = crop if isinstance(crop, tuple) else (crop,) * self.n
         spatial = (
-            conv_input_length(size, k, s, p)
-            for size, k, s, p in zip(
-                input_shape[2:], self.filter_size, self.stride, self.pad, strict=True
-            )
+            conv_input_length(size, k, s, c)
+            for size, k, s, c in zip(input_shape[2:], self.filter_size, self.stride, crops,
+                                     strict=True)
         )
         return (input_shape[0], self.num_filters, *spatial)
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """The transposed convolution of ``input`` with ``W``."""
-        # Transposing a correlation with W scatters W itself (unflipped).
-        filters = _flipped(self.W, self.n) if self.flip_filters else self.W
-        shape = self.output_shape
-        out_shape = [input.shape[0], self.num_filters] + [
-            size if size is not None else conv_input_length(input.shape[2 + i], *geom)
-            for i, (size, geom) in enumerate(
-                zip(shape[2:], zip(self.filter_size, self.stride, self.pad, strict=True),
-                    strict=True)
-            )
-        ]  # fmt: skip
+        # The transpose of a correlation with W scatters W itself (unflipped).
+        filters = self.W if self.flip_filters else _flipped(self.W, self.n)
+        crop = _pad_amounts(self.crop, self.filter_size)
+        if isinstance(self.output_size, Variable):
+            sizes = [self.output_size[i] for i in range(self.n)]
+        else:
+            sizes = list(self.output_shape[2:])
+            if None in sizes:
+                sizes = [
+                    conv_input_length(input.shape[2 + i], k, s, c) if size is None else size
+                    for i, (size, k, s, c) in enumerate(
+                        zip(sizes, self.filter_size, self.stride, crop, strict=True))
+                ]
+        out_shape = [input.shape[0], self.num_filters, *sizes]
         if self.n == 2:
-            return conv2d_transpose(input, filters, out_shape, self.stride, self.pad)
+            return conv2d_transpose(input, filters, out_shape, self.stride, crop)
         # 3-D: differentiate the forward convolution with respect to its input.
-        like = pt.zeros(out_shape, dtype=pytensor.config.floatX)
-        forward = conv3d(like, filters, self.stride, self.pad)
+        like = pt.zeros(out_shape, dtype=input.dtype)
+        forward = conv3d(like, filters, self.stride, crop)
         return pytensor.grad(None, like, known_grads={forward: input})
 
 
@@ -381,9 +478,12 @@ class TransposedConv2DLayer(_TransposedConvLayer):
     untie_biases, W, b, nonlinearity
         As for :class:`Conv2DLayer`; ``W`` is ``(channels, num_filters, fh, fw)``.
     flip_filters
-        False (default) scatters ``W`` as is.
+        False (default) transposes a convolution that flips its filters (each input
+        element scatters ``W`` flipped); True scatters ``W`` as it is. This is the
+        opposite of :class:`Conv2DLayer`'s flag, as in Lasagne.
     output_size
-        Output rows and cols, to choose among the sizes a stride > 1 allows.
+        Output rows and cols, to choose among the sizes a stride > 1 allows; may be a
+        symbolic vector (the output shape's sizes are then None).
     **kwargs
         ``name``.
 
@@ -451,7 +551,7 @@ Deconv3DLayer = TransposedConv3DLayer
 
 
 class DilatedConv2DLayer(BaseConvLayer):
-    """2-D convolution with dilated filters (taps ``dilation`` apart), stride 1.
+    """2-D cross-correlation with dilated filters (taps ``dilation`` apart), stride 1.
 
     Parameters
     ----------
@@ -464,16 +564,21 @@ class DilatedConv2DLayer(BaseConvLayer):
     dilation
         Spacing between filter taps (int or pair).
     pad
-        Zero padding: int, pair or ``"valid"``.
+        0 (or ``"valid"``) only, as in Lasagne: pad with a :class:`~.shape.PadLayer`.
     untie_biases, b, nonlinearity
         As for :class:`Conv2DLayer`.
     W
         Initializer for the ``(channels, num_filters, fh, fw)`` filters (Lasagne's
         layout here).
     flip_filters
-        False (default) computes cross-correlation.
+        False only, as in Lasagne.
     **kwargs
         ``name``.
+
+    Raises
+    ------
+    NotImplementedError
+        For a nonzero ``pad`` or ``flip_filters=True``.
 
     Examples
     --------
@@ -496,29 +601,32 @@ class DilatedConv2DLayer(BaseConvLayer):
         flip_filters: bool = False,
         **kwargs,
     ):
-        self.dilation = int_tuple(dilation, 2, "dilation")
+        self.dilation = as_tuple(dilation, 2, int_types)
         super().__init__(
             incoming, num_filters, filter_size, 1, pad, untie_biases, W, b, nonlinearity,
             flip_filters, n=2, **kwargs,
         )  # fmt: skip
+        del self.stride  # always 1
+        if self.pad != (0, 0):
+            raise NotImplementedError(
+                f"DilatedConv2DLayer requires pad=0 / (0,0) / 'valid', but got {pad!r}. For "
+                "a padded dilated convolution, add a PadLayer."
+            )
+        if self.flip_filters:
+            raise NotImplementedError("DilatedConv2DLayer requires flip_filters=False.")
 
     def get_W_shape(self) -> tuple[int, ...]:  # noqa: N802
         """``(channels, num_filters, fh, fw)``."""
         return (self.input_shape[1], self.num_filters, *self.filter_size)
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
-        """``(batch, num_filters, rows + 2 pad - dilation (fh - 1), ...)``."""
+        """``(batch, num_filters, rows - dilation (fh - 1), ...)``."""
         spatial = (
-            None if size is None else conv_output_length(size, k, 1, p, p, d)
-            for size, k, p, d in zip(
-                input_shape[2:], self.filter_size, self.pad, self.dilation, strict=True
-            )
+            conv_output_length(size, (k - 1) * d + 1, 1, 0)
+            for size, k, d in zip(input_shape[2:], self.filter_size, self.dilation, strict=True)
         )
         return (input_shape[0], self.num_filters, *spatial)
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
-        """Dilated cross-correlation (convolution if ``flip_filters``)."""
-        filters = self.W.dimshuffle(1, 0, 2, 3)
-        if self.flip_filters:
-            filters = _flipped(filters, 2)
-        return conv2d(input, filters, 1, self.pad, self.dilation)
+        """Dilated cross-correlation."""
+        return conv2d(input, self.W.dimshuffle(1, 0, 2, 3), 1, 0, self.dilation)

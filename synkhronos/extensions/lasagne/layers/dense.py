@@ -1,4 +1,4 @@
-"""Fully connected and elementwise nonlinearity layers (``lasagne.layers.dense``)."""
+"""Fully connected layers (``lasagne.layers.dense``)."""
 
 from collections.abc import Callable
 
@@ -9,7 +9,7 @@ from pytensor.tensor.variable import TensorVariable
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
 
-__all__ = ["DenseLayer", "NINLayer", "NonlinearityLayer"]
+__all__ = ["DenseLayer", "NINLayer"]
 
 
 class DenseLayer(Layer):
@@ -49,14 +49,23 @@ class DenseLayer(Layer):
         self.nonlinearity = as_nonlinearity(nonlinearity)
         self.num_units = num_units
         ndim = len(self.input_shape)
-        if num_leading_axes < 0:
-            num_leading_axes += ndim
-        if not 0 <= num_leading_axes < ndim:
-            raise ValueError(f"num_leading_axes={num_leading_axes} is invalid for {ndim} dims")
+        if num_leading_axes >= ndim:
+            raise ValueError(
+                f"Got num_leading_axes={num_leading_axes} for a {ndim}-dimensional input, "
+                "leaving no trailing axes for the dot product."
+            )
+        if num_leading_axes < -ndim:
+            raise ValueError(
+                f"Got num_leading_axes={num_leading_axes} for a {ndim}-dimensional input, "
+                "requesting more trailing axes than there are input dimensions."
+            )
         self.num_leading_axes = num_leading_axes
         trailing = self.input_shape[num_leading_axes:]
         if any(d is None for d in trailing):
-            raise ValueError(f"DenseLayer needs known trailing input sizes, got {trailing}")
+            raise ValueError(
+                "A DenseLayer requires a fixed input shape (except for the leading axes). "
+                f"Got {self.input_shape!r} for num_leading_axes={num_leading_axes}."
+            )
         num_inputs = int(np.prod(trailing))
         self.W = self.add_param(W, (num_inputs, num_units), name="W")
         self.b = None
@@ -69,39 +78,14 @@ class DenseLayer(Layer):
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``nonlinearity(flatten(input) @ W + b)``."""
-        if input.ndim > self.num_leading_axes + 1:
-            input = pt.flatten(input, self.num_leading_axes + 1)
+        input = pt.as_tensor_variable(input)
+        leading = self.num_leading_axes % input.ndim
+        if input.ndim > leading + 1:
+            input = pt.flatten(input, leading + 1)
         activation = pt.dot(input, self.W)
         if self.b is not None:
             activation = activation + self.b
         return self.nonlinearity(activation)
-
-
-class NonlinearityLayer(Layer):
-    """Apply an elementwise nonlinearity.
-
-    Parameters
-    ----------
-    incoming
-        Input layer or shape.
-    nonlinearity
-        Activation; None means linear.
-    **kwargs
-        ``name``.
-    """
-
-    def __init__(
-        self,
-        incoming: Layer | Shape,
-        nonlinearity: Callable | None = nonlinearities.rectify,
-        **kwargs,
-    ):
-        super().__init__(incoming, **kwargs)
-        self.nonlinearity = as_nonlinearity(nonlinearity)
-
-    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
-        """``nonlinearity(input)``."""
-        return self.nonlinearity(input)
 
 
 class NINLayer(Layer):

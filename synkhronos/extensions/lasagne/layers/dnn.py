@@ -1,8 +1,9 @@
-"""Lasagne's cuDNN layer names (``lasagne.layers.dnn``), as aliases of this port's layers.
+"""Lasagne's cuDNN layer names (``lasagne.layers.dnn``), on this port's layers.
 
 The project's convolution and pooling Ops run on every backend (Numba on CPU, JAX with
 cuDNN on GPU), so these are the portable layers under the names scripts import.  As in
-Lasagne, the convolutions here default to ``flip_filters=False`` (cross-correlation).
+Lasagne, the convolutions here default to ``flip_filters=False`` (cross-correlation) and
+the pooling layers refuse ``ignore_border=False`` (cuDNN has no partial windows).
 
 Examples
 --------
@@ -18,8 +19,6 @@ from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape
 from synkhronos.extensions.lasagne.layers.conv import Conv2DLayer, Conv3DLayer, PadSpec
 from synkhronos.extensions.lasagne.layers.normalization import BatchNormLayer, batch_norm
 from synkhronos.extensions.lasagne.layers.pool import (
-    MaxPool2DLayer,
-    MaxPool3DLayer,
     Pool2DLayer,
     Pool3DLayer,
     SpatialPyramidPoolingLayer,
@@ -37,10 +36,6 @@ __all__ = [
     "batch_norm_dnn",
 ]
 
-Pool2DDNNLayer = Pool2DLayer
-MaxPool2DDNNLayer = MaxPool2DLayer
-Pool3DDNNLayer = Pool3DLayer
-MaxPool3DDNNLayer = MaxPool3DLayer
 BatchNormDNNLayer = BatchNormLayer
 batch_norm_dnn = batch_norm
 
@@ -99,13 +94,70 @@ class Conv3DDNNLayer(Conv3DLayer):
         )  # fmt: skip
 
 
+def _full_windows_only(ignore_border: bool, name: str) -> None:
+    if not ignore_border:
+        raise NotImplementedError(f"{name} does not support ignore_border=False.")
+
+
+class Pool2DDNNLayer(Pool2DLayer):
+    """:class:`~.pool.Pool2DLayer` under its cuDNN name: full windows only.
+
+    Parameters are those of :class:`~.pool.Pool2DLayer`.
+
+    Raises
+    ------
+    NotImplementedError
+        For ``ignore_border=False``.
+    """
+
+    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0),
+                 ignore_border: bool = True, mode: str = "max", **kwargs):
+        _full_windows_only(ignore_border, "Pool2DDNNLayer")
+        super().__init__(incoming, pool_size, stride, pad, ignore_border, mode, **kwargs)
+
+
+class MaxPool2DDNNLayer(Pool2DDNNLayer):
+    """:class:`Pool2DDNNLayer` with ``mode="max"``; parameters those of
+    :class:`~.pool.MaxPool2DLayer`."""
+
+    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0),
+                 ignore_border: bool = True, **kwargs):
+        super().__init__(incoming, pool_size, stride, pad, ignore_border, "max", **kwargs)
+
+
+class Pool3DDNNLayer(Pool3DLayer):
+    """:class:`~.pool.Pool3DLayer` under its cuDNN name: full windows only.
+
+    Parameters are those of :class:`~.pool.Pool3DLayer`.
+
+    Raises
+    ------
+    NotImplementedError
+        For ``ignore_border=False``.
+    """
+
+    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0, 0),
+                 ignore_border: bool = True, mode: str = "max", **kwargs):
+        _full_windows_only(ignore_border, "Pool3DDNNLayer")
+        super().__init__(incoming, pool_size, stride, pad, ignore_border, mode, **kwargs)
+
+
+class MaxPool3DDNNLayer(Pool3DDNNLayer):
+    """:class:`Pool3DDNNLayer` with ``mode="max"``; parameters those of
+    :class:`~.pool.MaxPool3DLayer`."""
+
+    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0, 0),
+                 ignore_border: bool = True, **kwargs):
+        super().__init__(incoming, pool_size, stride, pad, ignore_border, "max", **kwargs)
+
+
 class SpatialPyramidPoolingDNNLayer(SpatialPyramidPoolingLayer):
     """:class:`~.pool.SpatialPyramidPoolingLayer` under its cuDNN name (no ``implementation``).
 
     Parameters
     ----------
     incoming
-        Input layer or shape; rows and cols must be known.
+        Input layer or shape (any sizes may be unknown).
     pool_dims
         Grid sizes.
     mode

@@ -1,13 +1,21 @@
-"""Functions over whole networks (``lasagne.layers.helper``)."""
+"""Functions over whole networks (``lasagne.layers.helper``).
+
+They walk a network through Lasagne's layer protocol only: a layer's inputs are its
+``input_layers`` (several) or its ``input_layer`` (one; None when built from a
+shape), and a layer with neither ends the walk. A user's layer class that provides
+these attributes needs no base class from here.
+"""
 
 from collections.abc import Iterable, Sequence
+from difflib import get_close_matches
+from warnings import warn
 
 import numpy as np
-import pytensor.tensor as pt
-from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.tensor.variable import TensorVariable
+from pytensor.graph.basic import Variable
 
-from synkhronos.extensions.lasagne.layers.base import InputLayer, Layer, MergeLayer, Shape
+from synkhronos.extensions.lasagne.layers.base import Layer, Shape
+from synkhronos.extensions.lasagne.layers.input import InputLayer
+from synkhronos.extensions.lasagne.utils import as_theano_expression, inspect_kwargs, unique
 
 __all__ = [
     "count_params",
@@ -19,13 +27,28 @@ __all__ = [
     "set_all_param_values",
 ]
 
-Layers = Layer | Sequence[Layer]
+Layers = Layer | Iterable[Layer]
 
 
-def _parents(layer: Layer) -> list[Layer]:
-    if isinstance(layer, MergeLayer):
-        return [p for p in layer.input_layers if p is not None]
-    return [] if layer.input_layer is None else [layer.input_layer]
+def _as_list(layer_or_layers: Layers) -> tuple[list, bool]:
+    """The layers asked for, and whether a single layer (not an iterable) was given.
+
+    Any iterable counts as several layers (a list, a tuple, ``dict.values()``, a
+    generator); it is read once.
+    """
+    try:
+        return list(layer_or_layers), False
+    except TypeError:
+        return [layer_or_layers], True
+
+
+def _incoming(layer) -> list:
+    """The layers feeding ``layer``, by the protocol's attributes (None entries kept)."""
+    if hasattr(layer, "input_layers"):
+        return list(layer.input_layers)
+    if hasattr(layer, "input_layer"):
+        return [layer.input_layer]
+    return []
 
 
 def get_all_layers(layer: Layers, treat_as_input: Iterable[Layer] | None = None) -> list[Layer]:
@@ -34,127 +57,161 @@ def get_all_layers(layer: Layers, treat_as_input: Iterable[Layer] | None = None)
     Parameters
     ----------
     layer
-        Output layer, or a list of them.
+        Output layer, or any iterable of them.
     treat_as_input
-        Layers whose own inputs are not followed.
+        Layers whose own inputs are not followed (unless another layer needs them).
 
     Returns
     -------
     list of Layer
-        Layers in topological order (depth-first, inputs first).
+        Layers in topological order: depth-first, each layer's inputs in order, the
+        requested layers in the order given.
+
+    Examples
+    --------
+    >>> from synkhronos.extensions.lasagne.layers import DenseLayer
+    >>> l_in = InputLayer((None, 3))
+    >>> l1, l2 = DenseLayer(l_in, 2), DenseLayer(l_in, 4)
+    >>> get_all_layers({"a": l2, "b": l1}.values()) == [l_in, l2, l1]
+    True
     """
-    roots = list(layer) if isinstance(layer, Sequence) else [layer]
-    stop = set(treat_as_input or ())
-    order: list[Layer] = []
-    done: set[Layer] = set()
-    # Iterative post-order walk: deep nets (ResNets) would exceed Python's recursion limit.
+    roots, _ = _as_list(layer)
+    seen = set(treat_as_input or ())
+    done: set = set()
+    order: list = []
+    # Iterative depth-first walk: deep nets (ResNets) would exceed Python's recursion
+    # limit. A layer is appended once its inputs are, or when met again (a cycle).
     stack = [(root, False) for root in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
-        if node in done:
+        if node is None:  # a layer built from a shape has input_layer None
             continue
-        if expanded:
-            done.add(node)
-            order.append(node)
+        if expanded or node in seen:
+            if node not in done:
+                done.add(node)
+                order.append(node)
             continue
+        seen.add(node)
         stack.append((node, True))
-        if node not in stop:
-            stack.extend((p, False) for p in reversed(_parents(node)) if p not in done)
+        stack.extend((p, False) for p in reversed(_incoming(node)))
     return order
 
 
-def get_output(
-    layer_or_layers: Layers,
-    inputs: TensorVariable | np.ndarray | dict | None = None,
-    deterministic: bool = False,
-    **kwargs,
-) -> TensorVariable | list[TensorVariable]:
+def _network_inputs(layers: list, given: dict, inputs, value_of, what: tuple[str, str]) -> dict:
+    """Layer -> its value for the walk's start: the input layers' own values, then the
+    given mapping (whose None key stands for every missing input) or the one value
+    for the only input layer."""
+    known = {lay: value_of(lay) for lay in layers
+             if isinstance(lay, InputLayer) and lay not in given}
+    if given:
+        known.update(given)
+    elif inputs is not None and not isinstance(inputs, dict):
+        function, noun = what
+        if len(known) > 1:
+            raise ValueError(
+                f"{function}() was called with a single input {noun} on a network with "
+                f"multiple input layers. Please call it with a dictionary of input {noun}s "
+                "instead."
+            )
+        for lay in known:
+            known[lay] = inputs
+    return known
+
+
+def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
     """Symbolic output of a network.
 
     Parameters
     ----------
     layer_or_layers
-        Layer or list of layers whose outputs are wanted.
+        Layer, or any iterable of layers, whose outputs are wanted.
     inputs
         None to use the input layers' variables; one expression or array for the only
-        :class:`InputLayer`; or a dict mapping layers to expressions that replace their
-        outputs.
-    deterministic
-        Inference mode: no dropout, batch normalization with running averages.
+        :class:`~synkhronos.extensions.lasagne.layers.InputLayer`; or a dict mapping
+        layers to expressions (or arrays) that replace their outputs (the key None
+        feeds a layer built from a shape).
     **kwargs
-        Passed to every layer's ``get_output_for`` (e.g. ``batch_norm_use_averages``).
+        Passed to every layer's ``get_output_for`` (e.g. ``deterministic=True``).
+        Keywords that no layer takes raise a warning that names close matches.
 
     Returns
     -------
     TensorVariable or list of TensorVariable
-        The output(s), matching ``layer_or_layers``.
+        The output(s): a list when ``layer_or_layers`` is an iterable.
+
+    Raises
+    ------
+    TypeError
+        If a key of ``inputs`` is neither a layer nor None.
+    ValueError
+        If one expression is given for several input layers, or a layer built from a
+        shape is given no input.
     """
-    given = inputs if isinstance(inputs, dict) else {}
-    layers = get_all_layers(layer_or_layers, treat_as_input=given)
-    outputs = {layer: pt.as_tensor_variable(expr) for layer, expr in given.items()}
-    input_layers = [layer for layer in layers if isinstance(layer, InputLayer)]
-    if inputs is not None and not isinstance(inputs, dict):
-        if len(input_layers) != 1:
-            raise ValueError(
-                f"a single input expression needs exactly one InputLayer, found {len(input_layers)}"
-            )
-        outputs[input_layers[0]] = _with_static_shape(
-            pt.as_tensor_variable(inputs), input_layers[0].shape
-        )
+    if isinstance(inputs, dict):
+        for key in inputs:
+            if key is not None and not isinstance(key, Layer):
+                raise TypeError(f"The inputs dictionary keys must be lasagne layers, "
+                                f"not {type(key)}.")
+    given = {} if not isinstance(inputs, dict) else {
+        lay: as_theano_expression(expr) for lay, expr in inputs.items()
+    }
+    wanted, single = _as_list(layer_or_layers)
+    layers = get_all_layers(wanted, treat_as_input=given)
+    single_input = None if inputs is None or isinstance(inputs, dict) else (
+        as_theano_expression(inputs))
+    outputs = _network_inputs(layers, given, single_input, lambda lay: lay.input_var,
+                              ("get_output", "expression"))
+    accepted = {"deterministic"}
     for layer in layers:
         if layer in outputs:
             continue
-        if isinstance(layer, InputLayer):
-            outputs[layer] = _with_static_shape(layer.input_var, layer.shape)
-            continue
-        if isinstance(layer, MergeLayer):
-            parents = layer.input_layers
-        else:
-            parents = [layer.input_layer]
-        if None in parents:
-            raise ValueError(f"layer {layer.name or layer} has a shape as input; pass its input")
-        layer_inputs = [outputs[p] for p in parents]
-        if not isinstance(layer, MergeLayer):
-            layer_inputs = layer_inputs[0]
-        outputs[layer] = layer.get_output_for(layer_inputs, deterministic=deterministic, **kwargs)
-    if isinstance(layer_or_layers, Sequence):
-        return [outputs[layer] for layer in layer_or_layers]
-    return outputs[layer_or_layers]
+        outputs[layer] = layer.get_output_for(_layer_inputs(layer, outputs), **kwargs)
+        try:
+            accepted.update(inspect_kwargs(layer.get_output_for))
+        except TypeError:  # not introspectable (a C function, say)
+            pass
+        accepted.update(getattr(layer, "get_output_kwargs", ()))
+    unused = set(kwargs) - accepted
+    if unused:
+        names = []
+        for kwarg in sorted(unused):
+            close = get_close_matches(kwarg, accepted)
+            names.append(f"{kwarg} (perhaps you meant {close[0]})" if close else kwarg)
+        warn("get_output() was called with unused kwargs:\n\t" + "\n\t".join(names),
+             stacklevel=2)
+    return outputs[wanted[0]] if single else [outputs[lay] for lay in wanted]
 
 
-def _with_static_shape(var: TensorVariable, shape) -> TensorVariable:
-    """``var`` with the sizes the input layer declares made static where ``var`` lacks them.
+def _layer_inputs(layer, known: dict):
+    """What ``layer`` takes from ``known``: a list for a layer with ``input_layers``."""
+    try:
+        if hasattr(layer, "input_layers"):
+            return [known[p] for p in layer.input_layers]
+        return known[layer.input_layer]
+    except KeyError:  # an input_layer of None, and no None key given
+        raise ValueError(
+            f"get_output() was called without giving an input expression for the "
+            f"free-floating layer {layer!r}. Please call it with a dictionary mapping "
+            f"this layer to an input expression."
+        ) from None
 
-    Static sizes flow to every layer's output type; JAX needs them to differentiate
-    through reshapes (a flatten after a convolution, say).
-    """
-    static = var.type.shape
-    if len(shape) != len(static):
-        return var
-    pairs = list(zip(static, shape, strict=True))
-    if all(s is not None or d is None for s, d in pairs):
-        return var
-    return pt.specify_shape(var, [s if s is not None else d for s, d in pairs])
 
-
-def get_output_shape(
-    layer_or_layers: Layers, input_shapes: Shape | dict | None = None
-) -> Shape | list[Shape]:
+def get_output_shape(layer_or_layers: Layers, input_shapes: Shape | dict | None = None):
     """Output shape(s) of a network, for its declared or for given input shapes.
 
     Parameters
     ----------
     layer_or_layers
-        Layer or list of layers.
+        Layer, or any iterable of layers.
     input_shapes
         None for the shapes the layers were built with; one shape for the only
-        :class:`InputLayer`; or a dict mapping layers to shapes that replace their
-        output shapes.
+        :class:`~synkhronos.extensions.lasagne.layers.InputLayer`; or a dict mapping
+        layers to shapes that replace their output shapes.
 
     Returns
     -------
     tuple or list of tuple
-        The shape(s), matching ``layer_or_layers``.
+        The shape(s): a list when ``layer_or_layers`` is an iterable.
 
     Examples
     --------
@@ -163,55 +220,42 @@ def get_output_shape(
     >>> get_output_shape(net), get_output_shape(net, (5, 3))
     ((None, 2), (5, 2))
     """
-    if input_shapes is None:
-        if isinstance(layer_or_layers, Sequence):
-            return [layer.output_shape for layer in layer_or_layers]
-        return layer_or_layers.output_shape
+    wanted, single = _as_list(layer_or_layers)
+    if input_shapes is None or input_shapes == {}:
+        return wanted[0].output_shape if single else [lay.output_shape for lay in wanted]
     given = input_shapes if isinstance(input_shapes, dict) else {}
-    layers = get_all_layers(layer_or_layers, treat_as_input=given)
-    shapes = {layer: tuple(shape) for layer, shape in given.items()}
-    if not isinstance(input_shapes, dict):
-        input_layers = [layer for layer in layers if isinstance(layer, InputLayer)]
-        if len(input_layers) != 1:
-            raise ValueError(
-                f"one input shape needs exactly one InputLayer, found {len(input_layers)}"
-            )
-        shapes[input_layers[0]] = tuple(input_shapes)
+    layers = get_all_layers(wanted, treat_as_input=given)
+    shapes = _network_inputs(layers, given, input_shapes, lambda lay: lay.shape,
+                             ("get_output_shape", "shape"))
     for layer in layers:
-        if layer in shapes:
-            continue
-        if isinstance(layer, InputLayer):
-            shapes[layer] = layer.shape
-        elif isinstance(layer, MergeLayer):
-            shapes[layer] = layer.get_output_shape_for([shapes[p] for p in layer.input_layers])
-        else:
-            shapes[layer] = layer.get_output_shape_for(shapes[layer.input_layer])
-    if isinstance(layer_or_layers, Sequence):
-        return [shapes[layer] for layer in layer_or_layers]
-    return shapes[layer_or_layers]
+        if layer not in shapes:
+            shapes[layer] = layer.get_output_shape_for(_layer_inputs(layer, shapes))
+    return shapes[wanted[0]] if single else [shapes[lay] for lay in wanted]
 
 
-def get_all_params(layer: Layers, unwrap_shared: bool = True, **tags: bool) -> list[SharedVariable]:
+def get_all_params(layer: Layers, unwrap_shared: bool = True, **tags: bool) -> list[Variable]:
     """Parameters of all layers of a network, without duplicates.
 
     Parameters
     ----------
     layer
-        Output layer(s).
+        Output layer, or any iterable of layers (``net.values()`` of a dict, say).
     unwrap_shared
-        Accepted for Lasagne compatibility: parameters here are always shared
-        variables, so there is nothing to unwrap.
+        For parameters given as expressions: return the shared variables they depend
+        on (True) or the expressions (False).
     **tags
         Filters, e.g. ``trainable=True`` or ``regularizable=True``; see
-        :meth:`Layer.get_params`.
+        :meth:`~synkhronos.extensions.lasagne.layers.Layer.get_params`.
 
     Returns
     -------
-    list of SharedVariable
+    list of Variable
         Parameters in layer order.
     """
-    params = (p for lay in get_all_layers(layer) for p in lay.get_params(**tags))
-    return list(dict.fromkeys(params))
+    return unique(
+        p for lay in get_all_layers(layer) for p in lay.get_params(unwrap_shared=unwrap_shared,
+                                                                   **tags)
+    )
 
 
 def count_params(layer: Layers, **tags: bool) -> int:
@@ -261,13 +305,19 @@ def set_all_param_values(layer: Layers, values: Sequence[np.ndarray], **tags: bo
         New values, one per parameter, in :func:`get_all_params` order.
     **tags
         Filters as in :func:`get_all_params`.
+
+    Raises
+    ------
+    ValueError
+        If the number of values or a value's shape does not match.
     """
     params = get_all_params(layer, **tags)
     if len(params) != len(values):
-        raise ValueError(f"got {len(values)} values for {len(params)} parameters")
+        raise ValueError(f"mismatch: got {len(values)} values to set {len(params)} parameters")
     for p, v in zip(params, values, strict=True):
         if p.get_value(borrow=True).shape != np.shape(v):
             raise ValueError(
-                f"value of shape {np.shape(v)} for {p.name} of shape {p.get_value().shape}"
+                f"mismatch: parameter has shape {p.get_value(borrow=True).shape!r} but value "
+                f"to set has shape {np.shape(v)!r}"
             )
         p.set_value(v)

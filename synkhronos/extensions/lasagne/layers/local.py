@@ -7,7 +7,7 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape
-from synkhronos.extensions.lasagne.layers.conv import BaseConvLayer
+from synkhronos.extensions.lasagne.layers.conv import BaseConvLayer, _pad_amounts
 
 __all__ = ["LocallyConnected2DLayer"]
 
@@ -26,7 +26,7 @@ class LocallyConnected2DLayer(BaseConvLayer):
     stride
         Must be 1 (as in Lasagne).
     pad
-        Must be ``"same"`` (as in Lasagne).
+        Must be ``"same"`` (as in Lasagne); the filter sizes must be odd.
     untie_biases, b, nonlinearity, flip_filters
         As for :class:`~.conv.Conv2DLayer`.
     W
@@ -58,31 +58,41 @@ class LocallyConnected2DLayer(BaseConvLayer):
         channelwise: bool = False,
         **kwargs,
     ):
-        if pad != "same" or stride not in (1, (1, 1)):
-            raise NotImplementedError("LocallyConnected2DLayer needs stride=1 and pad='same'")
         self.channelwise = channelwise
         super().__init__(
             incoming, num_filters, filter_size, stride, pad, untie_biases, W, b, nonlinearity,
             flip_filters, n=2, **kwargs,
         )  # fmt: skip
+        if self.stride != (1, 1):
+            raise NotImplementedError(
+                f"LocallyConnected2DLayer requires stride=1 / (1, 1), but got {stride!r}."
+            )
+        if self.pad != "same":
+            raise NotImplementedError(
+                f"LocallyConnected2DLayer requires pad='same', but got {pad!r}."
+            )
 
     def get_W_shape(self) -> tuple[int, ...]:  # noqa: N802 (Lasagne's name)
         """``(num_filters, [channels,] fh, fw, rows, cols)``."""
+        if None in self.input_shape[1:]:
+            raise ValueError(
+                "A LocallyConnected2DLayer requires a fixed input shape (except for the "
+                f"batch size). Got {self.input_shape!r}."
+            )
         channels, rows, cols = self.input_shape[1:]
-        if None in (rows, cols):
-            raise ValueError(f"needs known rows and cols, got input shape {self.input_shape}")
         if self.channelwise:
             if self.num_filters != channels:
                 raise ValueError(
-                    f"channelwise needs num_filters == {channels} input channels, "
-                    f"got {self.num_filters}"
+                    "num_filters and the number of input channels should match when "
+                    f"channelwise is true, but got num_filters={self.num_filters!r} and "
+                    f"{channels} input channels"
                 )
             return (self.num_filters, *self.filter_size, rows, cols)
         return (self.num_filters, channels, *self.filter_size, rows, cols)
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """Sum over taps of the shifted input times that tap's per-position weights."""
-        (fh, fw), (ph, pw) = self.filter_size, self.pad
+        (fh, fw), (ph, pw) = self.filter_size, _pad_amounts(self.pad, self.filter_size)
         rows, cols = self.input_shape[2:]
         n, c = input.shape[0], input.shape[1]
         padded = pt.zeros((n, c, rows + 2 * ph, cols + 2 * pw), dtype=input.dtype)

@@ -2,7 +2,7 @@
 
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
@@ -121,7 +121,7 @@ class ElemwiseMergeLayer(MergeLayer):
 
     def __init__(
         self,
-        incomings: Sequence[Layer | Shape],
+        incomings: Iterable[Layer | Shape],
         merge_function: Callable,
         cropping: Cropping = None,
         **kwargs,
@@ -161,18 +161,18 @@ class ElemwiseSumLayer(ElemwiseMergeLayer):
 
     def __init__(
         self,
-        incomings: Sequence[Layer | Shape],
+        incomings: Iterable[Layer | Shape],
         coeffs: float | Sequence[float] = 1,
         cropping: Cropping = None,
         **kwargs,
     ):
         super().__init__(incomings, operator.add, cropping, **kwargs)
         if isinstance(coeffs, Sequence):
-            if len(coeffs) != len(incomings):
+            if len(coeffs) != len(self.input_layers):
                 raise ValueError("ElemwiseSumLayer needs one coefficient per input")
             self.coeffs = list(coeffs)
         else:
-            self.coeffs = [coeffs] * len(incomings)
+            self.coeffs = [coeffs] * len(self.input_layers)
 
     def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
         """The weighted sum."""
@@ -197,7 +197,7 @@ class ConcatLayer(MergeLayer):
     """
 
     def __init__(
-        self, incomings: Sequence[Layer | Shape], axis: int = 1, cropping: Cropping = None, **kwargs
+        self, incomings: Iterable[Layer | Shape], axis: int = 1, cropping: Cropping = None, **kwargs
     ):
         super().__init__(incomings, **kwargs)
         self.axis = axis

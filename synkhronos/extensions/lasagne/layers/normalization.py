@@ -7,8 +7,8 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, add_default_update
-from synkhronos.extensions.lasagne.layers.dense import NonlinearityLayer
-from synkhronos.extensions.lasagne.layers.special import BiasLayer, ScaleLayer
+from synkhronos.extensions.lasagne.layers.special import BiasLayer, NonlinearityLayer, ScaleLayer
+from synkhronos.extensions.lasagne.utils import int_types
 
 __all__ = [
     "BatchNormLayer",
@@ -40,10 +40,11 @@ class BatchNormLayer(Layer):
     alpha
         Weight of the current batch in the running averages.
     beta, gamma
-        Initializers of the shift and scale (trainable, not regularizable), or None to
-        leave them out.
+        Initializers of the shift (trainable) and scale (trainable, regularizable), or
+        None to leave them out.
     mean, inv_std
-        Initializers of the running mean and inverse standard deviation (not trainable).
+        Initializers of the running mean and inverse standard deviation (tagged
+        ``batch_norm_stat``, not trainable).
     **kwargs
         ``name``.
     """
@@ -64,18 +65,17 @@ class BatchNormLayer(Layer):
         ndim = len(self.input_shape)
         if axes == "auto":
             axes = (0, *range(2, ndim))
-        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+        self.axes = (axes,) if isinstance(axes, int_types) else tuple(axes)
         self.epsilon, self.alpha = epsilon, alpha
         shape = [size for axis, size in enumerate(self.input_shape) if axis not in self.axes]
         if any(size is None for size in shape):
-            raise ValueError(f"BatchNormLayer needs known sizes off the axes {self.axes}")
-        stats = {"trainable": False, "regularizable": False}
+            raise ValueError("BatchNormLayer needs specified input sizes for all axes not "
+                             "normalized over.")
+        stats = {"trainable": False, "regularizable": False, "batch_norm_stat": True}
         self.beta = (
             None if beta is None else self.add_param(beta, shape, "beta", regularizable=False)
         )
-        self.gamma = (
-            None if gamma is None else self.add_param(gamma, shape, "gamma", regularizable=False)
-        )
+        self.gamma = None if gamma is None else self.add_param(gamma, shape, "gamma")
         self.mean = self.add_param(mean, shape, "mean", **stats)
         self.inv_std = self.add_param(inv_std, shape, "inv_std", **stats)
 
@@ -146,7 +146,8 @@ def _normalized(layer: Layer, suffix: str, name: str | None, stack) -> Layer:
     if getattr(layer, "b", None) is not None:
         del layer.params[layer.b]
         layer.b = None
-    name = name or (layer.name and f"{layer.name}_{suffix}")
+    own_name = getattr(layer, "name", None)  # a protocol-only layer may have none
+    name = name or (own_name and f"{own_name}_{suffix}")
     layer = stack(layer, name)
     if nonlinearity is not None:
         layer = NonlinearityLayer(layer, nonlinearity, name=name and f"{name}_nonlin")
@@ -213,7 +214,7 @@ class StandardizationLayer(Layer):
             axes = tuple(range(2, ndim))
         elif axes == "features":
             axes = tuple(range(1, ndim))
-        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+        self.axes = (axes,) if isinstance(axes, int_types) else tuple(axes)
         self.epsilon = epsilon
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
@@ -325,7 +326,7 @@ class LocalResponseNormalization2DLayer(Layer):
     ):
         super().__init__(incoming, **kwargs)
         if n % 2 == 0:
-            raise NotImplementedError("LocalResponseNormalization2DLayer needs an odd n")
+            raise NotImplementedError("Only works with odd n")
         if len(self.input_shape) != 4:
             raise ValueError(f"needs a 4-d input, got shape {self.input_shape}")
         self.alpha, self.k, self.beta, self.n = alpha, k, beta, n

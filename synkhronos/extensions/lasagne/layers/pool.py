@@ -1,13 +1,16 @@
-"""Pooling and upscaling layers (``lasagne.layers.pool``)."""
+"""Pooling and upscaling layers (``lasagne.layers.pool``), and Lasagne's ``pool_2d`` /
+``pool_3d`` (Theano's pooling functions, here on :mod:`synkhronos.extensions.conv`)."""
 
-import math
 from collections.abc import Callable, Sequence
 
 import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import int_tuple, pool1d, pool2d, pool3d, pool_output_length
+from synkhronos.extensions import conv
+from synkhronos.extensions.conv import POOL_MODES, pool1d, pool2d, pool3d
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
+from synkhronos.extensions.lasagne.utils import as_tuple
 
 __all__ = [
     "FeaturePoolLayer",
@@ -29,6 +32,131 @@ IntOrTuple = int | Sequence[int]
 _POOL_FUNCTIONS = {1: pool1d, 2: pool2d, 3: pool3d}
 
 
+def pool_output_length(input_length, pool_size, stride, pad, ignore_border):
+    """Length of a pooling output along one axis (Lasagne's helper).
+
+    Parameters
+    ----------
+    input_length
+        Input length (int, symbolic, or None).
+    pool_size, stride, pad
+        Pooling parameters along the axis.
+    ignore_border
+        Only full windows (True), or also a last partial one (False).
+
+    Returns
+    -------
+    int, TensorVariable or None
+        The length (see :func:`synkhronos.extensions.conv.pool_output_length`); None
+        if ``input_length`` or ``pool_size`` is None.
+
+    Examples
+    --------
+    >>> pool_output_length(7, 2, 2, 0, True), pool_output_length(7, 2, 2, 0, False)
+    (3, 4)
+    """
+    if input_length is None or pool_size is None:
+        return None
+    return conv.pool_output_length(input_length, pool_size, stride, pad, ignore_border)
+
+
+def _pool(input, ws, ignore_border, stride, pad, mode, n: int) -> TensorVariable:
+    """Theano's ``pool_2d`` / ``pool_3d``: pooling over the last ``n`` axes of ``input``
+    (of ``n`` or more dimensions)."""
+    input = pt.as_tensor_variable(input)
+    stride = ws if stride is None else stride
+    pad = (0,) * n if pad is None else pad
+    if mode not in POOL_MODES:
+        raise ValueError(f"mode must be one of {POOL_MODES}, got {mode!r}")
+    if any(isinstance(v, Variable) for v in (ws, stride, pad)):
+        if n != 2 or not ignore_border or isinstance(pad, Variable) or any(pad):
+            raise ValueError("symbolic pooling sizes need pool_2d with ignore_border=True "
+                             "and no padding")
+        return _pool_symbolic(input, ws, stride, mode)
+    ws, stride, pad = as_tuple(ws, n), as_tuple(stride, n), as_tuple(pad, n)
+    lead = [input.shape[a] for a in range(input.ndim - n)]
+    batch = input.reshape((-1, 1, *(input.shape[a] for a in range(input.ndim - n, input.ndim))),
+                          ndim=n + 2) if input.ndim != n + 2 else input
+    pooled = _POOL_FUNCTIONS[n](batch, ws, stride, pad, bool(ignore_border), mode)
+    if input.ndim == n + 2:
+        return pooled
+    return pooled.reshape((*lead, *(pooled.shape[a] for a in range(2, n + 2))),
+                          ndim=input.ndim)
+
+
+def _pool_symbolic(input, ws, stride, mode) -> TensorVariable:
+    """2-D pooling with window sizes and strides known only when the graph runs: each
+    axis's windows gathered into a new axis and reduced (no padding, full windows)."""
+    reduce = pt.max if mode == "max" else pt.mean
+    for k in range(2):
+        axis = input.ndim - 2 + k
+        size, step = ws[k], stride[k]
+        count = (input.shape[axis] - size) // step + 1
+        taps = pt.arange(count)[:, None] * step + pt.arange(size)[None, :]
+        input = reduce(pt.take(input, taps, axis=axis), axis=axis + 1)
+    return input
+
+
+def pool_2d(input, ws=None, ignore_border=None, stride=None, pad=(0, 0), mode="max",
+            **kwargs) -> TensorVariable:
+    """Theano's ``theano.tensor.signal.pool.pool_2d``, which Lasagne's pooling wraps.
+
+    Parameters
+    ----------
+    input
+        Tensor of 2 or more dimensions, pooled over the last two.
+    ws
+        Window size (pair); may be symbolic, then with ``ignore_border=True`` and no
+        padding only.
+    ignore_border
+        Only full windows (True) or also a last partial one (None or False, Theano's
+        default).
+    stride
+        Step between windows; None means ``ws``.
+    pad
+        Padding of each side (pair, or None for none).
+    mode
+        ``"max"``, ``"average_inc_pad"`` or ``"average_exc_pad"``.
+    **kwargs
+        Theano's other keywords (``ds``, ``st``, ``padding``: its old names).
+
+    Returns
+    -------
+    TensorVariable
+        The pooled tensor.
+
+    Raises
+    ------
+    ValueError
+        For symbolic sizes with padding or partial windows, or an unknown mode.
+    """
+    ws, stride, pad = kwargs.pop("ds", ws), kwargs.pop("st", stride), kwargs.pop("padding", pad)
+    if kwargs:
+        raise TypeError(f"pool_2d() got unexpected keywords {sorted(kwargs)}")
+    return _pool(input, ws, ignore_border, stride, pad, mode, 2)
+
+
+def pool_3d(input, ws=None, ignore_border=None, stride=None, pad=(0, 0, 0), mode="max",
+            **kwargs) -> TensorVariable:
+    """Theano's ``theano.tensor.signal.pool.pool_3d``: :func:`pool_2d` over the last
+    three axes (sizes must be ints).
+
+    Parameters
+    ----------
+    input, ws, ignore_border, stride, pad, mode, **kwargs
+        As for :func:`pool_2d`, with triples.
+
+    Returns
+    -------
+    TensorVariable
+        The pooled tensor.
+    """
+    ws, stride, pad = kwargs.pop("ds", ws), kwargs.pop("st", stride), kwargs.pop("padding", pad)
+    if kwargs:
+        raise TypeError(f"pool_3d() got unexpected keywords {sorted(kwargs)}")
+    return _pool(input, ws, ignore_border, stride, pad, mode, 3)
+
+
 class _PoolLayer(Layer):
     """Max or average pooling over the last ``n`` axes."""
 
@@ -36,18 +164,20 @@ class _PoolLayer(Layer):
         super().__init__(incoming, **kwargs)
         if len(self.input_shape) != n + 2:
             raise ValueError(
-                f"{type(self).__name__} needs a {n + 2}-d input, got shape {self.input_shape}"
+                f"Tried to create a {n}D pooling layer with input shape {self.input_shape!r}. "
+                f"Expected {n + 2} input dimensions (batchsize, channels, {n} spatial "
+                "dimensions)."
             )
         self.n = n
-        self.pool_size = int_tuple(pool_size, n, "pool_size")
-        self.stride = self.pool_size if stride is None else int_tuple(stride, n, "stride")
-        self.pad = int_tuple(pad, n, "pad")
+        self.pool_size = as_tuple(pool_size, n)
+        self.stride = self.pool_size if stride is None else as_tuple(stride, n)
+        self.pad = as_tuple(pad, n)
         self.ignore_border, self.mode = ignore_border, mode
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
         """``(batch, channels, *pooled sizes)``."""
         spatial = (
-            None if size is None else pool_output_length(size, k, s, p, self.ignore_border)
+            pool_output_length(size, k, s, p, self.ignore_border)
             for size, k, s, p in zip(
                 input_shape[2:], self.pool_size, self.stride, self.pad, strict=True
             )
@@ -60,7 +190,7 @@ class _PoolLayer(Layer):
         if self.n == 1:
             ws, stride, pad = ws[0], stride[0], pad[0]
         pool = _POOL_FUNCTIONS[self.n]
-        return pool(input, ws, stride, pad, self.ignore_border, self.mode)
+        return pool(pt.as_tensor_variable(input), ws, stride, pad, self.ignore_border, self.mode)
 
 
 class Pool1DLayer(_PoolLayer):
@@ -231,11 +361,11 @@ class _UpscaleLayer(Layer):
     def __init__(self, incoming, scale_factor, mode, n, **kwargs):
         super().__init__(incoming, **kwargs)
         self.n = n
-        self.scale_factor = int_tuple(scale_factor, n, "scale_factor")
+        self.scale_factor = as_tuple(scale_factor, n)
         if min(self.scale_factor) < 1:
-            raise ValueError(f"scale_factor must be positive, got {scale_factor!r}")
+            raise ValueError(f"Scale factor must be >= 1, not {self.scale_factor}")
         if mode not in ("repeat", "dilate"):
-            raise ValueError(f"mode must be 'repeat' or 'dilate', got {mode!r}")
+            raise ValueError(f"Mode must be either 'repeat' or 'dilate', not {mode}")
         self.mode = mode
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
@@ -333,7 +463,8 @@ class _FeatureGroupLayer(Layer):
         self.pool_size, self.axis = pool_size, axis % len(self.input_shape)
         size = self.input_shape[self.axis]
         if size is not None and size % pool_size:
-            raise ValueError(f"axis size {size} is not a multiple of pool_size={pool_size}")
+            raise ValueError(f"Number of input feature maps ({size}) is not a multiple of the "
+                             f"pool size (pool_size={pool_size})")
 
 
 class FeaturePoolLayer(_FeatureGroupLayer):
@@ -431,8 +562,6 @@ class GlobalPoolLayer(Layer):
 
     def __init__(self, incoming: Layer | Shape, pool_function: Callable = pt.mean, **kwargs):
         super().__init__(incoming, **kwargs)
-        if len(self.input_shape) < 3:
-            raise ValueError("GlobalPoolLayer needs an input of at least 3 dimensions")
         self.pool_function = pool_function
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
@@ -443,12 +572,68 @@ class GlobalPoolLayer(Layer):
         """The reduction over all trailing axes."""
         # Reducing over the axes rather than a flattened view: PyTensor's JAX backend
         # cannot differentiate through the flatten when the batch size is symbolic.
+        input = pt.as_tensor_variable(input)
         return self.pool_function(input, axis=tuple(range(2, input.ndim)))
 
 
-def _bins(size: int, count: int) -> list[tuple[int, int]]:
-    """``count`` windows covering ``range(size)``: ``[floor(i s / c), ceil((i + 1) s / c))``."""
-    return [(i * size // count, math.ceil((i + 1) * size / count)) for i in range(count)]
+def _check_mode(mode: str) -> None:
+    if mode not in POOL_MODES:
+        raise ValueError("Mode must be either 'max', 'average_inc_pad' or 'average_exc_pad'. "
+                         f"Got '{mode}'")
+
+
+def _grid(input: TensorVariable, sizes, count: int, bounds: Callable, mode: str) -> list:
+    """``count x count`` bins over the last two axes, row-major, each pooled to a
+    ``(batch, channels, 1)`` tensor; ``bounds(size, i, count)`` gives bin ``i``'s
+    ``(start, stop)`` along an axis of length ``size`` (an int or symbolic)."""
+    reduce = pt.max if mode == "max" else pt.mean
+    rows, cols = ([bounds(size, i, count) for i in range(count)] for size in sizes)
+    return [
+        reduce(input[:, :, r0:r1, c0:c1], axis=(2, 3)).dimshuffle(0, 1, "x")
+        for r0, r1 in rows
+        for c0, c1 in cols
+    ]
+
+
+def _kaiming_bounds(size, i: int, count: int):
+    """He et al.'s bin ``[floor(i size / count), ceil((i + 1) size / count))``."""
+    return i * size // count, ((i + 1) * size + count - 1) // count
+
+
+def _window_bounds(size, i: int, count: int):
+    """Window ``i`` of Lasagne's ``"fast"`` pyramid: ``ceil(size / count)`` long, a stride of
+    ``floor(size / count)`` apart."""
+    step = size // count
+    return i * step, i * step + (size + count - 1) // count
+
+
+def pool_2d_nxn_regions(inputs, output_size: int, mode: str = "max") -> list[TensorVariable]:
+    """Pool a 4-d tensor's last two axes to ``output_size x output_size`` bins of He et
+    al.'s spatial pyramid pooling (any input size).
+
+    Parameters
+    ----------
+    inputs
+        Tensor ``(batch, channels, rows, cols)``.
+    output_size
+        Bins per axis.
+    mode
+        ``"max"``, or ``"average_inc_pad"`` / ``"average_exc_pad"`` (both average: bins
+        have no padding).
+
+    Returns
+    -------
+    list of TensorVariable
+        ``output_size ** 2`` tensors ``(batch, channels, 1)``, row-major.
+
+    Raises
+    ------
+    ValueError
+        For an unknown mode.
+    """
+    _check_mode(mode)
+    sizes = (inputs.shape[2], inputs.shape[3])
+    return _grid(inputs, sizes, output_size, _kaiming_bounds, mode)
 
 
 class SpatialPyramidPoolingLayer(Layer):
@@ -457,18 +642,24 @@ class SpatialPyramidPoolingLayer(Layer):
     Parameters
     ----------
     incoming
-        Input layer or shape; rows and cols must be known.
+        Input layer or shape ``(batch, channels, rows, cols)``; any sizes may be unknown.
     pool_dims
         Grid sizes ``d``.
     mode
         ``"max"`` or ``"average_exc_pad"`` / ``"average_inc_pad"`` (the bins have no
         padding, so both average).
     implementation
-        Accepted for Lasagne compatibility: both ``"fast"`` and ``"kaiming"`` compute He
-        et al.'s bins ``[floor(i H / d), ceil((i + 1) H / d))``, which always give ``d``
-        bins (Lasagne's ``"fast"`` uses one window size and may not).
+        ``"kaiming"``: He et al.'s bins ``[floor(i H / d), ceil((i + 1) H / d))``.
+        ``"fast"`` (default): windows of ``ceil(H / d)`` a stride of ``floor(H / d)``
+        apart, as Lasagne's pooling; here always ``d`` of them per axis (Lasagne's
+        pooling adds more, and breaks the output shape, for some sizes).
     **kwargs
         ``name``.
+
+    Raises
+    ------
+    ValueError
+        If the input is not 4-d; an unknown mode when the output is built.
 
     Examples
     --------
@@ -485,11 +676,12 @@ class SpatialPyramidPoolingLayer(Layer):
         **kwargs,
     ):
         super().__init__(incoming, **kwargs)
-        if len(self.input_shape) != 4 or None in self.input_shape[2:]:
-            raise ValueError(f"needs an NCHW input of known rows and cols, got {self.input_shape}")
-        if implementation not in ("fast", "kaiming"):
-            raise ValueError(f"implementation must be 'fast' or 'kaiming', got {implementation!r}")
-        self.pool_dims, self.mode, self.implementation = list(pool_dims), mode, implementation
+        if len(self.input_shape) != 4:
+            raise ValueError(
+                f"Tried to create a SPP layer with input shape {self.input_shape!r}. Expected "
+                "4 input dimensions (batchsize, channels, 2 spatial dimensions)."
+            )
+        self.pool_dims, self.mode, self.implementation = pool_dims, mode, implementation
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
         """``(batch, channels, sum(d * d))``."""
@@ -497,12 +689,10 @@ class SpatialPyramidPoolingLayer(Layer):
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """Every bin's pooled value, grids in ``pool_dims`` order, bins row-major."""
-        reduce = pt.max if self.mode == "max" else pt.mean
-        rows, cols = self.input_shape[2:]
-        pooled = [
-            reduce(input[:, :, r0:r1, c0:c1], axis=(2, 3))
-            for d in self.pool_dims
-            for r0, r1 in _bins(rows, d)
-            for c0, c1 in _bins(cols, d)
-        ]
-        return pt.stack(pooled, axis=2)
+        _check_mode(self.mode)
+        input = pt.as_tensor_variable(input)
+        sizes = [input.shape[2 + a] if known is None else known
+                 for a, known in enumerate(self.input_shape[2:])]
+        bounds = _kaiming_bounds if self.implementation == "kaiming" else _window_bounds
+        pooled = [b for d in self.pool_dims for b in _grid(input, sizes, d, bounds, self.mode)]
+        return pt.concatenate(pooled, axis=2)

@@ -20,7 +20,6 @@ from pytensor.tensor.variable import TensorVariable
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers import helper
 from synkhronos.extensions.lasagne.layers.base import (
-    InputLayer,
     Layer,
     MergeLayer,
     ParamSpec,
@@ -28,6 +27,7 @@ from synkhronos.extensions.lasagne.layers.base import (
     as_nonlinearity,
 )
 from synkhronos.extensions.lasagne.layers.dense import DenseLayer
+from synkhronos.extensions.lasagne.layers.input import InputLayer
 from synkhronos.extensions.lasagne.utils import unroll_scan
 
 __all__ = ["CustomRecurrentLayer", "GRULayer", "Gate", "LSTMLayer", "RecurrentLayer"]

@@ -7,6 +7,9 @@ import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
+from synkhronos.extensions.lasagne.theano_extensions import padding
+from synkhronos.extensions.lasagne.theano_extensions.padding import pad_widths
+from synkhronos.extensions.lasagne.utils import int_types
 
 __all__ = [
     "DimshuffleLayer",
@@ -52,60 +55,91 @@ class FlattenLayer(Layer):
 
 
 class ReshapeLayer(Layer):
-    """Reshape to ``shape``, whose entries are sizes, ``-1`` or ``[i]`` (input axis i's size).
+    """Reshape to ``shape``, whose entries are sizes, ``-1``, ``[i]`` (input axis i's
+    size) or symbolic scalars.
 
     Parameters
     ----------
     incoming
         Input layer or shape.
     shape
-        Target shape: ints, at most one ``-1`` (inferred), and one-element lists
-        ``[i]`` meaning "the size of input axis i" (useful for the batch axis).
+        Target shape: positive ints, at most one ``-1`` (inferred), one-element lists
+        ``[i]`` meaning "the size of input axis i" (useful for the batch axis), and
+        scalar expressions (their sizes are unknown in ``output_shape``).
     **kwargs
         ``name``.
+
+    Raises
+    ------
+    ValueError
+        For an invalid entry, or a total size that cannot match the input's.
+
+    Examples
+    --------
+    >>> ReshapeLayer((None, 3, 4), ([0], -1)).output_shape
+    (None, 12)
     """
 
-    def __init__(self, incoming: Layer | Shape, shape: Sequence[int | list[int]], **kwargs):
+    def __init__(self, incoming: Layer | Shape, shape: Sequence, **kwargs):
         super().__init__(incoming, **kwargs)
+        shape = tuple(shape)
         for s in shape:
             if isinstance(s, list):
-                if (
-                    len(s) != 1
-                    or not isinstance(s[0], int)
-                    or not 0 <= s[0] < len(self.input_shape)
-                ):
-                    raise ValueError(f"[i] entries must name an input axis, got {s}")
-            elif not isinstance(s, int) or s < -1:
-                raise ValueError(f"shape entries must be ints >= -1 or [i], got {s!r}")
-        if list(shape).count(-1) > 1:
-            raise ValueError("shape may contain at most one -1")
-        self.shape = tuple(shape)
+                if len(s) != 1 or not isinstance(s[0], int_types) or s[0] < 0:
+                    raise ValueError("`shape` input references must be single-element lists "
+                                     "of int >= 0")
+            elif isinstance(s, TensorVariable):
+                if s.ndim != 0:
+                    raise ValueError("A symbolic variable in a shape specification must be a "
+                                     f"scalar, but had {s.ndim} dimensions")
+            elif not isinstance(s, int_types):
+                raise ValueError("`shape` must be a tuple of int and/or [int]")
+            elif s == 0 or s < -1:
+                raise ValueError("`shape` integers must be positive or -1")
+        if sum(isinstance(s, int_types) and s == -1 for s in shape) > 1:
+            raise ValueError("`shape` cannot contain multiple -1")
+        self.shape = shape
         self.get_output_shape_for(self.input_shape)  # fail early on incompatible sizes
 
-    def get_output_shape_for(self, input_shape: Shape) -> Shape:
-        """The target shape with references resolved and ``-1`` inferred when possible."""
-        shape = [input_shape[s[0]] if isinstance(s, list) else s for s in self.shape]
-        # A size copied from input axis i cancels that axis in the size balance, so -1
-        # can be inferred even when such sizes (typically the batch) are unknown.
-        cancelled, out_sizes = set(), []
-        for spec, size in zip(self.shape, shape, strict=True):
-            if isinstance(spec, list) and spec[0] not in cancelled:
-                cancelled.add(spec[0])
-            elif size != -1:
+    def get_output_shape_for(self, input_shape: Shape, **kwargs) -> Shape:
+        """The target shape with references resolved and ``-1`` inferred when possible
+        (symbolic sizes, in ``input_shape`` or the specification, count as unknown)."""
+        input_shape = [None if isinstance(s, TensorVariable) else s for s in input_shape]
+        out = []
+        in_sizes, out_sizes = list(input_shape), []
+        copied: set[int] = set()
+        for spec in self.shape:
+            if isinstance(spec, list):
+                axis = spec[0]
+                if axis >= len(input_shape):
+                    raise ValueError(f"specification contains [{axis}], but input shape has "
+                                     f"{len(input_shape)} dimensions only")
+                size = input_shape[axis]
+                out.append(size)
+                if size is None and axis not in copied:
+                    # an unknown size copied once matches its input axis one to one, so
+                    # both drop out of the balance that infers -1
+                    copied.add(axis)
+                    in_sizes[axis] = 1
+                    size = 1
                 out_sizes.append(size)
-        in_sizes = [size for axis, size in enumerate(input_shape) if axis not in cancelled]
+            elif isinstance(spec, TensorVariable):
+                out.append(None)
+                out_sizes.append(None)
+            else:
+                out.append(spec)
+                if spec != -1:
+                    out_sizes.append(spec)
         known_in = None if None in in_sizes else math.prod(in_sizes)
         known_out = None if None in out_sizes else math.prod(out_sizes)
-        if -1 in shape:
-            inferred = None
-            if known_in is not None and known_out:
-                if known_in % known_out:
-                    raise ValueError(f"cannot reshape {input_shape} to {self.shape}")
-                inferred = known_in // known_out
-            shape[shape.index(-1)] = inferred
-        elif None not in (known_in, known_out) and known_in != known_out:
-            raise ValueError(f"cannot reshape {input_shape} to {self.shape}")
-        return tuple(shape)
+        if -1 in (s for s in out if isinstance(s, int_types)):
+            inferred = None if None in (known_in, known_out) else known_in // known_out
+            out[[isinstance(s, int_types) and s == -1 for s in out].index(True)] = inferred
+            known_out = None if inferred is None else known_out * inferred
+        if None not in (known_in, known_out) and known_in != known_out:
+            raise ValueError(f"{input_shape} cannot be reshaped to specification {self.shape}. "
+                             "The total size mismatches.")
+        return tuple(out)
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """The reshaped input."""
@@ -138,17 +172,36 @@ class DimshuffleLayer(Layer):
 
     def __init__(self, incoming: Layer | Shape, pattern: Sequence[int | str], **kwargs):
         super().__init__(incoming, **kwargs)
-        axes = [a for a in pattern if a != "x"]
-        if len(set(axes)) != len(axes) or any(not 0 <= a < len(self.input_shape) for a in axes):
-            raise ValueError(f"invalid pattern {pattern!r} for {len(self.input_shape)} dims")
-        dropped = [a for a in range(len(self.input_shape)) if a not in axes]
-        if any(self.input_shape[a] not in (1, None) for a in dropped):
-            raise ValueError(f"pattern {pattern!r} drops axes of size other than 1")
-        self.pattern = tuple(pattern)
+        used: set[int] = set()
+        for p in pattern:
+            if isinstance(p, int_types):
+                if p in used:
+                    raise ValueError(f"pattern contains dimension {p} more than once")
+                used.add(p)
+            elif p != "x":
+                raise ValueError(f"pattern should only contain dimension indices or 'x', "
+                                 f"not {p}")
+        self.pattern = pattern
+        self.get_output_shape_for(self.input_shape)  # fail early on a bad pattern
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
-        """The input sizes in ``pattern`` order, 1 for ``"x"``."""
-        return tuple(1 if a == "x" else input_shape[a] for a in self.pattern)
+        """The input sizes in ``pattern`` order, 1 for ``"x"``.
+
+        Raises
+        ------
+        ValueError
+            If the pattern names a missing axis or drops one whose size is not 1 or None.
+        """
+        for p in self.pattern:
+            if p != "x" and not 0 <= p < len(input_shape):
+                raise ValueError(f"pattern contains {p}, but input shape has "
+                                 f"{len(input_shape)} dimensions only")
+        for axis, size in enumerate(input_shape):
+            if axis not in self.pattern and size not in (1, None):
+                raise ValueError(f"pattern attempted to collapse dimension {axis} of size "
+                                 f"{size}; dimensions with size != 1/None are not "
+                                 "broadcastable and cannot be collapsed")
+        return tuple(1 if p == "x" else input_shape[p] for p in self.pattern)
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``input.dimshuffle(pattern)``."""
@@ -169,8 +222,9 @@ class PadLayer(Layer):
     incoming
         Input layer or shape.
     width
-        Padding per trailing axis: an int (both sides of every axis), a sequence of ints
-        (both sides of each axis) or of ``(before, after)`` pairs.
+        An int (both sides of every trailing axis), or an iterable with one entry per
+        axis from ``batch_ndim`` on: an int (both sides) or a ``(before, after)`` pair.
+        See :func:`~synkhronos.extensions.lasagne.theano_extensions.padding.pad`.
     val
         Padding value.
     batch_ndim
@@ -193,31 +247,20 @@ class PadLayer(Layer):
         **kwargs,
     ):
         super().__init__(incoming, **kwargs)
-        trailing = len(self.input_shape) - batch_ndim
-        widths = [width] * trailing if isinstance(width, int) else list(width)
-        if len(widths) != trailing:
-            raise ValueError(f"width {width!r} does not give one entry per padded axis")
-        self.width = [(w, w) if isinstance(w, int) else tuple(w) for w in widths]
-        self.val, self.batch_ndim = val, batch_ndim
+        self.width, self.val, self.batch_ndim = width, val, batch_ndim
 
     def get_output_shape_for(self, input_shape: Shape) -> Shape:
-        """The trailing sizes plus their padding."""
-        padded = (
-            None if s is None else s + lo + hi
-            for s, (lo, hi) in zip(input_shape[self.batch_ndim :], self.width, strict=True)
-        )
-        return (*input_shape[: self.batch_ndim], *padded)
+        """The padded sizes (None stays None)."""
+        shape = list(input_shape)
+        widths = pad_widths(self.width, len(input_shape) - self.batch_ndim)
+        for k, (lo, hi) in enumerate(widths, start=self.batch_ndim):
+            if shape[k] is not None:
+                shape[k] += lo + hi
+        return tuple(shape)
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """The input placed inside a block filled with ``val``."""
-        shape = [input.shape[a] for a in range(self.batch_ndim)] + [
-            input.shape[self.batch_ndim + i] + lo + hi for i, (lo, hi) in enumerate(self.width)
-        ]
-        inside = (slice(None),) * self.batch_ndim + tuple(
-            slice(lo, shape[self.batch_ndim + i] - hi) for i, (lo, hi) in enumerate(self.width)
-        )
-        block = pt.full(shape, pt.cast(self.val, input.dtype), dtype=input.dtype)
-        return block[inside].set(input)
+        return padding.pad(input, self.width, self.val, self.batch_ndim)
 
 
 pad = PadLayer

@@ -1,7 +1,6 @@
-"""Layers of ``lasagne.layers.special``: bias, scale, PReLU/RReLU, expressions, inverses.
-
-:class:`NonlinearityLayer` is in :mod:`.dense`; ``TransformerLayer`` and
-``TPSTransformerLayer`` are in :mod:`.transformer`.
+"""Layers of ``lasagne.layers.special``: nonlinearity, bias, scale, PReLU/RReLU,
+expressions, inverses, and (from :mod:`.transformer`, re-exported) the spatial
+transformers ``TransformerLayer`` and ``TPSTransformerLayer``.
 """
 
 from collections.abc import Callable, Sequence
@@ -9,6 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne import init, nonlinearities
@@ -17,16 +17,21 @@ from synkhronos.extensions.lasagne.layers.base import (
     MergeLayer,
     ParamSpec,
     Shape,
+    as_nonlinearity,
 )
 from synkhronos.extensions.lasagne.layers.noise import random_draw
+from synkhronos.extensions.lasagne.layers.transformer import TPSTransformerLayer, TransformerLayer
 
 __all__ = [
     "BiasLayer",
     "ExpressionLayer",
     "InverseLayer",
+    "NonlinearityLayer",
     "ParametricRectifierLayer",
     "RandomizedRectifierLayer",
     "ScaleLayer",
+    "TPSTransformerLayer",
+    "TransformerLayer",
     "prelu",
     "rrelu",
     "standardize",
@@ -46,6 +51,33 @@ def _shared_axes(shared_axes: SharedAxes, ndim: int) -> tuple[int, ...]:
     return tuple(a % ndim for a in shared_axes)
 
 
+class NonlinearityLayer(Layer):
+    """Apply an elementwise nonlinearity.
+
+    Parameters
+    ----------
+    incoming
+        Input layer or shape.
+    nonlinearity
+        Activation; None means linear.
+    **kwargs
+        ``name``.
+    """
+
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        nonlinearity: Callable | None = nonlinearities.rectify,
+        **kwargs,
+    ):
+        super().__init__(incoming, **kwargs)
+        self.nonlinearity = as_nonlinearity(nonlinearity)
+
+    def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
+        """``nonlinearity(input)``."""
+        return self.nonlinearity(input)
+
+
 class _PerAxisParamLayer(Layer):
     """A layer with one parameter broadcast over ``shared_axes``."""
 
@@ -54,7 +86,8 @@ class _PerAxisParamLayer(Layer):
         self.shared_axes = _shared_axes(shared_axes, len(self.input_shape))
         shape = [s for a, s in enumerate(self.input_shape) if a not in self.shared_axes]
         if None in shape:
-            raise ValueError(f"{type(self).__name__} needs known sizes off shared_axes")
+            raise ValueError(f"{type(self).__name__} needs specified input sizes for all axes "
+                             f"that its {param_name} is not shared over.")
         param = self.add_param(spec, shape, name=param_name, regularizable=regularizable)
         setattr(self, param_name, param)
 
@@ -351,8 +384,9 @@ class RandomizedRectifierLayer(Layer):
         **kwargs,
     ):
         super().__init__(incoming, **kwargs)
-        if not 0 <= lower <= upper:
-            raise ValueError(f"need 0 <= lower <= upper, got {lower}, {upper}")
+        if not isinstance(lower > upper, Variable) and lower > upper:
+            raise ValueError("Upper bound for RandomizedRectifierLayer needs to be higher than "
+                             "lower bound.")
         self.lower, self.upper = lower, upper
         self.shared_axes = _shared_axes(shared_axes, len(self.input_shape))
 
