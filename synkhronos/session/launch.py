@@ -141,7 +141,7 @@ class _RankZeroLimits:
         if cores is not None:
             os.sched_setaffinity(0, cores)
         xla_flags = cpu_xla_flags(self._xla_flags or "", threads)
-        if backend == "jax-cpu" and xla_flags:
+        if _jax_on_cpus(backend) and xla_flags:
             # Effective only if JAX has not started its CPU client yet in this process.
             os.environ["XLA_FLAGS"] = xla_flags
         self._restore_heap = keep_freed_memory()
@@ -168,6 +168,14 @@ def _limit_threads(threads: int, cores: list[int] | None, backend: str) -> _Rank
     return _RankZeroLimits(threads, cores, backend)
 
 
+def _jax_on_cpus(backend: str) -> bool:
+    """Whether ranks of ``backend`` run XLA on CPU cores ("jax-cpu", and "gpu" on CPU
+    devices): then each gets its share of the cores, as CPU ranks do, and XLA on one core
+    no thread pool (two processes' pools spinning on the same cores made a 2-rank MLP
+    step 1 s instead of tens of ms)."""
+    return backend == "jax-cpu" or (backend == "gpu" and gpu.on_cpu_devices())
+
+
 def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     import pytensor
 
@@ -177,7 +185,7 @@ def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     flags = env.get("PYTENSOR_FLAGS", "")
     env["PYTENSOR_FLAGS"] = ",".join(f for f in (flags, f"floatX={pytensor.config.floatX}") if f)
     env["SYNK_SYS_PATH"] = json.dumps(sys.path)
-    if backend == "jax-cpu":
+    if _jax_on_cpus(backend):
         env["JAX_PLATFORMS"] = "cpu"
         xla_flags = cpu_xla_flags(env.get("XLA_FLAGS", ""), threads)
         if xla_flags:
@@ -206,7 +214,8 @@ class Session:
         self.state = RankState(0, n_ranks, comm, self.backend)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         # GPU ranks are driven by their GPUs; pinning them would only starve their threads.
-        self.cores = rank_cores(n_ranks) if backend_name != "gpu" else None
+        self.cores = (rank_cores(n_ranks) if backend_name != "gpu" or gpu.on_cpu_devices()
+                      else None)
         self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
                                             backend_name)
         self.functions: list = []  # every synkhronos Function built in this session
