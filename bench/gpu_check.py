@@ -78,9 +78,9 @@ def main() -> None:
         tests = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py",
                       "tests/test_gpu_faults.py"])
         rows.append(("GPU-marked tests", (tests.strip().splitlines() or ["?"])[-1]))
-        conv = _run([sys.executable, "bench/bench_conv.py", "--mode", "JAX"])
-        rows += [("conv/pool JAX mode vs hand-written lax (ratio)", line.split(":")[-1].strip())
-                 for line in conv.splitlines() if "ratio" in line]
+        conv = _run([sys.executable, "bench/bench_conv.py", "--mode", "JAX"]).splitlines()
+        rows += [(f"{op.split(',')[0]}: JAX mode / hand-written lax", ratio.split(":")[-1])
+                 for op, ratio in zip(conv, conv[3:], strict=False) if "ratio" in ratio]
     n = synk.fork(args.ranks or (2 if on_cpu_devices() else None), backend="gpu")
     try:
         rows += _call_overhead(synk)

@@ -12,6 +12,11 @@ rank 0 included, once a dead peer misses its heartbeats or at shutdown. Rank 0 f
 drops JAX's backends (``jax.extend.backend.clear_backends``), since the process may have
 run JAX before the fork, and :meth:`~XlaCommunicator.close` shuts the runtime down and
 drops its backends again, so that a later fork (of any backend and size) starts afresh.
+The barrier leaves one window: a worker that dies between it and joining (the next
+statement) leaves rank 0 in ``jax.distributed.initialize`` until its timeout (120 s),
+after which JAX ends rank 0's process; JAX's public API gives no way to make a failed
+join an exception. The workers leave the runtime before rank 0 (a client still
+connected when the service goes is ended by JAX too).
 
 **Arrays.** Each rank's own value travels as a "replicated" global array of its own
 shape; inside the program every rank sees its own value, and each rank reads back its own
@@ -172,6 +177,7 @@ class XlaCommunicator(ShmCommunicator):
 
     span = None
     mesh = None
+    _config = None  # JAX's settings before start() changed them
     device = None
     dispatches = 0
     _abandoned = False
@@ -221,16 +227,17 @@ class XlaCommunicator(ShmCommunicator):
 
     def close(self) -> None:
         """Leave JAX's runtime and drop its backends (a later fork starts afresh)."""
-        if self.mesh is None:
+        if self._config is None:  # never joined
             return
         import jax
         from jax.extend.backend import clear_backends
 
         self.mesh = self._programs = None
-        jax.distributed.shutdown()
+        jax.distributed.shutdown()  # also after a failed start: JAX may hold half of it
         clear_backends()
         jax.config.update("jax_cpu_collectives_implementation",
                           self._config["jax_cpu_collectives_implementation"])
+        self._config = None
 
     # ---- programs ---------------------------------------------------------------------------
     def program(self, body):
