@@ -7,7 +7,7 @@
    communicator (NCCL on GPUs): time and bus bandwidth, ``2 (n - 1) / n * bytes / time``
    (NCCL's tests' measure).
 5. An MLP training step (784-1024-1024-10, SGD, synthetic MNIST-shaped data), fused into
-   one XLA program per rank and run step by step: samples/s.
+   one XLA program per rank and run step by step: samples/s (``--quick``: 784-128-10).
 6. ResNet-50 (224 x 224, synthetic data, SGD with momentum): samples/s per GPU of
    synkhronos' step (``extensions.train``, fused) against a data-parallel loop written by
    hand in JAX (``jax_resnet.py``) on the same devices.
@@ -92,7 +92,8 @@ def main() -> None:
                  (f"all_reduce {args.size / 1e6:g}M float32 (ms)", f"{best * 1e3:.2f}"),
                  ("all_reduce bus bandwidth (GB/s)",
                   f"{2 * (n - 1) / n * gigabytes / best:.2f}" if n > 1 else "one rank")]
-        rows += _mlp_steps(synk, n, args.batch_size, args.steps)
+        sizes = (784, 128, 10) if args.quick else (784, 1024, 1024, 10)
+        rows += _mlp_steps(synk, n, sizes, args.batch_size, args.steps)
         if not args.quick:
             rows += _resnet(synk, routines, n, args)
     finally:
@@ -117,12 +118,12 @@ def _call_overhead(synk) -> list[tuple[str, str]]:
     return [("call: synk / plain PyTensor JAX (us)", f"{t_synk * 1e6:.1f} / {t_plain * 1e6:.1f}")]
 
 
-def _mlp_steps(synk, n: int, batch: int, steps: int) -> list[tuple[str, str]]:
+def _mlp_steps(synk, n: int, sizes: tuple, batch: int, steps: int) -> list[tuple[str, str]]:
     """Samples/s of the MLP step, fused and step by step (same model, same data)."""
     from synkhronos.extensions import train
     from synkhronos.extensions.lasagne import updates
 
-    x, y, loss, params = mlp(sizes=(784, 1024, 1024, 10))
+    x, y, loss, params = mlp(sizes=sizes)
     step = train.make_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
     unfused = synk.chain(step.grad_function, ("all_reduce", step.phases.flat_grad, "sum"),
                          step.update_function, every_rank_rows=True, fuse=False)
@@ -140,7 +141,8 @@ def _mlp_steps(synk, n: int, batch: int, steps: int) -> list[tuple[str, str]]:
     for label, chain in (("fused", step.chain), ("step by step", unfused)):
         run(chain)  # compiled
         seconds = best_of(lambda chain=chain: run(chain), 3, steps)
-        rows.append((f"MLP step, {label}, {batch} rows per rank (samples/s)",
+        rows.append((f"MLP step {'-'.join(map(str, sizes))}, {label}, {batch} rows per rank "
+                     f"(samples/s)",
                      f"{total / seconds:,.0f}"))
     return rows
 

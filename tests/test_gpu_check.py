@@ -21,5 +21,5 @@ def test_gpu_check_quick_prints_every_figure():
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     for row in ("call: synk / plain PyTensor JAX (us)", "all_reduce bus bandwidth (GB/s)",
-                "MLP step, fused", "MLP step, step by step"):
+                ", fused, ", ", step by step, "):
         assert row in done.stdout, out
