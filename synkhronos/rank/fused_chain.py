@@ -24,11 +24,14 @@ instead, with the same results. Across several nodes chains run step by step.
 
 from __future__ import annotations
 
+import numpy as np
+
 from synkhronos.rank.outputs import host_outputs
 from synkhronos.rank.state import RankState, bare_plan, share_of
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.comm.xla import XlaCommunicator, broadcast_traced, reduce_traced
 from synkhronos.transport.protocol import Collective
+from synkhronos.transport.reduction import IN_PLACE_DTYPES
 
 _TRACED = {
     Collective.ALL_REDUCE: lambda x, op, n: reduce_traced(x, op, n),
@@ -58,13 +61,19 @@ class _Call:
 
 
 def _fusable(state: RankState, steps) -> bool:
+    """Whether this rank's communicator and the chain's collectives allow one program (the
+    same answer on every rank)."""
     return (isinstance(state.comm, XlaCommunicator) and state.n_ranks > 1
-            and all(isinstance(s, int) or s.kind in _TRACED for s in steps))
+            and all(isinstance(s, int) or (s.kind in _TRACED and all(
+                np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices)))
+                for s in steps))
 
 
 def _calls(state: RankState, steps, plan: CallPlan, resolve):
     """The function steps as :class:`_Call` objects and the first one's arguments, or None
     when this rank cannot run them as one program (see the module docstring)."""
+    import jax
+
     calls, first_args = [], []
     for step in steps:
         if not isinstance(step, int):
@@ -79,7 +88,10 @@ def _calls(state: RankState, steps, plan: CallPlan, resolve):
             return None
         if calls and args:  # later functions' own arguments (sliceable rows): step by step
             return None
-        calls.append(_Call(fn, compiled, subset, len(args), weight))
+        call = _Call(fn, compiled, subset, len(args), weight)
+        if not all(isinstance(c[0], (np.ndarray, np.generic, jax.Array)) for c in call.cells):
+            return None  # a random generator's state, say
+        calls.append(call)
         first_args = first_args or args
     return calls, first_args
 
@@ -131,8 +143,11 @@ class FusedChain:
 
     def inputs(self, args: list) -> list:
         """The program's inputs on this device: the first function's arguments, then the
-        cells' current values."""
-        return self.state.comm.to_device([*args, *(c[0] for c in self.cells)])
+        cells' current values (the cells keep them on the device from now on)."""
+        values = self.state.comm.to_device([*args, *(c[0] for c in self.cells)])
+        for cell, value in zip(self.cells, values[len(args):], strict=True):
+            cell[0] = value
+        return values
 
     def run(self, inputs: list) -> list[tuple]:
         """Run the program on ``inputs`` and store the cells' new values; returns, per
