@@ -209,9 +209,11 @@ class XlaCommunicator(ShmCommunicator):
         jax.config.update("jax_enable_recoverability", True)
         clear_backends()  # JAX may have run in this process before the fork
         try:
+            # No cluster detection: the workers inherit an MPI launcher's variables from
+            # their node's rank 0, which would name other ranks and devices.
             jax.distributed.initialize(
                 address, n_ranks, rank, coordinator_bind_address=address if local else None,
-                initialization_timeout=120)
+                cluster_detection_method="deactivate", initialization_timeout=120)
         finally:  # read only when the service starts
             jax.config.update("jax_enable_recoverability",
                               self._config["jax_enable_recoverability"])
