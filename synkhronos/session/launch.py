@@ -213,8 +213,8 @@ class Session:
                                  check_alive)
         self.state = RankState(0, n_ranks, comm, self.backend)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
-        # GPU ranks are driven by their GPUs; pinning them would only starve their threads.
-        self.cores = (rank_cores(n_ranks) if backend_name != "gpu" or gpu.on_cpu_devices()
+        # GPU ranks on GPUs are driven by them; pinning would only starve their threads.
+        self.cores = (rank_cores(n_ranks) if backend_name != "gpu" or _jax_on_cpus(backend_name)
                       else None)
         self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
                                             backend_name)
@@ -362,8 +362,10 @@ class Session:
                         warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
                                       f"after SIGKILL; leaving it", stacklevel=2)
         finally:
-            self.backend.close(self.state.registry.variables)
-            self.state.comm.close()
+            try:
+                self.backend.close(self.state.registry.variables)
+            finally:
+                self.state.comm.close()
             sweep(self.name)
             self.thread_limits.restore_original_limits()
             self.functions.clear()  # they refer to this session: no cycle to wait on
