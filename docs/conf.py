@@ -14,7 +14,7 @@ release = "0.1.0"
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
 
 # GPU/JAX backends are optional; mocking them lets autodoc import every module anywhere.
-autodoc_mock_imports = ["jax", "cupy"]
+autodoc_mock_imports = ["jax"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 napoleon_google_docstring = False

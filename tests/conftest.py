@@ -9,6 +9,12 @@ import numpy as np
 import pytest
 
 import synkhronos as synk
+from synkhronos.rank.backends.gpu import visible_gpus
+
+# Without a GPU, GPU ranks (the "gpu"-marked tests) run on one CPU device each: the same
+# code, with gloo collectives between the CPU devices instead of NCCL between GPUs.
+if not visible_gpus():
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Which CPU backend backend="auto" takes depends on what this machine measured faster;
 # the suite must not (test_cpu_choice.py tests that choice with this variable removed).

@@ -1,97 +1,289 @@
-"""GPU ranks. Without a GPU only the missing-extra message is checked; the tests marked
-``gpu`` run on a machine with one (``bench/gpu_check.py`` runs them on a lent GPU)."""
+"""GPU ranks: ``fork(backend="gpu")``, on CUDA GPUs where some are visible, else on 2 CPU
+devices with ``JAX_PLATFORMS=cpu`` (``conftest.py`` sets it): the same code, XLA
+collectives between the ranks (NCCL between GPUs, gloo between CPU devices), shared
+variables kept on the devices, outputs reduced through the communicator, training steps
+as one XLA program. Results are checked against numpy and single-process PyTensor, with
+uneven splits. One session serves the module; ``tests/test_gpu_faults.py`` kills ranks.
+"""
 
-import importlib.util
+from __future__ import annotations
+
+import logging
 
 import numpy as np
 import pytensor
+import pytensor.tensor as pt
 import pytest
 
 import synkhronos as synk
-from tests.graphs import check_ops, ops_function, random_xy
+from synkhronos.api import routines
+from synkhronos.rank.backends import gpu
+from synkhronos.rank.compiled import RankFunction
+from synkhronos.session import launch
+from synkhronos.transport.comm.xla import XlaCommunicator
+from tests.graphs import check_ops, ops_function, random_xy, record_reduce_ops
 
-HAVE_CUDA_STACK = all(importlib.util.find_spec(m) for m in ("cupy", "jax"))
-
-
-@pytest.mark.skipif(HAVE_CUDA_STACK, reason="the GPU extra is installed")
-def test_missing_extra_says_what_to_install():
-    with pytest.raises(ImportError, match=r"synkhronos\[cuda\]"):
-        synk.fork(backend="gpu")
-
-
-def _gpu_available() -> bool:
-    if not HAVE_CUDA_STACK:
-        return False
-    from synkhronos.rank.backends.gpu import visible_gpus
-
-    return len(visible_gpus()) > 0
-
-
-gpu = pytest.mark.skipif(not _gpu_available(), reason="needs a CUDA GPU and synkhronos[cuda]")
+pytest.importorskip("jax")
 
 
 @pytest.fixture(scope="module")
 def gpu_ranks():
-    n = synk.fork(backend="gpu")
+    n = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu")
     yield n
     synk.close()
 
 
-@gpu
+def _comm() -> XlaCommunicator:
+    comm = launch.current().state.comm
+    assert isinstance(comm, XlaCommunicator)
+    return comm
+
+
 @pytest.mark.gpu
-def test_function_matches_pytensor(gpu_ranks, rng):
+def test_outputs_reduced_on_the_devices_match_pytensor(gpu_ranks, rng):
+    assert pytensor.config.floatX == "float32"  # the GPU default, set by fork
+    with pytest.warns(UserWarning, match="computed as 32-bit"):  # float64 graphs
+        f, ref = ops_function()
+    reduce_ops = record_reduce_ops(_comm())
+    try:
+        xv, yv = random_xy(rng, 37)
+        check_ops(f(xv, yv, 0.5), ref(xv, yv, 0.5), rtol=1e-5)
+        assert reduce_ops == ["sum", "prod", "max", "min"]  # "avg" goes with "sum"
+        idx = rng.permutation(37)[:20]
+        got = f(xv, yv, 1.5, batch=idx, num_slices=3, output_subset=range(6))
+        check_ops(got + [[20]], ref(xv[idx], yv[idx], 1.5)[:6] + [20], rtol=1e-5)
+        reduce_ops.clear()
+        got = f(xv, yv, 2.0, batch=[7])  # rank 1 gets no rows: every output by the host
+        check_ops(got, ref(xv[[7]], yv[[7]], 2.0), rows_per_rank=[1] + [0] * (gpu_ranks - 1),
+                  rtol=1e-5)
+        assert reduce_ops == []
+    finally:
+        del _comm().reduce
+    x = pt.matrix("x")
+    with pytest.raises(ValueError, match="same shape on every rank"):  # refused on every rank
+        synk.function([x], (x[:, 0] * 2, "sum"))(np.ones((5, 3), "float32"))
+    any_positive, n_rows = synk.function([x], [((x > 0).any(), "max"),
+                                               (pt.cast(x.shape[0], "int16"), "sum")])(
+        xv.astype("float32"))
+    assert any_positive.dtype == bool and bool(any_positive)  # by the host: no such dtype
+    assert n_rows.dtype == np.int16 and int(n_rows) == 37
+
+
+@pytest.mark.gpu
+def test_collectives_keep_shared_variables_on_the_devices(gpu_ranks, rng):
     import jax
 
-    f, ref = ops_function()
-    xv, yv = random_xy(rng, 37)
-    rtol = 1e-10 if jax.config.jax_enable_x64 else 1e-5
-    check_ops(f(xv, yv, 0.5), ref(xv, yv, 0.5), rtol=rtol)
-    idx = rng.permutation(37)[:20]
-    got = f(xv, yv, 1.5, batch=idx, num_slices=3, output_subset=range(6))
-    check_ops(got + [[20]], ref(xv[idx], yv[idx], 1.5)[:6] + [20], rtol=rtol)
-
-
-@gpu
-@pytest.mark.gpu
-def test_collectives_and_device_residency(gpu_ranks, rng):
-    import jax
-
+    n = gpu_ranks
     w = pytensor.shared(np.zeros(1000, dtype="float32"), name="w_gpu")
     data = pytensor.shared(np.zeros((1, 4), dtype="float32"), name="d_gpu")
-    f = synk.function([], (data.sum(), "sum"), updates={w: w + 1}, sliceable_shareds=[data])
-    whole = rng.normal(size=(10 * gpu_ranks, 4)).astype("float32")
+    f = synk.function([], (data.sum(), "sum"), updates={w: w + data.sum()},
+                      sliceable_shareds=[data])
+    whole = rng.normal(size=(10 * n + 1, 4)).astype("float32")  # 11 and 10 rows
     synk.scatter(data, whole)
-    f(batch_s=slice(0, 5))
+    parts = np.array_split(whole, n)
+    np.testing.assert_allclose(f(batch_s=slice(0, 5)), sum(p[:5].sum() for p in parts),
+                               rtol=1e-5)
     assert isinstance(w.get_value(borrow=True), jax.Array)  # stayed on the device
+    per_rank = synk.gather(w, nd_up=1)
+    np.testing.assert_allclose(per_rank[:, 0], [p[:5].sum() for p in parts], rtol=1e-5)
+    before = _comm().dispatches
     synk.all_reduce(w, op="avg")
-    np.testing.assert_allclose(synk.gather(w, nd_up=1), np.ones((gpu_ranks, 1000)))
-    for op in ("sum", "max", "min", "prod"):
-        synk.all_reduce(w, op=op)
+    assert _comm().dispatches == before + 1  # one XLA program
+    np.testing.assert_allclose(synk.gather(w, nd_up=1), np.stack([per_rank.mean(0)] * n),
+                               rtol=1e-5)
     synk.broadcast(w, np.arange(1000, dtype="float32"))
-    np.testing.assert_array_equal(synk.reduce(w, op="max"), np.arange(1000))
-    np.testing.assert_array_equal(synk.all_gather(data), whole)
+    synk.set_value(n - 1, w, np.full(1000, 2000, "float32"))
+    np.testing.assert_array_equal(synk.reduce(w, op="min", nccl=False, in_place=False),
+                                  np.arange(1000))  # by the host
     np.testing.assert_array_equal(synk.get_value(0, w), np.arange(1000))
+    np.testing.assert_array_equal(synk.reduce(w, op="max"), np.full(1000, 2000))
+    np.testing.assert_array_equal(synk.get_value(0, w), np.full(1000, 2000))  # in place
+    np.testing.assert_array_equal(synk.all_gather(data), whole)  # 11 and 10 rows: by the host
+    assert isinstance(data.get_value(borrow=True), jax.Array)
+    np.testing.assert_array_equal(synk.get_lengths(data), [len(whole)] * n)
 
 
-def test_auto_falls_back_to_cpu_without_the_extra(monkeypatch, capsys):
-    from synkhronos.rank.backends import gpu
-    from synkhronos.session import launch
+OPS = ("avg", "sum", "prod", "max", "min")
+DTYPES = ("float32", "float16", "int32")
 
+
+def _inputs(seed: int, rank: int, dtype: str) -> list[np.ndarray]:
+    """Rank ``rank``'s arrays: small values, so that "prod" cannot overflow; a 0-d one."""
+    rng = np.random.default_rng([seed, rank])
+    return [rng.integers(1, 4, (5, 3)).astype(dtype), rng.integers(1, 4, ()).astype(dtype)]
+
+
+def _reduced(op: str, per_rank: list[np.ndarray]) -> np.ndarray:
+    stack = np.stack(per_rank)
+    if op == "avg":  # in the input dtype; integers toward zero
+        return (stack.astype(np.float64).sum(0) / len(per_rank)).astype(stack.dtype)
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    return ufunc.reduce(stack, axis=0, dtype=stack.dtype)
+
+
+def every_collective(state, seed) -> list[np.ndarray]:
+    """(A routine, on every rank) Every collective and op of the XLA communicator on
+    device arrays, against numpy on every rank's inputs (each rank makes them all from
+    the seed). Returns ``[XLA programs run, checks made]``."""
+    import jax
+
+    comm, n, r = state.comm, state.n_ranks, state.rank
+    seed, checks, start = int(seed[0]), 0, comm.dispatches
+    last = n - 1
+
+    def check(what, got, want):
+        nonlocal checks
+        got = np.asarray(got)
+        assert got.dtype == want.dtype and got.shape == want.shape, (what, got, want)
+        np.testing.assert_allclose(got, want, rtol=1e-3, err_msg=what)
+        checks += 1
+
+    for dtype in DTYPES:
+        everyone = [_inputs(seed, k, dtype) for k in range(n)]
+        mine = [jax.device_put(a) for a in everyone[r]]
+        for op in OPS:
+            want = [_reduced(op, [e[i] for e in everyone]) for i in range(2)]
+            for i, got in enumerate(comm.all_reduce(mine, op)):
+                check(f"all_reduce {op} {dtype} {i}", got, want[i])
+            got = comm.reduce(mine, op, root=last)
+            assert (got is None) == (r != last)
+            for i, g in enumerate(got or []):
+                check(f"reduce {op} {dtype} {i}", g, want[i])
+        for i, g in enumerate(comm.broadcast(mine if r == last else None, root=last)):
+            check(f"broadcast {dtype} {i}", g, everyone[last][i])
+        for k, box in enumerate(comm.all_gather(mine)):
+            for i, g in enumerate(box):
+                check(f"all_gather {dtype} rank {k} {i}", g, everyone[k][i])
+        got = comm.gather(mine, root=0)
+        assert (got is None) == (r != 0)
+        parts = [[jax.device_put(a) for a in e] for e in everyone] if r == last else None
+        for i, g in enumerate(comm.scatter(parts, root=last)):
+            check(f"scatter {dtype} {i}", g, everyone[r][i])
+    programs = comm.dispatches - start
+    # By the host: pieces of different shapes, bool (no XLA reduction of it here).
+    uneven = jax.device_put(np.arange(r + 2.0, dtype="float32"))
+    for k, box in enumerate(comm.all_gather([uneven])):
+        check(f"uneven all_gather {k}", box[0], np.arange(k + 2.0, dtype="float32"))
+    flags = comm.all_reduce([jax.device_put(np.array([r == 0, True, False]))], "max")
+    check("bool all_reduce", flags[0], np.array([True, True, False]))
+    assert comm.dispatches - start == programs, "the host path ran an XLA program"
+    return [np.array([programs, checks])]
+
+
+@pytest.mark.gpu
+def test_every_collective_and_op_on_device_arrays(gpu_ranks):
+    replies = routines.run(every_collective, np.array([7]))
+    # Per dtype: 5 all_reduce and 5 reduce programs, broadcast, all_gather, gather, scatter.
+    assert [r[0].tolist()[0] for r in replies] == [len(DTYPES) * 14] * gpu_ranks
+    # Per dtype and rank: 10 all_reduce arrays, broadcast 2, all_gather 2 per rank, scatter
+    # 2, and on the reduce's root 10 more; then 3 by the host.
+    n, per_dtype = gpu_ranks, 14 + 2 * gpu_ranks
+    assert [r[0].tolist()[1] for r in replies] == [
+        len(DTYPES) * (per_dtype + 10 * (r == n - 1)) + n + 1 for r in range(n)]
+
+
+def _model(rng, float_x):
+    x, y = pt.matrix("x"), pt.vector("y")
+    w = pytensor.shared((0.3 * rng.normal(size=(6, 5))).astype(float_x), name="w")
+    b = pytensor.shared(np.zeros(5, float_x), name="b")
+    v = pytensor.shared((0.3 * rng.normal(size=5)).astype(float_x), name="v")
+    loss = pt.mean((pt.tanh(x @ w + b) @ v - y) ** 2)
+    return [x, y], [w, b, v], loss
+
+
+@pytest.mark.gpu
+def test_a_training_step_is_one_xla_program(gpu_ranks, rng, monkeypatch):
+    """extensions.train's step (gradient, all-reduce, Adam) fused into one program per
+    rank, dispatched once per step: 20 steps give the trajectory of the same chain run
+    step by step and of single-process PyTensor. Uneven rows run step by step."""
+    from synkhronos.extensions import train
+    from synkhronos.extensions.lasagne import updates
+
+    float_x, rows = pytensor.config.floatX, 8 * gpu_ranks  # every rank gets 8 rows
+    data = (rng.normal(size=(4 * rows, 6)).astype(float_x),
+            rng.normal(size=4 * rows).astype(float_x))
+    runs = []
+    monkeypatch.setattr(RankFunction, "run", _counting(RankFunction.run, runs))
+    batches = [slice(rows * (i % 4), rows * (i % 4) + rows) for i in range(20)]
+    steps, params = {}, {}
+    for kind in ("fused", "unfused", "pytensor"):
+        inputs, params[kind], loss = _model(np.random.default_rng(3), float_x)
+        make = (train.make_pytensor_step_function if kind == "pytensor"
+                else train.make_step_function)
+        steps[kind] = make(loss, params[kind], inputs, updates.adam, learning_rate=0.05)
+    steps["unfused"] = _unfused(steps["unfused"])
+    trajectories = {}
+    for kind, step in steps.items():
+        before, runs[:] = _comm().dispatches, []
+        trajectories[kind] = np.array([
+            [float(step(*data, batch=batch)), *_flat(params[kind])] for batch in batches])
+        if kind == "fused":
+            assert runs == [] and _comm().dispatches - before == len(batches)
+            fused = launch.current().state.fused
+            assert [f.calls for f in fused.values()] == [len(batches)]
+        elif kind == "unfused":
+            assert len(runs) == 2 * len(batches)
+    for kind in ("fused", "unfused"):
+        np.testing.assert_allclose(trajectories[kind], trajectories["pytensor"], rtol=2e-5,
+                                   atol=1e-6, err_msg=kind)
+    # Rows split 8 and 7: no one program for every rank, so step by step, still exact.
+    runs[:] = []
+    for kind in ("fused", "pytensor"):
+        steps[kind](*data, batch=slice(0, rows - 1))
+    assert len(runs) == 2
+    np.testing.assert_allclose(_flat(params["fused"]), _flat(params["pytensor"]), rtol=2e-5,
+                               atol=1e-6)
+
+
+def _flat(params) -> np.ndarray:
+    return np.concatenate([np.ravel(p.get_value()) for p in params])
+
+
+def _counting(method, calls: list):
+    def counted(self, *args, **kwargs):
+        calls.append(self.spec.name)
+        return method(self, *args, **kwargs)
+
+    return counted
+
+
+def _unfused(step):
+    """``step``'s chain, run step by step."""
+    chain = synk.chain(step.grad_function, ("all_reduce", step.phases.flat_grad, "sum"),
+                       step.update_function, every_rank_rows=True, fuse=False)
+    return lambda *data, batch: chain(*data, batch=batch)[0]
+
+
+def test_gpu_ranks_on_cpu_devices_need_no_gpu_tools(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.setattr(gpu, "gpu_table", lambda: pytest.fail("nvidia-smi was called"))
+    monkeypatch.setattr(gpu, "_default_float32", lambda: None)
+    assert gpu.prepare_gpus(3, None) is None
+    monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["jax"])
+    with pytest.raises(ImportError, match=r"needs jax; .*synkhronos\[cuda\]"):
+        gpu.prepare_gpus(2, None)
+
+
+def test_auto_takes_gpus_only_where_jax_may_use_them(monkeypatch, caplog):
     monkeypatch.setattr(gpu, "visible_gpus", lambda: ["0", "1"])
-    monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["cupy"])
-    assert launch._auto_backend() == "cpu"
-    assert "synkhronos[cuda]" in capsys.readouterr().out
+    monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["JAX's CUDA plugin"])
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    with caplog.at_level(logging.WARNING):
+        assert launch._auto_backend() == "cpu"
+    assert "synkhronos[cuda]" in caplog.text
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: [])
     assert launch._auto_backend() == "gpu"
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # JAX told to leave the GPUs alone
+    assert launch._auto_backend() == "cpu"
+    monkeypatch.delenv("JAX_PLATFORMS")
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
     assert launch._auto_backend() == "cpu"
 
 
-def test_master_rank_puts_its_gpu_first(monkeypatch, capsys):
+def test_master_rank_puts_its_gpu_first(monkeypatch, caplog):
     import warnings
 
-    from synkhronos.rank.backends import gpu
-
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     monkeypatch.setattr(gpu, "_require_gpu_packages", lambda: None)
     monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB")
                                                    for i in range(4)])
@@ -100,10 +292,10 @@ def test_master_rank_puts_its_gpu_first(monkeypatch, capsys):
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # restored afterwards, whatever is set
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # every GPU of the table is visible
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO):
         warnings.simplefilter("ignore")  # "jax was imported before synk.fork()"
         assert gpu.prepare_gpus(3, None, master_rank=2) == ["2", "0", "1"]
-        assert "rank 0: GPU 2, Fake GPU" in capsys.readouterr().out
+        assert "rank 0: GPU 2, Fake GPU" in caplog.text
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
         assert gpu.prepare_gpus(None, [3, 1], master_rank=2) == ["3", "1"]  # gpus= decides
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

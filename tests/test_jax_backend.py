@@ -54,7 +54,7 @@ def test_mode_is_jax(jax_ranks):
 
 def test_outputs_come_by_the_host(jax_ranks, rng):
     """On jax-cpu, as on cpu, outputs reach rank 0 in the replies: no collective per call
-    (GPU ranks reduce through the communicator; tests/test_gpu_backend_fake.py)."""
+    (GPU ranks reduce through the communicator; tests/test_gpu.py)."""
     from synkhronos.session import launch
 
     f, ref = ops_function()

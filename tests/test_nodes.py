@@ -39,9 +39,6 @@ from synkhronos.transport import nodes
 from synkhronos.extensions import train as T
 from synkhronos.extensions import updates as U
 
-if sys.argv[2] == "gpu":  # tests/fake_cupy stands in for CuPy and NCCL, on CPU ranks
-    from synkhronos.rank.backends import gpu
-    gpu.gpu_table = lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(int(sys.argv[1]))]
 synk.fork(int(sys.argv[1]), backend=sys.argv[2])
 world = nodes.current()
 N = world.n_global
@@ -113,9 +110,10 @@ check("scatter", synk.gather(v, nd_up=0), np.arange(2.0 * N))
 synk.all_gather(v)
 check("all_gather", synk.get_value(N - 1, v), np.arange(2.0 * N))
 check("lengths", synk.get_lengths(v), [2 * N] * N)
-if sys.argv[2] == "gpu":  # the collectives above went through one NCCL communicator
-    nccl = launch.current().state.comm.local._comm
-    check("NCCL size and rank", [nccl.size(), nccl.rank_id()], [N, world.offset])
+if sys.argv[2] == "gpu":  # the collectives above ran as XLA programs over every rank
+    xla = launch.current().state.comm.local
+    check("mesh size and XLA programs run", [xla.mesh.devices.size, xla.dispatches > 0],
+          [N, True])
 # batch_s: one selection for every rank, then one per global rank.
 check("batch_s", g(X, batch_s=slice(1, 4)), X.sum() + N * np.arange(1.0, 4.0).sum())
 per = [slice(r, r + 1) for r in range(N)]
@@ -173,16 +171,14 @@ while True:
 """
 
 
-def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120,
-            fake_cupy: bool = False):
+def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120):
     path = tmp_path / "script.py"
     path.write_text(script)
-    paths = [str(ROOT / "tests" / "fake_cupy")] if fake_cupy else []
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    env.update(PYTHONPATH=os.pathsep.join(paths + [str(ROOT)] + (
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT)] + (
         [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
         PYTENSOR_FLAGS="mode=FAST_COMPILE",  # small graphs compile in a blink
-        JAX_PLATFORMS="cpu", FAKE_NCCL_PREFIX=f"fakenccl{os.getpid()}")
+        JAX_PLATFORMS="cpu")  # "gpu": GPU ranks on CPU devices
     start = time.monotonic()
     proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(path), *args],
                           capture_output=True, text=True, timeout=timeout, env=env,
@@ -195,12 +191,12 @@ def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120,
                                                 (2, "gpu")])
 def test_calls_and_collectives_span_every_node(tmp_path, local, backend):
     """2 nodes x ``local`` ranks: outputs, batch selections, collectives and a training
-    trajectory equal one process on the whole batch. "gpu" runs GPU ranks with
-    ``tests/fake_cupy`` standing in for CuPy: one NCCL communicator over all 4 ranks, and
-    outputs through it (the communicator path) across the nodes."""
+    trajectory equal one process on the whole batch. "gpu" runs GPU ranks on CPU devices
+    (``JAX_PLATFORMS=cpu``): one XLA mesh over all 4 ranks, and outputs through it (the
+    communicator path) across the nodes."""
     if backend != "cpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
-    proc, _ = _launch(tmp_path, CHECKS, str(local), backend, fake_cupy=backend == "gpu")
+    proc, _ = _launch(tmp_path, CHECKS, str(local), backend)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert f"2 nodes (MPI), {local} local ranks each, {2 * local} global ranks; this is " \

@@ -51,8 +51,10 @@ class Chain:
     """Functions and collectives run on every rank by one command; build it with
     :func:`chain`."""
 
-    def __init__(self, session, entries: Sequence, every_rank_rows: bool = False):
+    def __init__(self, session, entries: Sequence, every_rank_rows: bool = False,
+                 fuse: bool = True):
         self._session = session
+        self._fuse = fuse
         self._every_rank_rows = every_rank_rows
         steps, functions, touched = [], [], set()
         for entry in entries:
@@ -73,7 +75,7 @@ class Chain:
         if not steps:
             raise ValueError("a chain needs at least one step")
         self._steps, self._functions = steps, functions
-        self._table = encode_table(steps)
+        self._table = encode_table(steps, fuse)
         self._touched = touched
 
     def __repr__(self) -> str:
@@ -116,7 +118,7 @@ class Chain:
             raise TypeError("this chain has no function to take arguments")
         results = session.execute(
             Command.CHAIN, arrays,
-            lambda: run_steps(session.state, self._steps, plan, lambda d: d.data))
+            lambda: run_steps(session.state, self._steps, plan, lambda d: d.data, self._fuse))
         if not self._touched.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         replies = [_split_reply(session.channel.reply_arrays(r), len(self._functions))
@@ -131,7 +133,7 @@ class Chain:
         return outputs
 
 
-def chain(*steps, every_rank_rows: bool = False) -> Chain:
+def chain(*steps, every_rank_rows: bool = False, fuse: bool = True) -> Chain:
     """Chain synkhronos functions and collectives into one call: one command per call.
 
     Parameters
@@ -149,6 +151,11 @@ def chain(*steps, every_rank_rows: bool = False) -> Chain:
         function, so a later step would read what it wrote on an earlier call (a
         training step's gradient, say). Every node finds the same empty ranks; under
         MPI the error ends the job, as any failed call does (:doc:`nodes`).
+    fuse : bool
+        On GPU ranks, run the whole chain as one XLA program per rank, dispatched once
+        per call, when every rank computes on equally shaped inputs and the collectives
+        are "all_reduce" or "broadcast" (:mod:`synkhronos.rank.fused_chain`); other calls,
+        and False, run step by step, with the same results. Other backends ignore it.
 
     Returns
     -------
@@ -178,7 +185,7 @@ def chain(*steps, every_rank_rows: bool = False) -> Chain:
     [20.0, 20.0]
     >>> synk.close()
     """
-    return Chain(launch.current(), steps, every_rank_rows)
+    return Chain(launch.current(), steps, every_rank_rows, fuse)
 
 
 __all__ = ["Chain", "chain"]

@@ -472,7 +472,7 @@ def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=No
         the workers send nothing) or "per_rank" (the list of every rank's result). The
         ``c_`` forms ("c_avg", "c_sum", "c_prod", "c_max", "c_min", "c_gather") give the
         same result reduced from the ranks' replies on the host, never by the
-        communicator (NCCL on GPU ranks).
+        communicator (an XLA program on GPU ranks).
     bcast_inputs : list of Variable
         Inputs every rank receives whole.
     updates : dict, or list of (SharedVariable, Variable) or (SharedVariable, Variable, op)

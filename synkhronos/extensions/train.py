@@ -25,6 +25,10 @@ sends one command per step, and every rank runs them back to back:
 3. the update function: each rank divides by the total row count, which gives
    the mean gradient over the whole batch, and applies the rule.
 
+On GPU ranks the three run as one XLA program per rank, dispatched once per step
+(:mod:`synkhronos.rank.fused_chain`), whenever every rank gets the same number of
+rows and ``num_slices`` is 1; otherwise one after the other, with the same results.
+
 Every rank needs at least one row of the batch: a rank without rows would skip
 phase one and all-reduce its previous step's gradient, so both forms refuse such
 a batch.

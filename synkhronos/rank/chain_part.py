@@ -5,9 +5,12 @@ in order without returning to rank 0 in between. The command's arrays are the st
 table, then the encoded :class:`~synkhronos.transport.callplan.CallPlan` of the first function
 step (the only one that takes arguments). The table is one int64 vector::
 
-    n_steps, then per step:
+    n_steps, fuse, then per step:
         FUNCTION, fid
         COLLECTIVE, kind, op index, nccl, n_vars, registry indices[n_vars]
+
+With ``fuse`` set, GPU ranks may run the whole chain as one XLA program
+(:mod:`synkhronos.rank.fused_chain`).
 
 A worker replies, per function step, ``[weight, n_host]`` (int64) then its ``n_host``
 host outputs. A step that fails on a rank names the step and the rank (an exception
@@ -17,10 +20,10 @@ as for a single collective.
 Examples
 --------
 >>> steps = [3, CollectiveStep(Collective.ALL_REDUCE, np.array([0, 2]), "sum", True), 4]
->>> table = encode_table(steps)
+>>> table = encode_table(steps, fuse=True)
 >>> table.tolist()
-[3, 0, 3, 1, 5, 1, 1, 2, 0, 2, 0, 4]
->>> decode_table(table) == steps
+[3, 1, 0, 3, 1, 5, 1, 1, 2, 0, 2, 0, 4]
+>>> decode_table(table) == (steps, True)
 True
 """
 
@@ -31,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from synkhronos.rank import collective_part
-from synkhronos.rank.state import RankState, run_plan
+from synkhronos.rank.fused_chain import run_fused
+from synkhronos.rank.state import RankState, bare_plan, run_plan
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.channel import Aborted
 from synkhronos.transport.protocol import Collective
@@ -43,9 +47,6 @@ CHAINABLE = {"all_reduce": Collective.ALL_REDUCE, "broadcast": Collective.BROADC
              "all_gather": Collective.ALL_GATHER, "reduce": Collective.REDUCE}
 """Collectives a chain may hold, by name: those that need no values from rank 0 and
 return nothing to it (they act on the variables of every rank)."""
-
-_EMPTY = np.zeros(0, np.int64)
-
 
 @dataclass
 class CollectiveStep:
@@ -68,9 +69,9 @@ class CollectiveStep:
 Step = int | CollectiveStep  # a function step is its fid
 
 
-def encode_table(steps: list[Step]) -> np.ndarray:
+def encode_table(steps: list[Step], fuse: bool) -> np.ndarray:
     """The step table (module docstring) as one int64 vector."""
-    words = [len(steps)]
+    words = [len(steps), int(fuse)]
     for step in steps:
         if isinstance(step, CollectiveStep):
             words += [COLLECTIVE, int(step.kind), COLLECTIVE_OPS.index(step.op),
@@ -80,10 +81,10 @@ def encode_table(steps: list[Step]) -> np.ndarray:
     return np.array(words, np.int64)
 
 
-def decode_table(table: np.ndarray) -> list[Step]:
-    """The steps :func:`encode_table` wrote."""
+def decode_table(table: np.ndarray) -> tuple[list[Step], bool]:
+    """The steps and the fuse flag :func:`encode_table` wrote."""
     words = table.tolist()
-    steps, pos = [], 1
+    steps, pos = [], 2
     for _ in range(words[0]):
         if words[pos] == FUNCTION:
             steps.append(words[pos + 1])
@@ -94,23 +95,27 @@ def decode_table(table: np.ndarray) -> list[Step]:
                                         np.array(words[pos + 5: pos + 5 + n], np.int64),
                                         COLLECTIVE_OPS[op], bool(nccl)))
             pos += 5 + n
-    return steps
+    return steps, bool(words[1])
 
 
-def bare_plan(state: RankState, fid: int) -> CallPlan:
-    """The plan of an argument-free call of function ``fid``, returning every output."""
-    n_out = len(state.functions[fid].spec.outputs)
-    return CallPlan(fid, 1, np.arange(n_out, dtype=np.int64), [], _EMPTY, None, [], _EMPTY,
-                    None)
-
-
-def run_steps(state: RankState, steps: list[Step], plan: CallPlan | None,
-              resolve) -> list[tuple]:
-    """Run this rank's part of every step; ``plan`` is the first function step's.
+def run_steps(state: RankState, steps: list[Step], plan: CallPlan | None, resolve,
+              fuse: bool = True) -> list[tuple]:
+    """Run this rank's part of every step; ``plan`` is the first function step's. With
+    ``fuse``, as one XLA program where :func:`~synkhronos.rank.fused_chain.run_fused` can.
 
     Returns :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host, reduced)`` per function
     step. An exception from a step gets a note naming the step and this rank.
     """
+    if fuse:
+        try:
+            fused = run_fused(state, steps, plan, resolve)
+        except Aborted:
+            raise
+        except BaseException as error:
+            error.add_note(f"in the fused program of a synkhronos chain, on rank {state.rank}")
+            raise
+        if fused is not None:
+            return fused
     results = []
     for i, step in enumerate(steps):
         try:
@@ -132,9 +137,9 @@ def run_steps(state: RankState, steps: list[Step], plan: CallPlan | None,
 
 def run_chain(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
     """(Worker) decode a CHAIN command, run the steps, and return the reply arrays."""
-    steps = decode_table(arrays[0])
+    steps, fuse = decode_table(arrays[0])
     plan = CallPlan.decode(arrays[1:]) if len(arrays) > 1 else None
     reply = []
-    for weight, host, _ in run_steps(state, steps, plan, resolve):
+    for weight, host, _ in run_steps(state, steps, plan, resolve, fuse):
         reply += [np.array([weight, len(host)], np.int64), *host]
     return reply

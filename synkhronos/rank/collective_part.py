@@ -3,9 +3,10 @@
 Rank 0 (:mod:`synkhronos.api.collectives`) checks the arguments and runs :func:`run` with the
 kind, the variables, and the values only it has; each worker decodes the same command
 (:func:`run_collective`) and runs :func:`run` with its own copies of the variables. Every
-part calls the communicator (shared memory on CPU ranks, NCCL on GPU ranks, or with
-``nccl=False`` the shared-memory methods NCCL's communicator extends) and returns rank 0's
-result (None elsewhere, or a result rank 0 ignores).
+part calls the communicator (shared memory on CPU ranks, XLA programs on GPU ranks, or
+with ``nccl=False``, the original Synkhronos' argument, the shared-memory methods the XLA
+communicator extends) and returns rank 0's result (None elsewhere, or a result rank 0
+ignores).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from synkhronos.transport.reduction import COLLECTIVE_OPS, join_rows
 
 
 class _HostPath:
-    """A communicator that extends :class:`ShmCommunicator` (NCCL's), restricted to the
+    """A communicator that extends :class:`ShmCommunicator` (the XLA one), restricted to the
     shared-memory methods it inherits: the host path of ``nccl=False``."""
 
     def __init__(self, comm: ShmCommunicator):

@@ -125,6 +125,43 @@ class RankFunction:
         """Rows of each sliceable shared variable on this rank."""
         return [int(np.shape(s.get_value(borrow=True))[0]) for s in self.spec.sliceable]
 
+    def _share(self, rows: Selection | None, s_rows: Selection | None):
+        """The rows this rank computes on (its weight), its rows of the sliceable variables
+        as this mode selects them, and the variant that does so."""
+        n_rows = None if rows is None else selection_length(rows)
+        n_s = None if s_rows is None else selection_length(s_rows)
+        weight = n_rows if n_rows is not None else (n_s if n_s is not None else 1)
+        if isinstance(s_rows, slice) and self.slices_by_index:
+            s_rows = np.arange(s_rows.start, s_rows.stop, dtype=np.int64)
+        variant = "plain" if s_rows is None else (
+            "slice" if isinstance(s_rows, slice) else "index")
+        return weight, s_rows, variant
+
+    @staticmethod
+    def _arguments(scattered: list, by_position: list[int], chunk: Selection | None,
+                   pos: Selection | None, bcast_values: list,
+                   s_chunk: Selection | None) -> list:
+        """The compiled function's arguments for the rows ``chunk`` (and ``pos``)."""
+        args = [] if chunk is None else [
+            x[pos if mb else chunk] for x, mb in zip(scattered, by_position, strict=True)]
+        args += bcast_values
+        if isinstance(s_chunk, slice):
+            # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
+            args += [np.array(s_chunk.start, np.int64), np.array(s_chunk.stop, np.int64)]
+        elif s_chunk is not None:
+            args.append(s_chunk)
+        return args
+
+    def prepare(self, scattered: list, rows: Selection | None, positions: Selection | None,
+                by_position: list[int], bcast_values: list, s_rows: Selection | None):
+        """This rank's whole share as one slice, not run: ``(weight, compiled function,
+        arguments)`` (arguments as for :meth:`run`; ``(0, None, None)`` without rows)."""
+        weight, s_rows, variant = self._share(rows, s_rows)
+        if weight == 0:
+            return 0, None, None
+        return weight, self._function(variant), self._arguments(
+            scattered, by_position, rows, positions, bcast_values, s_rows)
+
     def run(self, scattered: list, rows: Selection | None, positions: Selection | None,
             by_position: list[int], bcast_values: list, s_rows: Selection | None,
             num_slices: int, subset: list[int]) -> tuple[int, list | None]:
@@ -160,19 +197,13 @@ class RankFunction:
             The combined outputs in ``subset`` order (host arrays, except those kept
             :attr:`on_device`); None when ``weight`` is 0.
         """
-        n_rows = None if rows is None else selection_length(rows)
-        n_s = None if s_rows is None else selection_length(s_rows)
-        weight = n_rows if n_rows is not None else (n_s if n_s is not None else 1)
+        weight, s_rows, variant = self._share(rows, s_rows)
         if weight == 0:
             return 0, None
-        if isinstance(s_rows, slice) and self.slices_by_index:
-            s_rows = np.arange(s_rows.start, s_rows.stop, dtype=np.int64)
         k = num_slices if (rows is not None or s_rows is not None) else 1
         row_chunks = split_selection(rows, k) if rows is not None else [None] * k
         pos_chunks = split_selection(positions, k) if rows is not None else [None] * k
         s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
-        variant = "plain" if s_rows is None else (
-            "slice" if isinstance(s_rows, slice) else "index")
         sliced_updates = k > 1 and bool(self.spec.updates)
         fn = self._function(variant, sliced_updates)
         n_out = len(self.spec.outputs)
@@ -182,14 +213,7 @@ class RankFunction:
                 selection_length(s_chunk) if s_chunk is not None else 1)
             if w == 0:
                 continue
-            args = [] if chunk is None else [
-                x[pos if mb else chunk] for x, mb in zip(scattered, by_position, strict=True)]
-            args += bcast_values
-            if isinstance(s_chunk, slice):
-                # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
-                args += [np.array(s_chunk.start, np.int64), np.array(s_chunk.stop, np.int64)]
-            elif s_chunk is not None:
-                args.append(s_chunk)
+            args = self._arguments(scattered, by_position, chunk, pos, bcast_values, s_chunk)
             with self._first_call((variant, sliced_updates)):
                 outs = fn(*args)
             results.append([outs[i] if self.on_device[i] else np.asarray(outs[i])

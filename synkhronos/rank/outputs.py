@@ -8,17 +8,17 @@ neither: rank 0 returns its own result, and the workers send nothing):
   channel, and rank 0 combines them with
   :func:`synkhronos.transport.reduction.combine`. Nothing here waits on another rank, so a
   failed worker never blocks the others.
-- **Communicator** (backends with ``device_outputs``: "gpu"; CI runs it with
-  ``tests/fake_cupy``): the other reductions go through ``comm.reduce``, which on GPU
-  ranks is NCCL, so values stay on the devices and only rank 0's result is copied to the
-  host, once.
+- **Communicator** (backends with ``device_outputs``: "gpu"; CI runs it on CPU devices):
+  the other reductions go through ``comm.reduce``, which on GPU ranks is an XLA program
+  (:mod:`synkhronos.transport.comm.xla`), so values stay on the devices and only rank 0's
+  result is copied to the host, once.
   First the ranks exchange their row counts and output shapes through shared memory. That
   exchange is the barrier where a rank's failure aborts the others (shared-memory barriers
-  abort; NCCL calls would wait forever), and where mismatched shapes raise the same error
-  on every rank. If any rank had no rows, and so no outputs, every rank takes the host path.
-  Between that barrier and NCCL only the scaling of "avg" values and NCCL's own buffers
-  remain; a rank failing there (out of GPU memory, say) would leave the others waiting, as
-  in any NCCL program.
+  abort; a collective in XLA would wait for the failed rank), and where mismatched shapes
+  raise the same error on every rank. If any rank had no rows, and so no outputs, every
+  rank takes the host path. Between that barrier and the XLA program only the scaling of
+  "avg" values remains; a rank failing there (out of GPU memory, say) leaves the others'
+  programs waiting, and after it the XLA communicator refuses further programs.
 
 Across several nodes (:mod:`synkhronos.transport.nodes`) the communicator spans every node, and each
 node's rank 0 then combines its host-path results with the other nodes' over MPI
@@ -35,11 +35,6 @@ import numpy as np
 
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.reduction import bare_op, combine
-
-
-def _host(values) -> list:
-    """Host arrays of ``values``, leaving out the None entries (op None on a worker)."""
-    return [np.asarray(v) for v in values if v is not None]
 
 
 def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict]:
@@ -69,17 +64,15 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     """
     if not weight:
         outs = []
-    elif state.rank and fn.rank_0_only:
-        outs = [None if i in fn.rank_0_only else o for o, i in zip(outs, subset, strict=True)]
     device = [] if state.n_ranks == 1 else [j for j, i in enumerate(subset) if fn.on_device[i]]
     if not device:
-        return _host(outs), {}
+        return host_outputs(state, fn, subset, outs), {}
     shapes = [np.shape(outs[j]) for j in device] if weight else []
     mine = np.array([weight, *(d for s in shapes for d in (len(s), *s))], np.int64)
     everyone = [a[0] for a in state.comm.all_gather([mine])]
     weights = [int(a[0]) for a in everyone]
     if min(weights) == 0:
-        return _host(outs), {}
+        return host_outputs(state, fn, subset, outs), {}
     for rank, theirs in enumerate(everyone):
         if not np.array_equal(theirs[1:], mine[1:]):
             raise ValueError(
@@ -98,7 +91,17 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
         got = state.comm.reduce(values, comm_op)
         if got is not None:
             reduced.update(zip(positions, got, strict=True))
-    return _host(o for j, o in enumerate(outs) if j not in ops), reduced
+    return host_outputs(state, fn, subset, outs, set(ops)), reduced
+
+
+def host_outputs(state, fn, subset, outs: list, reduced: set = frozenset()) -> list:
+    """This rank's outputs ``outs`` (``subset`` order) that take the host path, as host
+    arrays: all but the positions in ``reduced``, and on the workers all but those of op
+    None, which only rank 0's result gives."""
+    if not outs:  # the rank computed nothing
+        return []
+    return [np.asarray(o) for j, (o, i) in enumerate(zip(outs, subset, strict=True))
+            if j not in reduced and not (state.rank and i in fn.rank_0_only)]
 
 
 def _check_same_shapes(output: int, op: str, values: list) -> None:

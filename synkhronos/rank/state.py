@@ -13,6 +13,8 @@ from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.comm import Communicator
 from synkhronos.transport.protocol import Arg
 
+_EMPTY = np.zeros(0, np.int64)
+
 
 class RankState:
     """What one rank holds between commands.
@@ -36,6 +38,7 @@ class RankState:
         self.first_calls = first_calls
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
+        self.fused: dict = {}  # chains run as one XLA program (rank.fused_chain), by key
 
     def compile(self, spec: GraphSpec) -> RankFunction:
         """Compile ``spec`` and keep it (rank 0 does so when the function is built, so
@@ -58,12 +61,12 @@ class RankState:
         return [self.registry[int(i)] for i in indices]
 
 
-def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict]:
-    """Run this rank's share of a planned call (rank 0 and workers alike).
+def share_of(state: RankState, plan: CallPlan, resolve) -> tuple[RankFunction, dict]:
+    """This rank's function of a planned call, and the arguments of its
+    :meth:`~synkhronos.rank.compiled.RankFunction.run` for this rank's share.
 
     ``resolve`` turns a ``Data`` entry of the plan into its array (rank 0: the ``Data``
-    object; workers: a descriptor). Returns the rows it computed on and
-    :func:`synkhronos.rank.outputs.share_outputs`'s result.
+    object; workers: a descriptor).
     """
     fn = state.functions[plan.fid]
     rank = state.rank
@@ -79,10 +82,27 @@ def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict
         s_rows = slice(0, min(fn.sliceable_lengths()))
     else:
         s_rows = None
-    subset = [int(i) for i in plan.subset]
-    weight, outs = fn.run([resolve(d) for d in plan.scatter], rows, positions,
-                          plan.by_position.tolist(), bcast, s_rows, plan.num_slices, subset)
-    return (weight, *share_outputs(state, fn, subset, weight, outs))
+    return fn, {"scattered": [resolve(d) for d in plan.scatter], "rows": rows,
+                "positions": positions, "by_position": plan.by_position.tolist(),
+                "bcast_values": bcast, "s_rows": s_rows, "num_slices": plan.num_slices,
+                "subset": [int(i) for i in plan.subset]}
+
+
+def bare_plan(state: RankState, fid: int) -> CallPlan:
+    """The plan of an argument-free call of function ``fid``, returning every output."""
+    n_out = len(state.functions[fid].spec.outputs)
+    return CallPlan(fid, 1, np.arange(n_out, dtype=np.int64), [], _EMPTY, None, [], _EMPTY,
+                    None)
+
+
+def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict]:
+    """Run this rank's share of a planned call (rank 0 and workers alike); ``resolve`` as
+    for :func:`share_of`. Returns the rows it computed on and
+    :func:`synkhronos.rank.outputs.share_outputs`'s result.
+    """
+    fn, share = share_of(state, plan, resolve)
+    weight, outs = fn.run(**share)
+    return (weight, *share_outputs(state, fn, share["subset"], weight, outs))
 
 
 def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:

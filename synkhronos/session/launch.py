@@ -16,8 +16,10 @@ import atexit
 import contextlib
 import itertools
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +46,7 @@ from synkhronos.transport.channel import (
     WorkerHung,
 )
 from synkhronos.transport.comm import make_communicator
+from synkhronos.transport.comm.xla import COORDINATOR_VAR, free_address
 from synkhronos.transport.nodes import LAYOUT_VAR, under_mpi_launcher
 from synkhronos.transport.nodes import start as start_nodes
 from synkhronos.transport.nodes import stop as stop_nodes
@@ -56,17 +59,18 @@ DEFAULT_TIMEOUT_S = 300.0  # seconds without progress (not per call) before a ra
 
 _fork_count = itertools.count()
 _session: Session | None = None
+logger = logging.getLogger(__name__)
 
 
 def _auto_backend() -> str:
-    """"gpu" when GPUs are visible and the GPU extra is installed, else
+    """"gpu" when GPUs are visible, JAX may use them and the GPU extra is installed, else
     :func:`_auto_cpu_backend`'s choice."""
-    if not gpu.visible_gpus():
+    if gpu.on_cpu_devices() or not gpu.visible_gpus():
         return _auto_cpu_backend()
     missing = gpu.gpu_packages_missing()
     if missing:
-        print(f"synkhronos: GPUs are visible but {' and '.join(missing)} is missing, so "
-              f"running on CPU ranks; {gpu.EXTRA_HINT}")
+        logger.warning("synkhronos: GPUs are visible but %s is missing, so running on CPU "
+                       "ranks; %s", " and ".join(missing), gpu.EXTRA_HINT)
         return _auto_cpu_backend()
     return "gpu"
 
@@ -138,7 +142,7 @@ class _RankZeroLimits:
         if cores is not None:
             os.sched_setaffinity(0, cores)
         xla_flags = cpu_xla_flags(self._xla_flags or "", threads)
-        if backend == "jax-cpu" and xla_flags:
+        if _jax_on_cpus(backend) and xla_flags:
             # Effective only if JAX has not started its CPU client yet in this process.
             os.environ["XLA_FLAGS"] = xla_flags
         self._restore_heap = keep_freed_memory()
@@ -165,6 +169,14 @@ def _limit_threads(threads: int, cores: list[int] | None, backend: str) -> _Rank
     return _RankZeroLimits(threads, cores, backend)
 
 
+def _jax_on_cpus(backend: str) -> bool:
+    """Whether ranks of ``backend`` run XLA on CPU cores ("jax-cpu", and "gpu" on CPU
+    devices): then each gets its share of the cores, as CPU ranks do, and XLA on one core
+    no thread pool (two processes' pools spinning on the same cores made a 2-rank MLP
+    step 1 s instead of tens of ms)."""
+    return backend == "jax-cpu" or (backend == "gpu" and gpu.on_cpu_devices())
+
+
 def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     import pytensor
 
@@ -174,7 +186,7 @@ def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     flags = env.get("PYTENSOR_FLAGS", "")
     env["PYTENSOR_FLAGS"] = ",".join(f for f in (flags, f"floatX={pytensor.config.floatX}") if f)
     env["SYNK_SYS_PATH"] = json.dumps(sys.path)
-    if backend == "jax-cpu":
+    if _jax_on_cpus(backend):
         env["JAX_PLATFORMS"] = "cpu"
         xla_flags = cpu_xla_flags(env.get("XLA_FLAGS", ""), threads)
         if xla_flags:
@@ -204,8 +216,9 @@ class Session:
         first_calls = FirstCalls(control.segment.fd, wait=False)
         self.state = RankState(0, n_ranks, comm, self.backend, first_calls)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
-        # GPU ranks are driven by their GPUs; pinning them would only starve their threads.
-        self.cores = rank_cores(n_ranks) if backend_name != "gpu" else None
+        # GPU ranks on GPUs are driven by them; pinning would only starve their threads.
+        self.cores = (rank_cores(n_ranks) if backend_name != "gpu" or _jax_on_cpus(backend_name)
+                      else None)
         self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
                                             backend_name)
         self.functions: list = []  # every synkhronos Function built in this session
@@ -234,6 +247,7 @@ class Session:
                 with contextlib.suppress(ProcessLookupError):
                     os.sched_setaffinity(self.processes[-1].pid, self.cores[rank])
             self.watchdog.pids.append(self.processes[-1].pid)
+        self.state.comm.start()
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:
             raise RemoteError(_describe(failures))
@@ -351,8 +365,11 @@ class Session:
                         warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
                                       f"after SIGKILL; leaving it", stacklevel=2)
         finally:
-            self.state.comm.close()
-            self.control.segment.close_fd()
+            try:
+                self.backend.close(self.state.registry.variables)
+            finally:
+                self.state.comm.close()
+                self.control.segment.close_fd()
             sweep(self.name)
             self.thread_limits.restore_original_limits()
             self.functions.clear()  # they refer to this session: no cycle to wait on
@@ -434,7 +451,8 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     ----------
     n_parallel : int, optional
         Number of ranks. Default: one per usable CPU core (``os.sched_getaffinity``) on
-        CPU backends, one per visible GPU on "gpu".
+        CPU backends and on "gpu" with ``JAX_PLATFORMS=cpu`` (CPU devices), one per
+        visible GPU on "gpu".
     use_gpu : bool
         False: CPU ranks (with ``backend="auto"``, "cpu" or "jax-cpu" as below).
     master_rank : int
@@ -446,7 +464,9 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         dimensions.
     backend : {"auto", "cpu", "jax-cpu", "gpu"}
         "auto" picks "gpu" when GPUs are visible (counted with ``nvidia-smi``, without
-        initialising CUDA here) and the GPU extra is installed. Otherwise it picks
+        initialising CUDA here), ``JAX_PLATFORMS`` is not "cpu", and the GPU extra is
+        installed. "gpu" with ``JAX_PLATFORMS=cpu`` runs GPU ranks' code on one CPU
+        device per rank, collectives through gloo (as the tests do). Otherwise it picks
         "jax-cpu" where PyTensor's JAX mode was measured at least 1.1x faster than its
         default mode on this machine and floatX, else "cpu"; the measurement (a few
         seconds) runs once and is remembered (see :doc:`model`). The environment
@@ -496,7 +516,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     gpu_ids = None
     if backend == "gpu":
         gpu_ids = gpu.prepare_gpus(n_parallel, gpus, master_rank)
-        n_parallel = len(gpu_ids)
+        n_parallel = n_parallel if gpu_ids is None else len(gpu_ids)
     if backend != "cpu":
         _match_jax_precision()
     if n_parallel is None:
@@ -510,6 +530,10 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     world = start_nodes(nodes, n_parallel, close)
     if world.n_nodes > 1:
         os.environ[LAYOUT_VAR] = world.layout  # read by every rank's make_communicator
+    if backend == "gpu":  # where global rank 0 runs JAX's coordination service
+        host = "127.0.0.1" if world.n_nodes == 1 else socket.getfqdn()
+        os.environ[COORDINATOR_VAR] = world.from_node_0(
+            free_address(host) if world.node == 0 else None)
     try:
         session = Session(n_parallel, backend, gpu_ids, timeout)
     except BaseException:
@@ -517,6 +541,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         raise
     finally:
         os.environ.pop(LAYOUT_VAR, None)
+        os.environ.pop(COORDINATOR_VAR, None)
     _session = session
     atexit.register(close)
     _close_on_sigterm()

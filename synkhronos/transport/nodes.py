@@ -80,6 +80,10 @@ class World:
                 f"{self.n_global} global ranks; this is node {self.node} (pid {os.getpid()}), "
                 f"global ranks {self.offset}..{self.offset + self.local_ranks[self.node] - 1}")
 
+    def from_node_0(self, value):
+        """Node 0's ``value``, on every node (MPI among the leaders)."""
+        return value if self.mpi is None else self.mpi.bcast(value, root=0)
+
     def node_share(self, sel: Selection) -> Selection:
         """This node's rows of a call's selection: those its global ranks would take."""
         if self.n_nodes == 1:

@@ -107,7 +107,7 @@ def combine(op, values: list, weights: list[int]):
     return np.asarray(acc)
 
 
-# The dtypes NCCL reduces (comm/nccl.py maps each to NCCL's code).
+# The dtypes GPU ranks reduce on the devices (comm/xla.py; all of them NCCL's too).
 IN_PLACE_DTYPES = ("float16", "float32", "float64", "int8", "uint8", "int32", "uint32",
                    "int64", "uint64")
 

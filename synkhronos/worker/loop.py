@@ -85,6 +85,7 @@ def main(argv: list[str]) -> None:
     channel = Channel(session, rank, n_ranks, control, check_parent)
     backend = get_backend(backend_name)
     comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
+    comm.start()
     state = RankState(rank, n_ranks, comm, backend, FirstCalls(control.segment.fd, wait=True))
     views = DataViews(prefix)
 

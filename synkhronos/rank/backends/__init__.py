@@ -1,9 +1,9 @@
 """Backends: how a rank compiles functions and hands shared-variable values to collectives.
 
 ``cpu``: PyTensor's default mode, shared-memory collectives. ``jax-cpu``: PyTensor's JAX
-mode on CPU ranks with the same collectives, so CI runs the JAX code path. ``gpu``: JAX
-mode, one GPU per rank, values stay on the device, NCCL collectives
-(:mod:`synkhronos.rank.backends.gpu`).
+mode on CPU ranks with the same collectives. ``gpu``: JAX mode, one device per rank (a GPU,
+or with ``JAX_PLATFORMS=cpu`` a CPU device), values stay on the device, collectives as
+XLA programs (:mod:`synkhronos.rank.backends.gpu`).
 
 The registry maps each name to the module and factory that build it; a module is imported
 only when its backend is asked for (as :mod:`synkhronos.transport.comm` does for communicators).

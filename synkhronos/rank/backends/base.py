@@ -39,6 +39,10 @@ class Backend:
         the variable's storage where possible)."""
         return self.to_comm(var.get_value(borrow=True))
 
+    def close(self, variables) -> None:
+        """(Rank 0, at the session's close) Leave the shared ``variables`` and this process
+        as a later fork expects them; CPU ranks changed nothing."""
+
     def set_value(self, var, value, owned: bool = False) -> None:
         """Set a shared variable's value from what a communicator returned.
 

@@ -32,6 +32,6 @@ def cpu_backend() -> Backend:
 def jax_cpu_backend() -> Backend:
     """PyTensor's JAX mode on CPU ranks; outputs come to rank 0 as host arrays."""
     # Not through the communicator as on GPU ranks: on CPU ranks that path costs two
-    # collectives per call (0.5 ms of a 3.5 ms training step, measured); the fake-CuPy
-    # GPU tests run it in CI.
+    # collectives per call (0.5 ms of a 3.5 ms training step, measured); the GPU tests
+    # run it in CI, on CPU devices.
     return Backend("jax-cpu", "JAX")

@@ -1,14 +1,22 @@
-"""GPU ranks: one GPU per rank, PyTensor's JAX mode, values kept on the device.
+"""GPU ranks: one device per rank, PyTensor's JAX mode, values kept on the device,
+collectives as XLA programs (:mod:`synkhronos.transport.comm.xla`).
 
 Nothing here initialises CUDA in rank 0 before the workers start: GPUs are counted and
 described with ``nvidia-smi``, and each rank is shown only its own GPU through
-``CUDA_VISIBLE_DEVICES`` before JAX or CuPy load.
+``CUDA_VISIBLE_DEVICES`` before JAX loads.
+
+With ``JAX_PLATFORMS=cpu`` (JAX's own switch) the same ranks run on CPU devices, one per
+rank, with gloo collectives: the code path of GPUs, run where there is no GPU (the test
+suite does so). ``nvidia-smi`` is not needed then.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import logging
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -18,11 +26,28 @@ import numpy as np
 from synkhronos.rank.backends.base import Backend
 
 EXTRA_HINT = "install the GPU extra: pip install 'synkhronos[cuda]'"
+logger = logging.getLogger(__name__)
+
+
+def on_cpu_devices() -> bool:
+    """Whether JAX is told to use only CPU devices (``JAX_PLATFORMS=cpu``): GPU ranks then
+    run on one CPU device each."""
+    return os.environ.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
+
+
+def _cuda_plugin_installed() -> bool:
+    """Whether a JAX CUDA plugin (``jax[cuda12]``'s ``jax-cuda12-plugin``, or a later CUDA
+    version's) is installed, found without importing it."""
+    return any(re.fullmatch(r"jax[-_]cuda\d+[-_]plugin", d.metadata["Name"] or "")
+               for d in importlib.metadata.distributions())
 
 
 def gpu_packages_missing() -> list[str]:
-    """The packages of the GPU extra that cannot be imported (found without importing)."""
-    return [m for m in ("jax", "cupy") if importlib.util.find_spec(m) is None]
+    """What the GPU extra provides and this environment lacks (found without importing):
+    JAX, and for GPUs (not CPU devices) JAX's CUDA plugin."""
+    if importlib.util.find_spec("jax") is None:
+        return ["jax"]
+    return [] if on_cpu_devices() or _cuda_plugin_installed() else ["JAX's CUDA plugin"]
 
 
 def _require_gpu_packages() -> None:
@@ -74,14 +99,19 @@ def visible_gpus(table: list[tuple[str, str, str]] | None = None) -> list[str]:
 
 
 def prepare_gpus(n_parallel: int | None, gpus: list[int] | None,
-                 master_rank: int = 0) -> list[str]:
-    """Choose one GPU per rank, print them, and set rank 0's process up for its GPU.
+                 master_rank: int = 0) -> list[str] | None:
+    """Choose one GPU per rank, log them, and set rank 0's process up for its GPU.
 
     Without ``gpus``, the visible GPUs from the ``master_rank``-th on (it is rank 0's),
     then those before it. Returns the GPU ids (as strings for ``CUDA_VISIBLE_DEVICES``),
-    rank 0's first.
+    rank 0's first; None on CPU devices (:func:`on_cpu_devices`), where ``n_parallel``
+    ranks run, each on one CPU device, and ``gpus`` and ``master_rank`` mean nothing.
     """
     _require_gpu_packages()
+    if on_cpu_devices():
+        logger.info("synkhronos: JAX_PLATFORMS=cpu: GPU ranks on CPU devices, one per rank")
+        _default_float32()
+        return None
     rows = gpu_table()
     table = {index: (name, memory) for index, name, memory in rows}
     available = visible_gpus(rows)
@@ -97,11 +127,11 @@ def prepare_gpus(n_parallel: int | None, gpus: list[int] | None,
                          f"{available} are visible")
     for rank, gpu in enumerate(chosen):
         name, memory = table.get(gpu, ("?", "?"))
-        print(f"synkhronos rank {rank}: GPU {gpu}, {name}, {memory}")
+        logger.info("synkhronos rank %d: GPU %s, %s, %s", rank, gpu, name, memory)
     # JAX would otherwise take 75% of each GPU's memory at start; keep the user's choice.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    if "jax" in sys.modules or "cupy" in sys.modules:
-        warnings.warn("jax or cupy was imported before synk.fork(): rank 0 uses the default "
+    if "jax" in sys.modules:
+        warnings.warn("jax was imported before synk.fork(): rank 0 uses the default "
                       "device, which may not be GPU " + chosen[0], stacklevel=3)
     else:
         os.environ["CUDA_VISIBLE_DEVICES"] = chosen[0]
@@ -109,16 +139,21 @@ def prepare_gpus(n_parallel: int | None, gpus: list[int] | None,
     return chosen
 
 
+_replaced_float_x: list[str] = []  # floatX before _default_float32 changed it
+
+
 def _default_float32() -> None:
-    """floatX is float32 on GPUs unless the user set it."""
+    """floatX is float32 on GPU ranks unless the user set it (until the session closes)."""
     import pytensor
 
     if "floatX" not in os.environ.get("PYTENSOR_FLAGS", ""):
+        _replaced_float_x.append(pytensor.config.floatX)
         pytensor.config.floatX = "float32"
 
 
 class GpuBackend(Backend):
-    """GPU ranks: shared variables hold JAX device arrays and stay on the device."""
+    """GPU ranks: shared variables hold JAX device arrays and stay on the device (until
+    :meth:`to_host`, at the session's close)."""
 
     def __init__(self):
         super().__init__("gpu", "JAX", device_outputs=True)
@@ -138,3 +173,16 @@ class GpuBackend(Backend):
             value = jnp.asarray(value, dtype=var.dtype)
         # Bypass the container's filter, which would copy the value to the host.
         var.container.storage[0] = value
+
+    def close(self, variables) -> None:
+        """Give ``variables`` their values as host arrays (JAX's runtime, which holds the
+        device arrays, goes next), and floatX back."""
+        import jax
+        import pytensor
+
+        for var in variables:
+            value = var.get_value(borrow=True)
+            if isinstance(value, jax.Array):
+                var.container.storage[0] = np.asarray(value)
+        while _replaced_float_x:
+            pytensor.config.floatX = _replaced_float_x.pop()

@@ -1,4 +1,4 @@
-"""The communicator interface shared by the CPU (shared-memory) and GPU (NCCL) backends."""
+"""The communicator interface shared by the CPU (shared-memory) and GPU (XLA) backends."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ class Communicator(ABC):
         With ``out``, results are written into those arrays (which may be ``arrays``);
         without, they are new arrays that nothing else holds.
         """
+
+    def start(self) -> None:  # noqa: B027 - most communicators need nothing here
+        """Join the other ranks, once every rank's process runs (rank 0: after starting the
+        workers)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -4,10 +4,9 @@ Used when :func:`synkhronos.fork` runs under MPI on several nodes (see
 :mod:`synkhronos.transport.nodes`). On CPU ranks each collective is hierarchical: the node's ranks
 meet first through shared memory at local rank 0, the leaders combine over MPI, and local
 rank 0 hands the result back to its node. On GPU ranks the reductions and broadcasts are
-NCCL calls of one communicator over every GPU of every node (the unique id and the
-broadcast shapes go out through the hierarchical host broadcast); gathers and scatters
-take the host path. Only the leaders call MPI; the workers know just their global rank
-and the global count.
+XLA programs over one mesh of every rank of every node (the broadcast shapes go out
+through the hierarchical host broadcast); gathers and scatters take the host path. Only
+the leaders call MPI; the workers know just their global rank and the global count.
 
 ``rank`` and ``n_ranks`` are global. ``root`` must be 0, and what the methods return "on
 root" they return on every node's local rank 0 (each node's script sees the result).
@@ -20,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from synkhronos.transport.comm.base import Communicator
-from synkhronos.transport.comm.nccl import NcclCommunicator
 from synkhronos.transport.comm.shm import ShmCommunicator
+from synkhronos.transport.comm.xla import XlaCommunicator
 from synkhronos.transport.reduction import empty_aligned
 
 _MPI_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
@@ -60,16 +59,29 @@ class NodeCommunicator(Communicator):
         self.rank, self.n_ranks = offset + local.rank, n_global
         self.leader = local.rank == 0
         self.spread = local.n_ranks > 1  # whether the node's own step has anyone to meet
-        self.nccl = isinstance(local, NcclCommunicator)
-        if self.nccl:
+        self.xla = isinstance(local, XlaCommunicator)
+        if self.xla:
             local.span = (self.rank, n_global, self._host_broadcast)
+
+    def start(self) -> None:
+        self.local.start()
 
     def reset(self) -> None:
         """(Local rank 0, all ranks idle) forget what an aborted collective left."""
         self.local.reset()
 
     def close(self) -> None:
-        self.local.close()
+        """(Each node's rank 0, its workers gone) Leave. On GPU ranks global rank 0, whose
+        process runs JAX's coordination service, leaves last: a rank still connected when
+        the service ends is ended by JAX."""
+        if not (self.xla and self.world is not None):
+            self.local.close()
+            return
+        if self.rank != 0:
+            self.local.close()
+        self.world.mpi.Barrier()
+        if self.rank == 0:
+            self.local.close()
 
     def _allreduce_leaders(self, buffers: list[np.ndarray], op: str) -> None:
         """(Leaders) MPI Allreduce of this node's partial results, in place; "avg"
@@ -84,7 +96,7 @@ class NodeCommunicator(Communicator):
 
     def reduce(self, arrays, op, root=0):
         _root_0(root)
-        if self.nccl:  # one NCCL all-reduce: every node's rank 0 needs the result
+        if self.xla:  # one XLA all-reduce: every node's rank 0 needs the result
             result = self.local.all_reduce(arrays, op)
             return result if self.leader else None
         if self.spread:
@@ -98,7 +110,7 @@ class NodeCommunicator(Communicator):
         return result
 
     def all_reduce(self, arrays, op, out=None):
-        if self.nccl:
+        if self.xla:
             return self.local.all_reduce(arrays, op)
         if not self.spread:
             if out is None:
@@ -124,7 +136,7 @@ class NodeCommunicator(Communicator):
 
     def broadcast(self, arrays, root=0):
         _root_0(root)
-        if self.nccl:
+        if self.xla:
             return self.local.broadcast(arrays, root)
         return self._host_broadcast(arrays, root)
 

@@ -1,0 +1,104 @@
+"""Routines that time GPU ranks' collectives and a hand-written JAX training loop, on every
+rank at once (:func:`synkhronos.api.routines.run`; the workers import this module from the
+bench folder, which is on rank 0's ``sys.path``). Each returns rank 0's view: seconds per
+operation, best of a few rounds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from timing import best_of
+
+from synkhronos.transport.comm.shm import ShmCommunicator
+
+KINDS = ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter")
+
+
+def _calls(comm, arrays, parts, shm: bool) -> dict:
+    """Each collective once, on the XLA communicator (device arrays) or its shared-memory
+    methods (host arrays)."""
+    call = (lambda name: lambda *a: getattr(ShmCommunicator, name)(comm, *a)) if shm else (
+        lambda name: getattr(comm, name))
+    root = comm.rank == 0
+    return {
+        "all_reduce": lambda: call("all_reduce")(arrays, "sum"),
+        "reduce": lambda: call("reduce")(arrays, "sum"),
+        "broadcast": lambda: call("broadcast")(arrays if root else None),
+        "all_gather": lambda: call("all_gather")(arrays),
+        "gather": lambda: call("gather")(arrays),
+        "scatter": lambda: call("scatter")(parts if root else None),
+    }
+
+
+def collective_seconds(state, size, repeat) -> list[np.ndarray]:
+    """Seconds per collective of ``size`` float32 on the XLA communicator and through
+    shared memory: ``[[xla, shm] per kind of KINDS]``. Each rank waits for its results."""
+    import jax
+
+    comm, size, repeat = state.comm, int(size[0]), int(repeat[0])
+    host = [np.ones(size, np.float32)]
+    device = comm.to_device(host)
+    rows = [[np.ones(size, np.float32)] for _ in range(comm.n_ranks)]
+    times = []
+    for shm, arrays, parts in ((False, device, [comm.to_device(p) for p in rows]),
+                               (True, host, rows)):
+        calls = _calls(comm, arrays, parts, shm)
+        for kind in KINDS:
+            def once(fn=calls[kind]):
+                jax.block_until_ready(fn())
+            once()  # compiled, and every rank here
+            times.append(best_of(once, repeat, 5))
+    return [np.array(times).reshape(2, len(KINDS)).T]
+
+
+def all_reduce_seconds(state, size, repeat) -> list[np.ndarray]:
+    """Seconds per XLA all-reduce (op "sum") of ``size`` float32, the first (with its
+    compilation) then the best of ``repeat`` rounds: ``[first, best]``."""
+    comm, size = state.comm, int(size[0])
+    arrays = comm.to_device([np.ones(size, np.float32)])
+    start = time.perf_counter()
+    comm.all_reduce(arrays, "sum")
+    first = time.perf_counter() - start
+    return [np.array([first, best_of(lambda: comm.all_reduce(arrays, "sum"), int(repeat[0]),
+                                   5)])]
+
+
+def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
+    """Seconds per step of the hand-written JAX ResNet-50 (``jax_resnet``), trained
+    data-parallel over the ranks' devices: ``shape`` is ``(rows per rank, image size,
+    classes)``; ``[first step with compilation, median of steps]``."""
+    import jax
+    import jax_resnet
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    comm = state.comm
+    rows, size, classes = (int(v) for v in shape)
+    mesh, axis = comm.mesh, comm.mesh.axis_names[0]
+
+    def whole(local, spec):  # this rank's part of a global array
+        shape = (local.shape[0] * comm.n_ranks, *local.shape[1:]) if spec != P() else local.shape
+        return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, spec),
+                                                        [local])
+
+    params = jax.device_put(jax_resnet.init(jax.random.key(0), classes), comm.device)
+    params = jax.tree.map(lambda a: whole(a, P()), params)
+    velocity = jax.tree.map(lambda a: a * 0, params)
+    rng = np.random.default_rng(comm.rank)
+    x = whole(jax.device_put(rng.random((rows, 3, size, size), np.float32), comm.device),
+              P(axis))
+    y = whole(jax.device_put(rng.integers(0, classes, rows).astype(np.int32), comm.device),
+              P(axis))
+    step = jax_resnet.data_parallel_step(mesh, axis)
+    start = time.perf_counter()
+    params, velocity, loss = step(params, velocity, x, y)
+    jax.block_until_ready(loss)
+    first, times = time.perf_counter() - start, []
+    for _ in range(int(steps[0])):
+        start = time.perf_counter()
+        params, velocity, loss = step(params, velocity, x, y)
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - start)
+    return [np.array([first, float(np.median(times))])]

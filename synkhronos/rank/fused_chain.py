@@ -1,0 +1,193 @@
+"""A chain run as one XLA program per rank, on GPU ranks (JAX mode, the XLA communicator).
+
+A training step chained as ``synk.chain(f_grad, ("all_reduce", flat, "sum"), f_update)``
+runs, step by step, as a call of one jitted function, an XLA all-reduce and a call of
+another: three programs, each waited for. Fused, each rank composes the functions' JAX
+callables (PyTensor's JAX mode compiles each graph into one) with the collectives
+(:func:`~synkhronos.transport.comm.xla.reduce_traced` and its kin) into one program over
+the mesh, and dispatches it once per call; XLA may then overlap the all-reduce with the
+computation around it (as DDP's gradient buckets do by hand). Shared variables pass
+through the program as its inputs and outputs, updated as each step would update them,
+and outputs that the communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced
+inside it.
+
+Fusion needs the same program on every rank (XLA's collectives pair up operations of one
+program), so the chain runs fused only when every rank's inputs to it (its rows, the
+broadcast values, the shared variables' values) have the same shapes and dtypes: before
+each call the ranks exchange them through shared memory, the barrier where a rank's
+earlier failure stops the others, as before every XLA collective, and every rank takes
+the same path. A call whose rows split unevenly, that slices (``num_slices > 1``), or
+whose functions cannot be traced into one program (PyTensor's JAX function takes some
+scalar inputs as static Python numbers, or a shared random generator) runs step by step
+instead, with the same results. Across several nodes chains run step by step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from synkhronos.rank.outputs import host_outputs
+from synkhronos.rank.state import RankState, bare_plan, share_of
+from synkhronos.transport.callplan import CallPlan
+from synkhronos.transport.comm.xla import XlaCommunicator, broadcast_traced, reduce_traced
+from synkhronos.transport.protocol import Collective
+from synkhronos.transport.reduction import IN_PLACE_DTYPES
+
+_TRACED = {
+    Collective.ALL_REDUCE: lambda x, op, n: reduce_traced(x, op, n),
+    Collective.BROADCAST: lambda x, op, n: broadcast_traced(x, 0),
+}
+"""The collectives a fused chain runs inside its program: ``(value, op, ranks) -> value``.
+"reduce" (into rank 0 only) and "all_gather" (the shape changes) run step by step."""
+
+
+class _Call:
+    """One function step of a fused chain: its compiled PyTensor function (JAX mode) and
+    where its inputs and outputs go."""
+
+    def __init__(self, fn, compiled, subset: list[int], n_args: int, weight: int):
+        self.fn, self.subset, self.n_args, self.weight = fn, subset, n_args, weight
+        self.jax_fn = compiled.vm.jit_fn
+        # Input storage cells: the call's arguments first, then the shared variables (a
+        # shared variable's cell is its container's, the same for every function).
+        self.cells = [c.storage for c in compiled.input_storage[n_args:]]
+        # The outputs after the returned ones update these cells, in this order.
+        self.updates = [c.storage for i, c in zip(compiled.maker.expanded_inputs,
+                                                  compiled.input_storage, strict=True)
+                        if i.update is not None]
+        self.n_out = len(compiled.maker.fgraph.outputs) - len(self.updates)
+        # Positions in ``subset`` reduced by the communicator inside the program.
+        self.reduced = [j for j, i in enumerate(subset) if fn.on_device[i]]
+
+
+def _fusable(state: RankState, steps) -> bool:
+    """Whether this rank's communicator and the chain's collectives allow one program (the
+    same answer on every rank)."""
+    return (isinstance(state.comm, XlaCommunicator) and state.n_ranks > 1
+            and all(isinstance(s, int) or (s.kind in _TRACED and all(
+                np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices)))
+                for s in steps))
+
+
+def _calls(state: RankState, steps, plan: CallPlan, resolve):
+    """The function steps as :class:`_Call` objects and the first one's arguments, or None
+    when this rank cannot run them as one program (see the module docstring)."""
+    import jax
+
+    calls, first_args = [], []
+    for step in steps:
+        if not isinstance(step, int):
+            continue
+        this = plan if not calls and plan is not None else bare_plan(state, step)
+        fn, share = share_of(state, this, resolve)
+        if share.pop("num_slices") != 1:
+            return None
+        subset = share.pop("subset")
+        weight, compiled, args = fn.prepare(**share)
+        if not weight or getattr(compiled.maker.linker, "scalar_shape_inputs", ()):
+            return None
+        if calls and args:  # later functions' own arguments (sliceable rows): step by step
+            return None
+        call = _Call(fn, compiled, subset, len(args), weight)
+        if not all(isinstance(c[0], (np.ndarray, np.generic, jax.Array)) for c in call.cells):
+            return None  # a random generator's state, say
+        calls.append(call)
+        first_args = first_args or args
+    return calls, first_args
+
+
+class FusedChain:
+    """The program of one chain on one rank (see the module docstring), built on first use.
+
+    Attributes
+    ----------
+    calls : int
+        How many times this rank ran the program (counted for the tests).
+    """
+
+    def __init__(self, state: RankState, steps, calls: list[_Call]):
+        self.state, self.steps, self.function_calls = state, steps, calls
+        self.calls = 0
+        cells: dict[int, list] = {}  # every storage cell the program reads, by id
+        for call in calls:
+            cells.update((id(c), c) for c in call.cells)
+        for step in steps:
+            if not isinstance(step, int):
+                cells.update((id(v.container.storage), v.container.storage)
+                             for v in state.shared(step.indices))
+        self.cells = list(cells.values())
+        self.program = state.comm.program(self._body)
+
+    def _body(self, xs: list) -> list:
+        """(Traced) every step on this rank's values: the functions' outputs (reduced
+        inside where the communicator reduces them), then every cell's new value."""
+        n_args = self.function_calls[0].n_args
+        env = {id(c): x for c, x in zip(self.cells, xs[n_args:], strict=True)}
+        calls, outputs, n = iter(self.function_calls), [], self.state.n_ranks
+        for step in self.steps:
+            if isinstance(step, int):
+                call = next(calls)
+                args = list(xs[:n_args]) if call is self.function_calls[0] else []
+                got = call.jax_fn(*args, *(env[id(c)] for c in call.cells)) or ()
+                for cell, value in zip(call.updates, got[call.n_out:], strict=True):
+                    env[id(cell)] = value
+                ops = call.fn.spec.output_ops
+                outputs += [reduce_traced(got[i], ops[i], n) if j in call.reduced else got[i]
+                            for j, i in enumerate(call.subset)]
+            else:
+                traced = _TRACED[step.kind]
+                for var in self.state.shared(step.indices):
+                    key = id(var.container.storage)
+                    env[key] = traced(env[key], step.op, n)
+        return [*outputs, *(env[id(c)] for c in self.cells)]
+
+    def inputs(self, args: list) -> list:
+        """The program's inputs on this device: the first function's arguments, then the
+        cells' current values (the cells keep them on the device from now on)."""
+        values = self.state.comm.to_device([*args, *(c[0] for c in self.cells)])
+        for cell, value in zip(self.cells, values[len(args):], strict=True):
+            cell[0] = value
+        return values
+
+    def run(self, inputs: list) -> list[tuple]:
+        """Run the program on ``inputs`` and store the cells' new values; returns, per
+        function step, :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host,
+        reduced)``."""
+        got = self.state.comm.run(self.program, inputs)
+        self.calls += 1
+        n_outputs = sum(len(c.subset) for c in self.function_calls)
+        for cell, value in zip(self.cells, got[n_outputs:], strict=True):
+            cell[0] = value
+        results, pos = [], 0
+        for call in self.function_calls:
+            outs = got[pos: pos + len(call.subset)]
+            pos += len(call.subset)
+            reduced = {j: outs[j] for j in call.reduced} if self.state.rank == 0 else {}
+            host = host_outputs(self.state, call.fn, call.subset, outs, set(call.reduced))
+            results.append((call.weight, host, reduced))
+        return results
+
+
+def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[tuple] | None:
+    """Run ``steps`` as one program on every rank, or return None (on every rank alike) to
+    have them run step by step."""
+    if not _fusable(state, steps) or not any(isinstance(s, int) for s in steps):
+        return None
+    found = _calls(state, steps, plan, resolve)
+    fused, inputs = None, None
+    if found is not None:
+        calls, args = found
+        key = (tuple(map(repr, steps)), tuple(tuple(c.subset) for c in calls),
+               tuple(id(c.jax_fn) for c in calls))
+        fused = state.fused.get(key)
+        if fused is None:
+            fused = state.fused[key] = FusedChain(state, steps, calls)
+        inputs = fused.inputs(args)
+    # Every rank's inputs, through the host: one program only if they all agree.
+    layouts, on_device = state.comm.agree(inputs if fused is not None else None)
+    if not on_device or layouts[0] is None or any(lay != layouts[0] for lay in layouts):
+        return None
+    return fused.run(inputs)
+
+
+__all__ = ["FusedChain", "run_fused"]

@@ -1,0 +1,415 @@
+"""Collectives for GPU ranks on JAX's own multi-process runtime: jitted XLA programs over a
+mesh of one device per rank. Between GPUs XLA runs them with NCCL; between CPU devices
+(``JAX_PLATFORMS=cpu``, as in CI) with gloo, the same programs.
+
+**Joining.** Every rank calls :meth:`XlaCommunicator.start` once its workers run: a
+barrier through shared memory (a worker that died while starting gives rank 0
+``WorkerDied`` there, before anything can block), then ``jax.distributed.initialize``
+with rank 0's coordinator address (:data:`COORDINATOR_VAR`; rank 0 runs JAX's
+coordination service). Rank 0 joins with JAX's ``jax_enable_recoverability`` on, so that
+the service outlives a worker that dies: without it the service ends every process,
+rank 0 included, once a dead peer misses its heartbeats or at shutdown. Rank 0 first
+drops JAX's backends (``jax.extend.backend.clear_backends``), since the process may have
+run JAX before the fork, and :meth:`~XlaCommunicator.close` shuts the runtime down and
+drops its backends again, so that a later fork (of any backend and size) starts afresh.
+The barrier leaves one window: a worker that dies between it and joining (the next
+statement) leaves rank 0 in ``jax.distributed.initialize`` until its timeout (120 s),
+after which JAX ends rank 0's process; JAX's public API gives no way to make a failed
+join an exception. The workers leave the runtime before rank 0 (a client still
+connected when the service goes is ended by JAX too).
+
+**Arrays.** Each rank's own value travels as a "replicated" global array of its own
+shape; inside the program every rank sees its own value, and each rank reads back its own
+result (nothing checks that replicated values agree, so nothing is moved to make them).
+Device (JAX) arrays go through XLA; host (numpy) arrays through the shared-memory
+collectives this class extends; every rank passes the same kind. Before each XLA program
+the ranks exchange the arrays' shapes and dtypes through shared memory: a rank that failed
+before the collective makes the others give up there (as on CPU ranks), reductions of
+differently shaped arrays raise on every rank, and gathers and scatters whose pieces
+differ in shape between ranks take the host path. Dtypes outside
+:data:`~synkhronos.transport.reduction.IN_PLACE_DTYPES` take the host path too.
+
+**Waiting.** No rank blocks inside XLA: a program is dispatched, and the rank polls its
+results while checking its peers (rank 0: that the workers live and make progress;
+workers: that rank 0 lives), so rank 0 raises ``WorkerDied`` when a rank dies mid-program.
+On CPU devices gloo ends a collective whose peer died with an error at once; a program
+abandoned while a peer still waits in it would leave the ranks out of step, so after one
+this communicator refuses further programs (close and fork again).
+
+Across several nodes (:mod:`synkhronos.transport.comm.node`) the mesh spans every rank of
+every node (:attr:`XlaCommunicator.span`), the coordinator address travels by MPI, and
+gathers and scatters go through the host.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import numpy as np
+
+from synkhronos.transport.channel import POLL_S
+from synkhronos.transport.comm.shm import ShmCommunicator
+from synkhronos.transport.reduction import IN_PLACE_DTYPES
+from synkhronos.transport.shm import DTYPES, dtype_code
+
+COORDINATOR_VAR = "SYNK_COORDINATOR"
+"""``host:port`` of JAX's coordination service, which global rank 0 runs; set by
+:func:`synkhronos.fork` for every rank."""
+
+AXIS = "ranks"  # the mesh axis: one device per rank
+FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's results
+ERROR_GRACE_S = 1.0  # how long a failed program waits for a dead peer to show as dead
+
+
+def free_address(host: str = "127.0.0.1") -> str:
+    """``host:port`` with a port that was free on ``host`` a moment ago (the OS picks it).
+
+    Examples
+    --------
+    >>> free_address().startswith("127.0.0.1:")
+    True
+    """
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return f"{host}:{probe.getsockname()[1]}"
+
+
+def _root_bits(x, root: int):
+    """(Traced) ``x`` as unsigned integers of its width on ``root``, zeros elsewhere: their
+    sum over the ranks is ``root``'s exact bits (a float sum would turn -0.0 into 0.0)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    bits = x if x.dtype.kind != "f" else lax.bitcast_convert_type(
+        x, np.dtype(f"uint{x.dtype.itemsize * 8}"))
+    return jnp.where(lax.axis_index(AXIS) == root, bits, jnp.zeros_like(bits))
+
+
+def _unbits(bits, dtype):
+    from jax import lax
+
+    return bits if bits.dtype == dtype else lax.bitcast_convert_type(bits, dtype)
+
+
+def reduce_traced(x, op: str, n_ranks: int):
+    """(Traced, inside a program over the mesh) ``x`` reduced over the ranks with ``op``.
+
+    "avg" keeps the dtype, as on the host: floats are scaled by ``1 / n_ranks``, integers
+    divided toward zero.
+    """
+    import jax.numpy as jnp
+    from jax import lax
+
+    if op == "max":
+        return lax.pmax(x, AXIS)
+    if op == "min":
+        return lax.pmin(x, AXIS)
+    if op == "prod":
+        return jnp.prod(lax.all_gather(x, AXIS), axis=0, dtype=x.dtype)
+    total = lax.psum(x, AXIS)
+    if op != "avg":
+        return total
+    if x.dtype.kind == "f":
+        return total * np.asarray(1.0 / n_ranks, x.dtype)
+    return lax.div(total, np.asarray(n_ranks, x.dtype))
+
+
+def broadcast_traced(x, root: int):
+    """(Traced) ``root``'s ``x`` on every rank."""
+    from jax import lax
+
+    return _unbits(lax.psum(_root_bits(x, root), AXIS), x.dtype)
+
+
+def scatter_traced(x, root: int):
+    """(Traced) row ``rank`` of ``root``'s ``x`` on each rank (``x``: one row per rank)."""
+    from jax import lax
+
+    return _unbits(lax.psum_scatter(_root_bits(x, root), AXIS, scatter_dimension=0), x.dtype)
+
+
+def signature(arrays) -> np.ndarray:
+    """One int64 vector naming the arrays' dtypes and shapes, to compare between ranks;
+    ``[-1]`` when some dtype has no code (:data:`~synkhronos.transport.shm.DTYPES`)."""
+    words = [len(arrays)]
+    try:
+        for a in arrays:
+            shape = np.shape(a)
+            words += [dtype_code(a.dtype), len(shape), *shape]
+    except TypeError:
+        words = [-1]
+    return np.array(words, np.int64)
+
+
+def _layout(words) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
+    """The (dtype, shape) pairs :func:`signature` wrote (None for ``[-1]``)."""
+    words, layout, pos = [int(w) for w in words], [], 1
+    if words[0] < 0:
+        return None
+    for _ in range(words[0]):
+        code, ndim = words[pos], words[pos + 1]
+        layout.append((DTYPES[code], tuple(words[pos + 2: pos + 2 + ndim])))
+        pos += 2 + ndim
+    return layout
+
+
+def _supported(layout) -> bool:
+    return layout is not None and all(dtype.name in IN_PLACE_DTYPES for dtype, _ in layout)
+
+
+class XlaCommunicator(ShmCommunicator):
+    """Collectives as XLA programs over one device per rank (see the module docstring).
+
+    Arguments as for :class:`~synkhronos.transport.comm.shm.ShmCommunicator`.
+
+    Attributes
+    ----------
+    span : tuple or None
+        Set before :meth:`start` to span several nodes: ``(rank, n_ranks, host_broadcast)``,
+        this rank's global rank, the number of ranks over every node, and a function
+        ``host_broadcast(arrays, root)`` giving host arrays from that global rank to every
+        rank. None (default): this node's ranks only.
+    dispatches : int
+        XLA programs this rank has run (counted for the tests).
+    """
+
+    span = None
+    mesh = None
+    _config = None  # JAX's settings before start() changed them
+    device = None
+    dispatches = 0
+    _abandoned = False
+
+    def _span(self):
+        """(global rank, number of ranks, host broadcast), as :attr:`span` says."""
+        return self.span or (self.rank, self.n_ranks, super().broadcast)
+
+    # ---- joining and leaving JAX's runtime -------------------------------------------------
+    def start(self) -> None:
+        """Join JAX's distributed runtime (every rank of every node calls this).
+
+        Raises
+        ------
+        RuntimeError
+            If JAX gives this process other than one device of its own.
+        """
+        import jax
+        from jax.extend.backend import clear_backends
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        rank, n_ranks, _ = self._span()
+        self.barrier()  # every rank of this node started: none can leave rank 0 waiting below
+        address = os.environ[COORDINATOR_VAR]
+        local = address.startswith("127.0.0.1:")
+        self._config = {name: getattr(jax.config, name) for name in (
+            "jax_cpu_collectives_implementation", "jax_enable_recoverability")}
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.config.update("jax_enable_recoverability", True)
+        clear_backends()  # JAX may have run in this process before the fork
+        try:
+            # No cluster detection: the workers inherit an MPI launcher's variables from
+            # their node's rank 0, which would name other ranks and devices.
+            jax.distributed.initialize(
+                address, n_ranks, rank, coordinator_bind_address=address if local else None,
+                cluster_detection_method="deactivate", initialization_timeout=120)
+        finally:  # read only when the service starts
+            jax.config.update("jax_enable_recoverability",
+                              self._config["jax_enable_recoverability"])
+        devices = sorted(jax.devices(), key=lambda d: d.process_index)
+        if len(devices) != n_ranks or len(jax.local_devices()) != 1:
+            raise RuntimeError(f"every rank needs one device of its own; JAX gives "
+                               f"{len(devices)} devices to {n_ranks} ranks, "
+                               f"{len(jax.local_devices())} of them to this one")
+        self.mesh = Mesh(np.array(devices), (AXIS,))
+        self.device = jax.local_devices()[0]
+        self._replicated = NamedSharding(self.mesh, PartitionSpec())
+        self._programs: dict = {}
+
+    def close(self) -> None:
+        """Leave JAX's runtime and drop its backends (a later fork starts afresh)."""
+        if self._config is None:  # never joined
+            return
+        import jax
+        from jax.extend.backend import clear_backends
+
+        self.mesh = self._programs = None
+        jax.distributed.shutdown()  # also after a failed start: JAX may hold half of it
+        clear_backends()
+        jax.config.update("jax_cpu_collectives_implementation",
+                          self._config["jax_cpu_collectives_implementation"])
+        self._config = None
+
+    # ---- programs ---------------------------------------------------------------------------
+    def program(self, body):
+        """``body(list of arrays) -> list of arrays`` as a jitted program over the mesh, in
+        which each rank's body sees its own arrays (collectives over the axis :data:`AXIS`)."""
+        import jax
+        from jax.sharding import PartitionSpec
+
+        return jax.jit(jax.shard_map(body, mesh=self.mesh, in_specs=PartitionSpec(),
+                                     out_specs=PartitionSpec(), check_vma=False))
+
+    def to_device(self, arrays) -> list:
+        """``arrays`` on this rank's device (JAX arrays elsewhere are moved, host ones put)."""
+        import jax
+
+        return [a if isinstance(a, jax.Array) and a.devices() == {self.device}
+                else jax.device_put(a, self.device) for a in arrays]
+
+    def run(self, program, arrays: list) -> list:
+        """Run ``program`` (from :meth:`program`) on this rank's device ``arrays``, wait for
+        it while watching the peers, and return this rank's results."""
+        import jax
+
+        if self._abandoned:
+            raise RuntimeError("an XLA collective was abandoned on this rank; call "
+                               "synk.close() and fork again")
+        whole = [jax.make_array_from_single_device_arrays(np.shape(a), self._replicated, [a])
+                 for a in arrays]
+        self.dispatches += 1
+        results = [r.addressable_data(0) for r in program(whole)]
+        self.wait(results)
+        return results
+
+    def wait(self, arrays: list) -> None:
+        """Wait until ``arrays`` are computed, polling: peers are checked every
+        :data:`~synkhronos.transport.channel.POLL_S`, and a peer that died (or another
+        rank's failure) ends the wait with its error.
+
+        Raises
+        ------
+        Exception
+            JAX's error for a failed program, unless a dead peer explains it.
+        """
+        import jax
+
+        pause, check_at = FIRST_PAUSE_S, time.monotonic() + POLL_S
+        try:
+            while not all(a.is_ready() for a in arrays):
+                time.sleep(pause)
+                pause = min(2 * pause, LONGEST_PAUSE_S)
+                if time.monotonic() >= check_at:
+                    self._check()
+                    check_at = time.monotonic() + POLL_S
+        except BaseException:
+            self._abandoned = True  # the peers may still wait in this program
+            raise
+        try:
+            jax.block_until_ready(arrays)  # ready: raises the program's error, if any
+        except Exception:
+            self._abandoned = True
+            deadline = time.monotonic() + ERROR_GRACE_S
+            while time.monotonic() < deadline:  # a peer killed mid-program shows as dead
+                self._check()
+                time.sleep(POLL_S / 5)
+            raise
+
+    def _program(self, key, make):
+        found = self._programs.get(key)
+        if found is None:
+            found = self._programs[key] = self.program(make())
+        return found
+
+    def agree(self, arrays: list | None) -> tuple[list, bool]:
+        """Every rank's (dtype, shape) pairs of its ``arrays`` (None where a rank has none
+        to give), and whether they are device arrays on every rank, exchanged through the
+        host: the barrier where a rank's earlier failure stops the others, and the one
+        answer every rank takes its path by."""
+        if arrays is None:
+            words = np.array([0, -1], np.int64)
+        else:
+            words = np.concatenate([[int(self._device_kind(arrays))], signature(arrays)])
+        boxes = super().all_gather([words])
+        return [_layout(box[0][1:]) for box in boxes], all(box[0][0] for box in boxes)
+
+    @staticmethod
+    def _device_kind(arrays) -> bool:
+        import jax
+
+        return bool(arrays) and all(isinstance(a, jax.Array) for a in arrays)
+
+    def _zeros(self, layout, leading: tuple = ()) -> list:
+        import jax.numpy as jnp
+
+        return [jnp.zeros((*leading, *shape), dtype, device=self.device)
+                for dtype, shape in layout]
+
+    # ---- collectives ----------------------------------------------------------------------
+    def all_reduce(self, arrays, op, out=None):
+        layouts, on_device = self.agree(arrays)
+        for r, layout in enumerate(layouts):
+            if layout != layouts[0]:  # every rank sees the same layouts, so every rank raises
+                raise ValueError(f"all_reduce/reduce needs equal shapes and dtypes on every "
+                                 f"rank; rank 0 has {layouts[0]}, rank {r} has {layout}")
+        if not on_device or not _supported(layouts[0]):
+            return super().all_reduce([np.asarray(a) for a in arrays], op, out)
+        n = self._span()[1]
+        program = self._program(("reduce", op), lambda: lambda xs: [
+            reduce_traced(x, op, n) for x in xs])
+        return self.run(program, self.to_device(arrays))
+
+    def reduce(self, arrays, op, root=0):
+        result = self.all_reduce(arrays, op)
+        return result if self._span()[0] == root else None
+
+    def broadcast(self, arrays, root=0):
+        rank, _, host_broadcast = self._span()
+        mine = rank == root
+        # The root's layout, and whether its arrays are on its device, through the host.
+        words = [signature(arrays), np.array([self._device_kind(arrays)])] if mine else None
+        described, on_device = host_broadcast(words, root)
+        layout = _layout(described)
+        if not on_device[0] or not _supported(layout):
+            return host_broadcast([np.asarray(a) for a in arrays] if mine else None, root)
+        program = self._program(("broadcast", root), lambda: lambda xs: [
+            broadcast_traced(x, root) for x in xs])
+        return self.run(program, self.to_device(arrays) if mine else self._zeros(layout))
+
+    def all_gather(self, arrays):
+        if self.span is not None:  # across nodes: by the host
+            return super().all_gather([np.asarray(a) for a in arrays])
+        layouts, on_device = self.agree(arrays)
+        if not on_device or any(layout != layouts[0] for layout in layouts):
+            return super().all_gather([np.asarray(a) for a in arrays])  # pieces differ
+        from jax import lax
+
+        n, k = self.n_ranks, len(arrays)
+        program = self._program(("all_gather", n), lambda: lambda xs: [
+            g[r] for g in (lax.all_gather(x, AXIS) for x in xs) for r in range(n)])
+        flat = self.run(program, self.to_device(arrays))
+        return [[flat[i * n + r] for i in range(k)] for r in range(n)]
+
+    def gather(self, arrays, root=0):
+        got = self.all_gather(arrays)
+        return got if self.rank == root else None
+
+    def scatter(self, parts, root=0):
+        mine = self.rank == root
+        words = None
+        if mine:
+            if len({len(p) for p in parts}) != 1:
+                raise ValueError("scatter needs the same number of arrays for every rank")
+            layouts = [_layout(signature(p)) for p in parts]
+            on_device = (self.span is None and self._device_kind([a for p in parts for a in p])
+                         and all(lay == layouts[0] for lay in layouts)
+                         and _supported(layouts[0]))
+            words = [np.array([on_device]), signature(parts[0])]
+        on_device, described = super().broadcast(words, root)
+        if not on_device[0]:
+            return super().scatter(
+                [[np.asarray(a) for a in p] for p in parts] if mine else None, root)
+        if mine:
+            import jax.numpy as jnp
+
+            columns = [jnp.stack(self.to_device(c)) for c in zip(*parts, strict=True)]
+        else:
+            columns = self._zeros(_layout(described), (self.n_ranks,))
+        program = self._program(("scatter", root), lambda: lambda xs: [
+            scatter_traced(x, root) for x in xs])
+        return self.run(program, columns)
+
+
+__all__ = ["COORDINATOR_VAR", "XlaCommunicator", "broadcast_traced", "free_address",
+           "reduce_traced", "scatter_traced", "signature"]
