@@ -97,7 +97,7 @@ def _run_rank(session: str, rank: int, n_ranks: int) -> None:
     import jax
     import jax.numpy as jnp
 
-    from synkhronos.transport.shm import sweep
+    from synkhronos.transport.names import sweep
 
     assert jax.config.jax_enable_x64, "the float64 checks need JAX_ENABLE_X64=1"
     control, comm = _connect(session, rank, n_ranks)
@@ -188,7 +188,7 @@ def _leftovers(session: str) -> list[str]:
 def _run_ranks(n_ranks: int) -> None:
     import posix_ipc
 
-    from synkhronos.transport.shm import new_session_name, sweep
+    from synkhronos.transport.names import new_session_name, sweep
 
     session = new_session_name()
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1",

@@ -1,6 +1,9 @@
 """One rank's compiled copy of a synkhronos function, and how it runs its share of a call.
 
 Rank 0 and the workers run the same code here; only where the arrays come from differs.
+PyTensor applies no update itself: the compiled function returns the updates' values as
+extra outputs, so that a call can leave them pending until every rank has computed it
+(:attr:`RankState.pending <synkhronos.rank.state.RankState.pending>`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ def is_jax(mode) -> bool:
     if isinstance(mode, str):
         return mode.upper() == "JAX"
     return type(getattr(mode, "linker", None)).__name__.upper().startswith("JAX")
+
+
+def assign(updates: list[tuple]) -> None:
+    """Give each shared variable of ``(variable, value)`` pairs its new value, as PyTensor
+    stores an update (the values are a function's fresh outputs, of the variable's type)."""
+    for var, value in updates:
+        var.container.storage[0] = value
 
 
 class RankFunction:
@@ -57,15 +67,17 @@ class RankFunction:
 
     def compile(self) -> None:
         """Compile the variant plain calls use (done at distribution time)."""
-        if not self.spec.sliceable:
-            self._function("plain")
-        else:
-            self._function("index" if self.slices_by_index else "slice")
+        self._function(self._default_variant())
 
-    def _function(self, variant: str, sliced_updates: bool = False):
-        """The compiled ``variant`` ("plain", "slice" or "index"); with ``sliced_updates``
-        the update values are extra outputs and nothing is updated (``num_slices > 1``)."""
-        fn = self._compiled.get((variant, sliced_updates))
+    def _default_variant(self) -> str:
+        if not self.spec.sliceable:
+            return "plain"
+        return "index" if self.slices_by_index else "slice"
+
+    def _function(self, variant: str):
+        """The compiled ``variant`` ("plain", "slice" or "index"); the update values are
+        extra outputs, and nothing is updated."""
+        fn = self._compiled.get(variant)
         if fn is None:
             spec = self.spec
             outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
@@ -86,8 +98,7 @@ class RankFunction:
                     outputs = replaced[:n]
                     updates = [(t, u) for (t, _), u in zip(updates, replaced[n:], strict=True)]
                 givens = [(s, s[rows]) for s in spec.sliceable]
-            if sliced_updates:
-                outputs, updates = list(outputs) + [u for _, u in updates], []
+            outputs, updates = list(outputs) + [u for _, u in updates], []
             kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
             try:
                 fn = pytensor.function(
@@ -101,13 +112,12 @@ class RankFunction:
                                    "JAX mode faster)")
                 raise
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
-            self._compiled[(variant, sliced_updates)] = fn
+            self._compiled[variant] = fn
         return fn
 
     def get_shared(self) -> list:
         """The shared variables the compiled function uses."""
-        return self._function("plain" if not self.spec.sliceable else (
-            "index" if self.slices_by_index else "slice")).get_shared()
+        return self._function(self._default_variant()).get_shared()
 
     def sliceable_lengths(self) -> list[int]:
         """Rows of each sliceable shared variable on this rank."""
@@ -115,7 +125,8 @@ class RankFunction:
 
     def run(self, scattered: list, rows: Selection | None, positions: Selection | None,
             by_position: list[int], bcast_values: list, s_rows: Selection | None,
-            num_slices: int, subset: list[int]) -> tuple[int, list | None]:
+            num_slices: int, subset: list[int],
+            pending: list | None = None) -> tuple[int, list | None]:
         """Run this rank's share in ``num_slices`` chunks and combine the chunks.
 
         Parameters
@@ -139,6 +150,9 @@ class RankFunction:
             its op and applied once at the end.
         subset : list of int
             Indices of the outputs to return.
+        pending : list, optional
+            Where to put the updates, as ``(variable, value)`` pairs, instead of applying
+            them (a call applies them once every rank has computed it).
 
         Returns
         -------
@@ -161,8 +175,7 @@ class RankFunction:
         s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
         variant = "plain" if s_rows is None else (
             "slice" if isinstance(s_rows, slice) else "index")
-        sliced_updates = k > 1 and bool(self.spec.updates)
-        fn = self._function(variant, sliced_updates)
+        fn = self._function(variant)
         n_out = len(self.spec.outputs)
         results, update_values, weights = [], [], []
         for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
@@ -183,13 +196,24 @@ class RankFunction:
                             for i in subset])
             update_values.append(outs[n_out:])
             weights.append(w)
-        if sliced_updates:
-            for j, ((var, _), op) in enumerate(zip(self.spec.updates, self.spec.update_ops,
-                                                   strict=True)):
-                value = combine(op, [np.asarray(u[j]) for u in update_values], weights)
-                var.set_value(value.astype(var.dtype, copy=False))
+        if self.spec.updates:
+            updates = self._updates(update_values, weights)
+            if pending is None:
+                assign(updates)
+            else:
+                pending += updates
         if len(results) == 1:
             return weight, results[0]
         ops = self.spec.output_ops
         return weight, [(accumulate if self.on_device[i] else combine)(
             ops[i], [r[j] for r in results], weights) for j, i in enumerate(subset)]
+
+    def _updates(self, update_values: list[list], weights: list[int]) -> list[tuple]:
+        """``(variable, value)`` of each update; over several chunks, each update's values
+        combined with its op."""
+        targets = [var for var, _ in self.spec.updates]
+        if len(update_values) == 1:
+            return list(zip(targets, update_values[0], strict=True))
+        return [(var, np.asarray(combine(op, [np.asarray(u[j]) for u in update_values],
+                                         weights), dtype=var.dtype))
+                for j, (var, op) in enumerate(zip(targets, self.spec.update_ops, strict=True))]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from synkhronos.rank.backends import Backend
-from synkhronos.rank.compiled import RankFunction
+from synkhronos.rank.compiled import RankFunction, assign
 from synkhronos.rank.graphs import GraphSpec, SharedRegistry
 from synkhronos.rank.outputs import share_outputs
 from synkhronos.transport.callplan import CallPlan
@@ -31,6 +31,14 @@ class RankState:
         self.comm, self.backend = comm, backend
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
+        # The last call's updates, (shared variable, value) pairs, applied once every rank
+        # computed the call (see Session.execute): a call failing on any rank changes none.
+        self.pending: list[tuple] = []
+
+    def apply_pending(self) -> None:
+        """Apply the last call's updates (every rank computed it)."""
+        assign(self.pending)
+        self.pending.clear()
 
     def compile(self, spec: GraphSpec) -> RankFunction:
         """Compile ``spec`` and keep it (rank 0 does so when the function is built, so
@@ -52,12 +60,14 @@ class RankState:
         return [self.registry[int(i)] for i in indices]
 
 
-def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict]:
+def run_plan(state: RankState, plan: CallPlan, resolve,
+             pending: list | None = None) -> tuple[int, list, dict]:
     """Run this rank's share of a planned call (rank 0 and workers alike).
 
     ``resolve`` turns a ``Data`` entry of the plan into its array (rank 0: the ``Data``
-    object; workers: a descriptor). Returns the rows it computed on and
-    :func:`synkhronos.rank.outputs.share_outputs`'s result.
+    object; workers: a descriptor). The updates go to ``pending`` where given, else are
+    applied at once (a chain's later steps read them). Returns the rows it computed on
+    and :func:`synkhronos.rank.outputs.share_outputs`'s result.
     """
     fn = state.functions[plan.fid]
     rank = state.rank
@@ -75,12 +85,13 @@ def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict
         s_rows = None
     subset = [int(i) for i in plan.subset]
     weight, outs = fn.run([resolve(d) for d in plan.scatter], rows, positions,
-                          plan.by_position.tolist(), bcast, s_rows, plan.num_slices, subset)
+                          plan.by_position.tolist(), bcast, s_rows, plan.num_slices, subset,
+                          pending)
     return (weight, *share_outputs(state, fn, subset, weight, outs))
 
 
 def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
     """(Worker) decode a CALL command, run this rank's share, and return the reply arrays:
     ``[weight]`` (int64), then the host outputs."""
-    weight, host, _ = run_plan(state, CallPlan.decode(arrays), resolve)
+    weight, host, _ = run_plan(state, CallPlan.decode(arrays), resolve, state.pending)
     return [np.array([weight], np.int64), *host]

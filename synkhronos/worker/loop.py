@@ -6,57 +6,56 @@ N_RANKS MASTER_PID BACKEND``.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import select
 import signal
 import sys
+import threading
 import time
 
 from synkhronos.rank.heap import keep_freed_memory
-from synkhronos.transport.channel import Aborted, Channel, ControlBlock
-from synkhronos.transport.shm import sweep
-
-PR_SET_PDEATHSIG = 1
-PARENT_DIED = signal.SIGUSR1  # the parent-death signal: SIGTERM stays a plain "exit now"
+from synkhronos.transport.channel import POLL_S, Aborted, Channel, ControlBlock
+from synkhronos.transport.names import sweep
 
 
-def _die_with_parent(master_pid: int, prefix: str) -> None:
-    """Exit when rank 0 dies or sends SIGTERM; remove the session's names if rank 0 is gone.
+def _end_with_rank_0(master_pid: int, prefix: str) -> None:
+    """Exit when rank 0 ends or sends SIGTERM; remove its names if rank 0 is gone.
 
-    Rank 0 killed by any signal, SIGKILL included, sends :data:`PARENT_DIED` here.
+    A thread waits for rank 0 to end (on a pidfd, else by polling the parent pid) and
+    ends this process then, whatever its main thread is doing (a long computation, a
+    blocked wait). Only a worker that is stopped cannot act; the next fork of the same
+    user ends it (:func:`synkhronos.session.liveness.end_orphans`).
     """
-    def on_parent_died(signum, frame):
-        # The signal can arrive before this process is re-parented (and is also sent
-        # when the thread that started the worker ends), so give the kernel a moment
-        # before deciding that rank 0 is gone.
-        deadline = time.monotonic() + 1.0
-        while os.getppid() == master_pid and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if os.getppid() == master_pid:
-            return  # only the forking thread ended; rank 0 lives on
-        on_term(signum, frame)
-
     def on_term(signum, frame):
         if os.getppid() != master_pid:
             sweep(prefix)  # rank 0 is gone and cannot clean up
         os._exit(1)
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(PARENT_DIED, on_parent_died)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, PARENT_DIED)
-    except (OSError, AttributeError):
-        pass  # not Linux: the parent check in every wait still ends the worker
-    if os.getppid() != master_pid:
+    def watch() -> None:
+        try:
+            pidfd = os.pidfd_open(master_pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        # Only while rank 0 is still the parent does the pidfd (or the pid) name it.
+        while os.getppid() == master_pid:
+            if pidfd is not None:
+                select.select([pidfd], [], [])  # readable once rank 0 has ended
+                os.close(pidfd)
+                pidfd = None  # what is left is being re-parented
+            else:
+                time.sleep(POLL_S)
         on_term(signal.SIGTERM, None)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
+    threading.Thread(target=watch, name="synkhronos-rank-0-watch", daemon=True).start()
 
 
 def main(argv: list[str]) -> None:
     session, prefix, rank, n_ranks, master_pid, backend_name = argv
     rank, n_ranks, master_pid = int(rank), int(n_ranks), int(master_pid)
-    _die_with_parent(master_pid, prefix)
+    _end_with_rank_0(master_pid, prefix)
     keep_freed_memory()  # as rank 0 does at fork; this process ends with the session
     sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
                     if p not in sys.path]
@@ -78,7 +77,7 @@ def main(argv: list[str]) -> None:
     from synkhronos.rank.routine_part import run_routine
     from synkhronos.rank.state import RankState, run_share
     from synkhronos.transport.comm import make_communicator
-    from synkhronos.transport.protocol import FORGET_DATA, Command
+    from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, Command
     from synkhronos.transport.shared_arrays import DataViews
 
     channel = Channel(session, rank, n_ranks, control, check_parent)
@@ -103,6 +102,12 @@ def main(argv: list[str]) -> None:
 
     while True:
         code, arrays = channel.receive()
+        # The last call's updates: every rank computed it unless rank 0 says otherwise.
+        if code & DISCARD_UPDATES:
+            state.pending.clear()
+            code &= ~DISCARD_UPDATES
+        elif state.pending:
+            state.apply_pending()
         if code & FORGET_DATA:
             views.forget(arrays[-1])
             code, arrays = code & ~FORGET_DATA, arrays[:-1]
