@@ -6,8 +6,10 @@ failure is detected within a bounded time and leaves nothing behind.
    sampled every tenth of the run.
 3. Failures, each in a fresh session: a stopped worker (``fork(timeout=1)``), a worker
    killed while idle and during a call, Ctrl-C during a call, an exception on one rank,
-   and rank 0 (this script run with ``--rank0``) ended by SIGTERM, SIGINT and SIGKILL.
-   For each: the error seen, the time to see it, and what is left (processes, names).
+   and rank 0 (this script run with ``--rank0``) ended by SIGTERM, SIGINT and SIGKILL, and
+   by SIGKILL while its worker is stopped (which rank 0's guardian ends). For each: the
+   error seen, the time to see it, and what is left (processes, zombies included, and
+   names; an orphan's zombie waits for init, which reaps it).
 
 Run: ``.venv/bin/python bench/soak.py [--cycles 50] [--calls 10000]``.
 """
@@ -44,10 +46,10 @@ def fds(pid: int) -> int:
 
 
 def leftovers(prefix: str, workers: list[int]) -> str:
-    """What a program or session left: live workers and /dev/shm names under ``prefix``;
-    "none" if nothing."""
+    """What a program or session left: workers (zombies too) and /dev/shm names under
+    ``prefix``; "none" if nothing."""
     names = [e for e in os.listdir("/dev/shm") if e.startswith((prefix, f"sem.{prefix}"))]
-    alive = [p for p in workers if process_state(p)[0] not in ("X", "Z")]
+    alive = [p for p in workers if process_state(p)[0] != "X"]
     parts = ([f"{len(alive)} worker(s)"] if alive else []) + (
         [f"{len(names)} name(s)"] if names else [])
     return ", ".join(parts) or "none"
@@ -154,20 +156,26 @@ def failures() -> list:
     ]
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
         table.append(rank0_killed(signum))
+    table.append(rank0_killed(signal.SIGKILL, stop_worker=True))
     return [tuple(str(c) for c in r) for r in table]
 
 
-def rank0_killed(signum) -> tuple:
+def rank0_killed(signum, stop_worker: bool = False) -> tuple:
+    """Rank 0 (a ``--rank0`` run) ended by ``signum`` during calls (with ``stop_worker``,
+    its worker stopped first)."""
     proc = subprocess.Popen([sys.executable, __file__, "--rank0"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     worker = int(proc.stdout.readline())
     time.sleep(0.2)
+    if stop_worker:
+        os.kill(worker, signal.SIGSTOP)
     start = time.monotonic()
     proc.send_signal(signum)
     proc.wait()
     left = settle(f"synk_{proc.pid}_", [worker])
-    return (f"rank 0 ended by {signal.Signals(signum).name} during calls",
-            f"exit {proc.returncode}", f"{time.monotonic() - start:.2f} s", "-", left)
+    case = f"rank 0 ended by {signal.Signals(signum).name} during calls" + (
+        ", its worker stopped" if stop_worker else "")
+    return (case, f"exit {proc.returncode}", f"{time.monotonic() - start:.2f} s", "-", left)
 
 
 def rank0() -> None:

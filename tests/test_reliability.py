@@ -183,35 +183,42 @@ SCRIPT = textwrap.dedent("""
     v = np.random.default_rng(0).normal(size=(int(sys.argv[1]), 50))
     want = (np.tanh(v) ** 2).mean()
     assert np.isclose(f(v), want)
-    print(launch.current().processes[0].pid, flush=True)
+    print(launch.current().processes[0].pid, launch._guardian.pid, flush=True)
     for _ in range(int(sys.argv[2])):
         assert np.isclose(f(v), want)
     print("ok", flush=True)
 """)
 
 
-def _rank0(tmp_path, rows: int, calls: int) -> tuple[subprocess.Popen, int]:
+def _rank0(tmp_path, rows: int, calls: int) -> tuple[subprocess.Popen, int, int]:
+    """A program forking 2 ranks, running; with its worker's and its guardian's pids."""
     script = tmp_path / "user.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen([sys.executable, str(script), str(rows), str(calls)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path, env=env)
-    return proc, int(proc.stdout.readline())
+    worker, guardian = proc.stdout.readline().split()
+    return proc, int(worker), int(guardian)
 
 
-def _no_leftovers(rank0: int, worker: int) -> bool:
-    return _reaped(worker) and shm_entries(f"synk_{rank0}_") == []
+def _no_leftovers(rank0: int, *processes: int) -> bool:
+    return all(_reaped(p) for p in processes) and shm_entries(f"synk_{rank0}_") == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
-def test_rank0_killed_during_calls(tmp_path, signum):
-    proc, worker = _rank0(tmp_path, rows=300, calls=10**6)
+@pytest.mark.parametrize(("signum", "stopped"), [
+    (signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGKILL, False),
+    (signal.SIGKILL, True),  # the worker cannot act: rank 0's guardian ends it
+], ids=["SIGTERM", "SIGINT", "SIGKILL", "SIGKILL-worker-stopped"])
+def test_rank0_killed_during_calls(tmp_path, signum, stopped):
+    proc, worker, guardian = _rank0(tmp_path, rows=300, calls=10**6)
     time.sleep(0.2)
+    if stopped:
+        os.kill(worker, signal.SIGSTOP)
     start = time.monotonic()
     proc.send_signal(signum)
     proc.wait(timeout=10)
-    _wait_until(lambda: _no_leftovers(proc.pid, worker), 5)
+    _wait_until(lambda: _no_leftovers(proc.pid, worker, guardian), 5)
     assert time.monotonic() - start < 5
     err = proc.stderr.read()
     if signum == signal.SIGTERM:  # closed by rank 0 itself, then the default action
@@ -223,8 +230,9 @@ def test_rank0_killed_during_calls(tmp_path, signum):
         assert proc.returncode == -signal.SIGKILL
 
 
-def test_next_fork_ends_a_dead_programs_stopped_worker_and_sweeps(tmp_path):
-    proc, worker = _rank0(tmp_path, rows=5, calls=10**6)
+def test_next_fork_ends_what_a_program_left_without_its_guardian(tmp_path):
+    proc, worker, guardian = _rank0(tmp_path, rows=5, calls=10**6)
+    os.kill(guardian, signal.SIGKILL)
     os.kill(worker, signal.SIGSTOP)  # cannot act on rank 0's death, so cannot sweep
     proc.kill()
     proc.wait()
@@ -279,7 +287,7 @@ def test_liveness_is_the_lock_not_the_pid():
 
 
 def test_two_programs_at_once_even_in_other_pid_namespaces(tmp_path, rng, monkeypatch):
-    other, other_worker = _rank0(tmp_path, rows=60, calls=200)
+    other, other_worker, other_guardian = _rank0(tmp_path, rows=60, calls=200)
     # As a program in another PID namespace sees it: no pid of the other program exists.
     real = names._pid_alive
     monkeypatch.setattr(names, "_pid_alive", lambda pid: pid != other.pid and real(pid))
@@ -293,7 +301,7 @@ def test_two_programs_at_once_even_in_other_pid_namespaces(tmp_path, rng, monkey
         _close_and_check(session)
     out, err = other.communicate(timeout=60)
     assert out.strip() == "ok", err
-    _wait_until(lambda: _no_leftovers(other.pid, other_worker), 3)
+    _wait_until(lambda: _no_leftovers(other.pid, other_worker, other_guardian), 3)
 
 
 # ---- many sessions; /dev/shm full -----------------------------------------------------------
@@ -477,6 +485,21 @@ class TestWithinOneSession:
         f(xv)
         np.testing.assert_allclose(synk.get_value(0, w), start + xv[:4].sum(axis=0))
         np.testing.assert_allclose(synk.get_value(1, w), start + xv[4:].sum(axis=0))
+
+    def test_a_failed_chain_names_what_may_differ(self, session, rng):
+        # Not all-or-none: a chain's steps apply their updates as they run.
+        _, _, w = session
+        u = pytensor.shared(np.zeros(3), name="u")
+        count = synk.function([], updates=[(u, u + 1.0)], mode="FAST_COMPILE")
+        uneven = synk.function([x], x.reshape((2, -1)).mean(), updates=[(w, w + 1.0)],
+                               mode="FAST_COMPILE")
+        step = synk.chain(uneven, count)
+        synk.broadcast(w, np.zeros(3))
+        with pytest.raises(synk.RemoteError) as raised:
+            step(rng.normal(size=(7, 3)))  # rank 1 fails in the first step, rank 0 goes on
+        assert "the ranks may now disagree on: u, w" in "\n".join(raised.value.__notes__)
+        assert self._w_everywhere(w) == [[1.0] * 3, [0.0] * 3]
+        assert self._w_everywhere(u) == [[1.0] * 3, [0.0] * 3]
 
     def test_full_dev_shm_on_a_reply_is_shared_memory_full(self, session, rng):
         forked, f, w = session

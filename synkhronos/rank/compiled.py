@@ -1,9 +1,13 @@
 """One rank's compiled copy of a synkhronos function, and how it runs its share of a call.
 
 Rank 0 and the workers run the same code here; only where the arrays come from differs.
-PyTensor applies no update itself: the compiled function returns the updates' values as
-extra outputs, so that a call can leave them pending until every rank has computed it
-(:attr:`RankState.pending <synkhronos.rank.state.RankState.pending>`).
+A function with updates has two compiled forms, each made on first use. A call uses the
+one that returns the updates' values as extra outputs, so that they wait until every
+rank has computed the call (:attr:`RankState.pending
+<synkhronos.rank.state.RankState.pending>`): a call that fails on any rank changes no
+shared variable. A chain or a routine, whose next step reads the updates at once, uses the
+one where PyTensor applies them, in place where it can (a parameter update then writes no
+new array).
 """
 
 from __future__ import annotations
@@ -67,17 +71,19 @@ class RankFunction:
 
     def compile(self) -> None:
         """Compile the variant plain calls use (done at distribution time)."""
-        self._function(self._default_variant())
+        self._function(self._default_variant(), updates_as_outputs=True)
 
     def _default_variant(self) -> str:
         if not self.spec.sliceable:
             return "plain"
         return "index" if self.slices_by_index else "slice"
 
-    def _function(self, variant: str):
-        """The compiled ``variant`` ("plain", "slice" or "index"); the update values are
-        extra outputs, and nothing is updated."""
-        fn = self._compiled.get(variant)
+    def _function(self, variant: str, updates_as_outputs: bool = False):
+        """The compiled ``variant`` ("plain", "slice" or "index"); with ``updates_as_outputs``
+        the update values are extra outputs and nothing is updated (a call's updates wait
+        for every rank; ``num_slices > 1`` combines them over the chunks)."""
+        updates_as_outputs = updates_as_outputs and bool(self.spec.updates)
+        fn = self._compiled.get((variant, updates_as_outputs))
         if fn is None:
             spec = self.spec
             outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
@@ -98,7 +104,8 @@ class RankFunction:
                     outputs = replaced[:n]
                     updates = [(t, u) for (t, _), u in zip(updates, replaced[n:], strict=True)]
                 givens = [(s, s[rows]) for s in spec.sliceable]
-            outputs, updates = list(outputs) + [u for _, u in updates], []
+            if updates_as_outputs:
+                outputs, updates = list(outputs) + [u for _, u in updates], []
             kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
             try:
                 fn = pytensor.function(
@@ -112,12 +119,12 @@ class RankFunction:
                                    "JAX mode faster)")
                 raise
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
-            self._compiled[variant] = fn
+            self._compiled[(variant, updates_as_outputs)] = fn
         return fn
 
     def get_shared(self) -> list:
         """The shared variables the compiled function uses."""
-        return self._function(self._default_variant()).get_shared()
+        return self._function(self._default_variant(), updates_as_outputs=True).get_shared()
 
     def sliceable_lengths(self) -> list[int]:
         """Rows of each sliceable shared variable on this rank."""
@@ -152,7 +159,8 @@ class RankFunction:
             Indices of the outputs to return.
         pending : list, optional
             Where to put the updates, as ``(variable, value)`` pairs, instead of applying
-            them (a call applies them once every rank has computed it).
+            them (a call applies them once every rank has computed it). Without it
+            PyTensor applies them, in place where it can.
 
         Returns
         -------
@@ -175,7 +183,8 @@ class RankFunction:
         s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
         variant = "plain" if s_rows is None else (
             "slice" if isinstance(s_rows, slice) else "index")
-        fn = self._function(variant)
+        deferred = bool(self.spec.updates) and (pending is not None or k > 1)
+        fn = self._function(variant, updates_as_outputs=deferred)
         n_out = len(self.spec.outputs)
         results, update_values, weights = [], [], []
         for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
@@ -196,7 +205,7 @@ class RankFunction:
                             for i in subset])
             update_values.append(outs[n_out:])
             weights.append(w)
-        if self.spec.updates:
+        if deferred:
             updates = self._updates(update_values, weights)
             if pending is None:
                 assign(updates)

@@ -3,14 +3,14 @@
 Workers are fresh interpreters (``python -m synkhronos.worker``), not ``os.fork`` copies,
 so they inherit no threads, device contexts or imported state from the user's process.
 They run in their own process session (a Ctrl-C in the terminal reaches rank 0 only) and
-end with rank 0 (each watches it from a thread of its own), sweeping the shared memory if
-rank 0 could not. While rank 0 waits on them, a
-:class:`~synkhronos.session.liveness.Watchdog` declares a worker that makes no progress for
-the fork's ``timeout`` hung. SIGTERM to rank 0 closes the session before the previous
-handler runs; :func:`fork` removes the names that this user's programs which died left in
-``/dev/shm``, and ends their stopped workers. :meth:`Session.close` stops the workers,
-removes the session's names and restores rank 0's thread limits and affinity even when a
-step of it fails.
+end with rank 0: a guardian process (:func:`synkhronos.transport.names.guard`) ends them
+and sweeps the shared memory once rank 0 is gone, however it ended. While rank 0 waits on
+them, a :class:`~synkhronos.session.liveness.Watchdog` declares a worker that makes no
+progress for the fork's ``timeout`` hung. SIGTERM to rank 0 closes the session before the
+previous handler runs; :func:`fork` removes the names, and ends the workers, that this
+user's programs which died left. :meth:`Session.close` stops the workers, removes the
+session's names and restores rank 0's thread limits and affinity even when a step of it
+fails.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from synkhronos.rank.backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
 from synkhronos.rank.graphs import pack
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
-from synkhronos.session.liveness import Watchdog, end_orphans
+from synkhronos.session.liveness import Watchdog
+from synkhronos.transport import names
 from synkhronos.transport.channel import (
     Aborted,
     Channel,
@@ -49,6 +50,7 @@ from synkhronos.transport.names import (
     NAME_ATTEMPTS,
     NameTaken,
     dead_prefixes,
+    end_workers,
     new_session_name,
     process_prefix,
     sweep,
@@ -571,6 +573,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         raise ValueError(f"timeout must be a positive number of seconds or None, got "
                          f"{timeout!r}")
     _sweep_dead()
+    _start_guardian()
     world = start_nodes(nodes, n_parallel, close)
     if world.n_nodes > 1:
         os.environ[LAYOUT_VAR] = world.layout  # read by every rank's make_communicator
@@ -588,11 +591,38 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
 
 
 def _sweep_dead() -> None:
-    """End the stopped workers, and remove the names, that this user's programs which died
-    left (a worker stopped when its rank 0 died cannot end itself or sweep)."""
+    """End the workers, and remove the names, that this user's programs which died left
+    (where their guardian could not: it was ended too)."""
     for prefix in dead_prefixes():
-        end_orphans(prefix)
+        end_workers(prefix)
         sweep(prefix)
+
+
+_guardian: subprocess.Popen | None = None
+
+
+def _start_guardian() -> None:
+    """Start, once per process, the guardian that ends this process's workers and removes
+    its names when it ends (:func:`synkhronos.transport.names.guard`); it reads a pipe
+    whose other end only this process holds."""
+    global _guardian
+    if _guardian is not None and _guardian.poll() is None:
+        return
+    _guardian = subprocess.Popen([sys.executable, "-I", "-S", names.__file__, process_prefix()],
+                                 stdin=subprocess.PIPE, start_new_session=True)
+    atexit.register(_stop_guardian)
+
+
+def _stop_guardian() -> None:
+    """(At exit) let the guardian go, and wait for it: it leaves no zombie behind."""
+    global _guardian
+    guardian, _guardian = _guardian, None
+    if guardian is not None:
+        guardian.stdin.close()
+        try:
+            guardian.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            guardian.kill()
 
 
 def distribute() -> None:

@@ -12,16 +12,10 @@ A worker counts as making progress while any of these holds:
 A worker that does neither for ``timeout`` seconds (stopped by SIGSTOP or a debugger, or
 asleep in a deadlock outside synkhronos' waits) is declared hung: :class:`Watchdog.check`
 raises :class:`~synkhronos.transport.channel.WorkerHung` naming its rank.
-
-Once rank 0 is gone its workers end themselves (:mod:`synkhronos.worker.loop`), except
-one that is stopped (SIGSTOP) and so cannot act: :func:`end_orphans`, run by the next
-:func:`synkhronos.fork` of the same user, ends those.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable
 
@@ -57,50 +51,6 @@ def has_children(pid: int) -> bool:
             return bool(children.read().strip())
     except OSError:
         return False
-
-
-WORKER_MODULE = b"synkhronos.worker"
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
-def end_orphans(prefix: str) -> list[int]:
-    """SIGKILL this user's worker processes of the (ended) program whose names start with
-    ``prefix``, found by their command line; a stopped one dies too. Returns their pids.
-
-    Each process is held by a pidfd while its command line is read, so a pid reused
-    meanwhile is never signalled.
-    """
-    uid, ended = os.geteuid(), []
-    try:
-        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return ended
-    for pid in pids:
-        handle = _pidfd(pid)
-        try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
-                continue
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                argv = cmdline.read().split(b"\0")
-            if WORKER_MODULE not in argv or prefix.encode() not in argv:
-                continue
-            if handle is None:
-                os.kill(pid, signal.SIGKILL)
-            else:
-                signal.pidfd_send_signal(handle, signal.SIGKILL)
-            ended.append(pid)
-        except OSError:
-            continue  # gone meanwhile
-        finally:
-            if handle is not None:
-                os.close(handle)
-    return ended
 
 
 class Watchdog:

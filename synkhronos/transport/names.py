@@ -1,5 +1,5 @@
-"""The names synkhronos makes in ``/dev/shm``: unguessable, private, and swept once their
-program is dead.
+"""The names synkhronos makes in ``/dev/shm``: unguessable, private, and swept, with the
+workers, once their program is dead.
 
 Every name starts with this process's *prefix*, ``synk_<pid>_<random>``, made once per
 process (:func:`process_prefix`); each fork adds a random part of its own
@@ -14,6 +14,11 @@ holds, which holds across PID namespaces sharing one ``/dev/shm``, where the pid
 means nothing. (Names without a lock file, made by versions before it, fall back on the
 pid.) :func:`sweep` removes only names this user owns and skips, with a warning, what it
 cannot remove: no other user's name can make it fail.
+
+A program's workers must not outlive it either. :func:`guard`, run by :func:`synkhronos.fork`
+in a small process of its own (``python -I -S names.py PREFIX``: this module needs nothing
+but the standard library), waits for the program to end however it ends, then SIGKILLs its
+workers, busy, blocked or stopped (:func:`end_workers`), and removes its names.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import os
 import pwd
 import re
 import secrets
+import signal
+import sys
 
 SHM_DIR = "/dev/shm"
 NAME_PREFIX = "synk"
@@ -191,3 +198,64 @@ def dead_prefixes() -> list[str]:
             continue
         groups[match.group(1)] = int(match.group(2))
     return sorted(prefix for prefix, pid in groups.items() if not _alive(prefix, pid))
+
+
+WORKER_MODULE = b"synkhronos.worker"  # in the command line of every worker
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def end_workers(prefix: str) -> list[int]:
+    """SIGKILL this user's worker processes of the program whose names start with
+    ``prefix`` (found by their command lines), a stopped one too; return their pids.
+
+    Each process is held by a pidfd while its command line is read, so that a pid reused
+    meanwhile is never signalled.
+    """
+    uid, ended = os.geteuid(), []
+    try:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return ended
+    for pid in pids:
+        handle = _pidfd(pid)
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+            if WORKER_MODULE not in argv or prefix.encode() not in argv:
+                continue
+            if handle is None:
+                os.kill(pid, signal.SIGKILL)
+            else:
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+            ended.append(pid)
+        except OSError:
+            continue  # gone meanwhile
+        finally:
+            if handle is not None:
+                os.close(handle)
+    return ended
+
+
+def guard(prefix: str) -> None:
+    """Wait until the program that started this process ends, then end its workers and
+    remove its names (``prefix``).
+
+    The program holds the other end of this process's stdin: it closes when the program
+    ends, however it ends (SIGKILL included), and only then.
+    """
+    while os.read(0, 4096):
+        pass
+    end_workers(prefix)
+    sweep(prefix)
+
+
+if __name__ == "__main__":
+    guard(sys.argv[1])

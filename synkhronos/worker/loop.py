@@ -8,54 +8,36 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import sys
-import threading
-import time
 
 from synkhronos.rank.heap import keep_freed_memory
-from synkhronos.transport.channel import POLL_S, Aborted, Channel, ControlBlock
+from synkhronos.transport.channel import Aborted, Channel, ControlBlock
 from synkhronos.transport.names import sweep
 
 
-def _end_with_rank_0(master_pid: int, prefix: str) -> None:
-    """Exit when rank 0 ends or sends SIGTERM; remove its names if rank 0 is gone.
+def _die_with_parent(master_pid: int, prefix: str) -> None:
+    """Exit on SIGTERM, removing rank 0's names if rank 0 is gone.
 
-    A thread waits for rank 0 to end (on a pidfd, else by polling the parent pid) and
-    ends this process then, whatever its main thread is doing (a long computation, a
-    blocked wait). Only a worker that is stopped cannot act; the next fork of the same
-    user ends it (:func:`synkhronos.session.liveness.end_orphans`).
+    Rank 0's end reaches a worker in two other ways: rank 0's guardian process SIGKILLs
+    every worker of rank 0 (busy, blocked or stopped) and removes its names
+    (:func:`synkhronos.transport.names.guard`), and every blocked wait checks the parent.
     """
     def on_term(signum, frame):
         if os.getppid() != master_pid:
             sweep(prefix)  # rank 0 is gone and cannot clean up
         os._exit(1)
 
-    def watch() -> None:
-        try:
-            pidfd = os.pidfd_open(master_pid)
-        except (AttributeError, OSError):
-            pidfd = None
-        # Only while rank 0 is still the parent does the pidfd (or the pid) name it.
-        while os.getppid() == master_pid:
-            if pidfd is not None:
-                select.select([pidfd], [], [])  # readable once rank 0 has ended
-                os.close(pidfd)
-                pidfd = None  # what is left is being re-parented
-            else:
-                time.sleep(POLL_S)
-        on_term(signal.SIGTERM, None)
-
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
-    threading.Thread(target=watch, name="synkhronos-rank-0-watch", daemon=True).start()
+    if os.getppid() != master_pid:
+        on_term(signal.SIGTERM, None)
 
 
 def main(argv: list[str]) -> None:
     session, prefix, rank, n_ranks, master_pid, backend_name = argv
     rank, n_ranks, master_pid = int(rank), int(n_ranks), int(master_pid)
-    _end_with_rank_0(master_pid, prefix)
+    _die_with_parent(master_pid, prefix)
     keep_freed_memory()  # as rank 0 does at fork; this process ends with the session
     sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
                     if p not in sys.path]
