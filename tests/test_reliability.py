@@ -526,7 +526,7 @@ class TestWithinOneSession:
 
         before = sizes()
         v = pt.vector("v")
-        for op, culprit in [(Doubling(lambda u: u), r"Op Doubling.*lambda or a nested"),
+        for op, culprit in [(Doubling(lambda u: u), r"Op Doubling.*is a lambda, or defined inside"),
                             (MainDoubling(), r"Op MainDoubling.*defined in __main__"),
                             (Doubling(_made_at_run_time.RunTimeDoubling),
                              r"Op Doubling.*module made_at_run_time cannot be imported")]:

@@ -17,6 +17,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -53,7 +54,11 @@ def _as(user, action) -> None:
     """Run ``action()`` in a child process that has become ``user``; fail with what it
     raised, if anything."""
     read, write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # JAX warns of any fork in a process with its threads; the child only makes system
+        # calls and file operations in Python (whose own locks are reset at fork), then exits.
+        warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+        pid = os.fork()
     if pid == 0:  # the child never returns into pytest
         os.close(read)
         report = b""

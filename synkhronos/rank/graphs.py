@@ -114,8 +114,8 @@ def _unreachable(obj) -> str | None:
         return (f"{qualname} is defined in __main__ (the script), which the workers do not "
                 f"run; define it in a module they can import")
     if "<lambda>" in qualname or "<locals>" in qualname:
-        return (f"{module}.{qualname} is a lambda or a nested function, which pickle cannot "
-                f"name; use a module-level function")
+        return (f"{module}.{qualname} is a lambda, or defined inside a function, which "
+                f"pickle cannot name; define it at a module's top level")
     if module is not None and not _importable(module):
         return (f"{module}.{qualname}: module {module} cannot be imported by a fresh "
                 f"interpreter (it is not on sys.path)")

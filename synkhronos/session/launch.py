@@ -538,7 +538,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     the memory it frees for its next steps instead of giving it back to the system
     (:mod:`synkhronos.rank.heap`; ``SYNK_KEEP_MEMORY=0`` leaves the C library's settings
     alone). ``fork`` also removes what this user's programs that died left in ``/dev/shm``,
-    and ends their workers that were stopped when they died; names of running programs
+    and ends their workers where their guardian could not; names of running programs
     (told by a lock each holds, so also across PID namespaces) and of other users are
     left alone.
 
@@ -606,11 +606,14 @@ def _start_guardian() -> None:
     its names when it ends (:func:`synkhronos.transport.names.guard`); it reads a pipe
     whose other end only this process holds."""
     global _guardian
-    if _guardian is not None and _guardian.poll() is None:
+    if _guardian is None:
+        atexit.register(_stop_guardian)
+    elif _guardian.poll() is None:
         return
+    else:
+        _guardian.stdin.close()  # it was ended: start another
     _guardian = subprocess.Popen([sys.executable, "-I", "-S", names.__file__, process_prefix()],
                                  stdin=subprocess.PIPE, start_new_session=True)
-    atexit.register(_stop_guardian)
 
 
 def _stop_guardian() -> None:
@@ -659,13 +662,13 @@ def _close_on_sigterm() -> None:
     """Make SIGTERM close the session first, then act as it did before the fork.
 
     Python's default for SIGTERM is to die at once, skipping ``atexit``: the workers would
-    still exit (they watch rank 0) and sweep, but later, and not if one is stopped. A
+    still be ended and the names swept (by rank 0's guardian), but by SIGKILL. A
     program's own handler is left alone: it may still need the session (a checkpoint on
     preemption), and ``atexit`` closes the session when that handler exits.
     """
     global _previous_sigterm
     if threading.current_thread() is not threading.main_thread():
-        return  # only the main thread may set handlers; the workers still watch rank 0
+        return  # only the main thread may set handlers; the guardian still ends the workers
     previous = signal.getsignal(signal.SIGTERM)
     if previous is not signal.SIG_DFL:
         return  # ignored, handled by the program, or outside Python: leave it so
