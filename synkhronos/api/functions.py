@@ -517,9 +517,16 @@ def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=No
 
     Raises
     ------
+    TypeError
+        If the workers could not unpickle the graph (an Op holding a lambda, a class
+        defined in ``__main__`` or in a module a fresh interpreter cannot import), naming
+        the Op; or if an input or output is not a tensor of a dtype that can travel.
+    ValueError
+        If an output or broadcast input has more than 8 dimensions, or a call's message or
+        reply would hold more than 512 arrays.
     Exception
         Whatever :func:`pytensor.function` raises for the graph: rank 0 compiles its copy
-        here, before anything is shipped, and the session stays usable.
+        here, before anything is shipped. After any of these the session is as it was.
 
     Examples
     --------
