@@ -5,7 +5,11 @@
 2. ``all_reduce`` of a 25M-element float32 vector on 2 ranks vs one numpy copy of the same
    bytes (goal: within 3x).
 3. Zero-copy scatter: a call's time does not grow with rows the call does not select.
-4. A function, an ``all_reduce`` and a second function (a training step's shape) chained
+4. A tiny call that updates shared variables vs the same call without updates (the cost
+   of applying updates only once every rank has computed), and a large update
+   (``w - lr * g`` on ``--size`` float32) called alone, which writes a new array, vs the
+   same function as a chain's step, which PyTensor updates in place.
+5. A function, an ``all_reduce`` and a second function (a training step's shape) chained
    into one command (``synk.chain``) vs sent as three commands, on a tiny graph.
 
 Run: ``.venv/bin/python bench/bench_core.py [--ranks 2] [--size 25000000]``.
@@ -36,6 +40,42 @@ def call_overhead(n_ranks: int) -> tuple[float, float]:
         synk.close()
     t_plain = best_of(lambda: plain(data.data), 5, 2000)
     return t_plain, t_synk
+
+
+def call_with_updates(n_ranks: int) -> tuple[float, float]:
+    """A tiny call that updates two shared variables, and the same call without updates."""
+    x = pt.vector("x")
+    synk.fork(n_ranks, backend="cpu")
+    try:
+        v = pytensor.shared(np.zeros(4, dtype=x.dtype), name="v")
+        n = pytensor.shared(np.int64(0), name="n")
+        f = synk.function([x], (x.sum(), "sum"), updates=[(v, v + x.sum()), (n, n + 1)])
+        g = synk.function([x], (x.sum(), "sum"))
+        data = synk.data(np.ones(8, dtype=x.dtype))
+        f(data)
+        g(data)
+        t_updates = best_of(lambda: f(data), 5, 2000)
+        t_plain = best_of(lambda: g(data), 5, 2000)
+    finally:
+        synk.close()
+    return t_updates, t_plain
+
+
+def large_update_call_vs_chain(n_ranks: int, size: int) -> tuple[float, float]:
+    """Seconds per call of a ``size``-float32 SGD update: called alone, and chained."""
+    synk.fork(n_ranks, backend="cpu")
+    try:
+        w = pytensor.shared(np.zeros(size, dtype="float32"), name="w")
+        g = pytensor.shared(np.ones(size, dtype="float32"), name="g")
+        f = synk.function([], updates=[(w, w - np.float32(0.01) * g)])
+        step = synk.chain(f)
+        f()
+        step()
+        t_call = best_of(f, 5, 10)
+        t_chain = best_of(step, 5, 10)
+    finally:
+        synk.close()
+    return t_call, t_chain
 
 
 def all_reduce_vs_copy(n_ranks: int, size: int) -> tuple[float, float]:
@@ -107,6 +147,13 @@ def main() -> None:
     _, t_many = call_overhead(args.ranks)
     rows.append((f"call, {args.ranks} ranks (us over pytensor)", (t_many - t_plain) * 1e6,
                  f"{t_many * 1e6:.1f} us"))
+    t_updates, t_no_updates = call_with_updates(args.ranks)
+    rows.append((f"call updating 2 shared variables, {args.ranks} ranks (us over none)",
+                 (t_updates - t_no_updates) * 1e6,
+                 f"{t_updates * 1e6:.1f} us vs {t_no_updates * 1e6:.1f} us"))
+    t_call, t_chain = large_update_call_vs_chain(args.ranks, args.size)
+    rows.append((f"update of {args.size / 1e6:g}M float32: call / chain (in place)",
+                 t_call / t_chain, f"{t_call * 1e3:.1f} ms vs {t_chain * 1e3:.1f} ms"))
     t_copy, t_reduce = all_reduce_vs_copy(args.ranks, args.size)
     rows.append((f"all_reduce {args.size / 1e6:g}M float32 / numpy copy", t_reduce / t_copy,
                  f"{t_reduce * 1e3:.1f} ms vs {t_copy * 1e3:.1f} ms"))

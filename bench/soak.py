@@ -6,8 +6,12 @@ failure is detected within a bounded time and leaves nothing behind.
    sampled every tenth of the run.
 3. Failures, each in a fresh session: a stopped worker (``fork(timeout=1)``), a worker
    killed while idle and during a call, Ctrl-C during a call, an exception on one rank,
-   and rank 0 (this script run with ``--rank0``) ended by SIGTERM, SIGINT and SIGKILL.
-   For each: the error seen, the time to see it, and what is left (processes, names).
+   and rank 0 (this script run with ``--rank0``) ended by SIGTERM, SIGINT and SIGKILL, by
+   SIGKILL while its worker is stopped, and by SIGKILL in the middle of a 2-second call
+   (rank 0's guardian ends the worker in both). For each: the error seen, the time to see
+   it (for rank 0's end: until its worker has exited and its names are gone, then until
+   init has reaped the orphaned worker too), and what is left (processes, zombies
+   included, and names).
 
 Run: ``.venv/bin/python bench/soak.py [--cycles 50] [--calls 10000]``.
 """
@@ -44,10 +48,10 @@ def fds(pid: int) -> int:
 
 
 def leftovers(prefix: str, workers: list[int]) -> str:
-    """What a program or session left: live workers and /dev/shm names under ``prefix``;
-    "none" if nothing."""
+    """What a program or session left: workers (zombies too) and /dev/shm names under
+    ``prefix``; "none" if nothing."""
     names = [e for e in os.listdir("/dev/shm") if e.startswith((prefix, f"sem.{prefix}"))]
-    alive = [p for p in workers if process_state(p)[0] not in ("X", "Z")]
+    alive = [p for p in workers if process_state(p)[0] != "X"]
     parts = ([f"{len(alive)} worker(s)"] if alive else []) + (
         [f"{len(names)} name(s)"] if names else [])
     return ", ".join(parts) or "none"
@@ -154,27 +158,46 @@ def failures() -> list:
     ]
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
         table.append(rank0_killed(signum))
+    table.append(rank0_killed(signal.SIGKILL, stop_worker=True))
+    table.append(rank0_killed(signal.SIGKILL, long_calls=True))
     return [tuple(str(c) for c in r) for r in table]
 
 
-def rank0_killed(signum) -> tuple:
-    proc = subprocess.Popen([sys.executable, __file__, "--rank0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+def rank0_killed(signum, stop_worker: bool = False, long_calls: bool = False) -> tuple:
+    """Rank 0 (a ``--rank0`` run) ended by ``signum`` during calls (with ``stop_worker``,
+    its worker stopped first; with ``long_calls``, calls of about 2 s)."""
+    proc = subprocess.Popen([sys.executable, __file__, "--rank0", *(["--long"] * long_calls)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     worker = int(proc.stdout.readline())
-    time.sleep(0.2)
+    time.sleep(0.3)
+    if stop_worker:
+        os.kill(worker, signal.SIGSTOP)
     start = time.monotonic()
     proc.send_signal(signum)
     proc.wait()
-    left = settle(f"synk_{proc.pid}_", [worker])
-    return (f"rank 0 ended by {signal.Signals(signum).name} during calls",
-            f"exit {proc.returncode}", f"{time.monotonic() - start:.2f} s", "-", left)
+    prefix = f"synk_{proc.pid}_"
+    while (process_state(worker)[0] not in ("X", "Z") or leftovers(prefix, []) != "none") and (
+            time.monotonic() - start < 10):
+        time.sleep(0.002)
+    exited = time.monotonic() - start
+    left = settle(prefix, [worker])
+    case = f"rank 0 ended by {signal.Signals(signum).name} during calls" + (
+        ", its worker stopped" if stop_worker else "") + (" of 2 s" if long_calls else "")
+    return (case, f"exit {proc.returncode}",
+            f"{exited:.3f} s, reaped {time.monotonic() - start:.2f} s", "-", left)
 
 
-def rank0() -> None:
-    """(``--rank0``) call a function until killed."""
+def rank0(long_calls: bool) -> None:
+    """(``--rank0``) call a function until killed; with ``long_calls``, one whose calls
+    take about 2 s (30 chained element-wise ops on 2M values per rank)."""
     synk.fork(2, backend="cpu", timeout=None)
-    f = synk.function([x], (x * x).mean())
-    xv = np.ones((300, 50))
+    if long_calls:
+        y = x
+        for _ in range(30):
+            y = pt.tanh(y) * 1.0001 + 0.5
+        f, xv = synk.function([x], y.sum()), np.ones((400, 10000))
+    else:
+        f, xv = synk.function([x], (x * x).mean()), np.ones((300, 50))
     f(xv)
     print(launch.current().processes[0].pid, flush=True)
     while True:
@@ -186,9 +209,10 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--calls", type=int, default=10000)
     parser.add_argument("--rank0", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--long", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank0:
-        return rank0()
+        return rank0(args.long)
     print_table("Growth", ("run", "process", "RSS first -> last", "open fds", "note"),
                 cycles(args.cycles) + calls(args.calls))
     print_table("Failures (time: from the fault, or from the signal to rank 0, until the "

@@ -33,7 +33,7 @@ from synkhronos.extensions.asynchronous.phase import run_phase
 from synkhronos.extensions.asynchronous.shared_block import DIE_HOLDING_LOCK, SharedBlock
 from synkhronos.extensions.lasagne import updates as one_phase
 from synkhronos.session import launch
-from synkhronos.transport.shm import new_session_name
+from synkhronos.transport.names import new_session_name
 
 N_ROWS, N_FEATURES, BATCH, LR = 11, 3, 2, 0.05
 PHASES = (7, 5)  # two phases: the second continues the first's minibatches and centre

@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 
 from synkhronos.rank.collective_part import PARTS
-from synkhronos.transport.channel import Channel, ControlBlock
+from synkhronos.transport.channel import (
+    NOTE_BYTES,
+    Channel,
+    ControlBlock,
+    RemoteError,
+    failure_error,
+)
+from synkhronos.transport.names import new_session_name, sweep
 from synkhronos.transport.protocol import FORGET_DATA, Collective, Command, Status
-from synkhronos.transport.shm import Mailbox, message_words, new_session_name, sweep
+from synkhronos.transport.shm import Mailbox, SharedMemoryFull, message_words
 
 
 @pytest.fixture
@@ -53,7 +60,7 @@ def test_control_block_regions_are_disjoint_and_shared(session):
     other = ControlBlock(session, n_ranks, create=False)
     regions = [owner.words[0:2], owner.command_header(), owner.result_header()]
     for r in range(n_ranks):
-        regions += [owner.status(r), owner.heartbeat(r), owner.reply_header(r),
+        regions += [owner.status(r), owner.heartbeat(r), owner.note(r), owner.reply_header(r),
                     owner.comm_header(r)]
     for i, region in enumerate(regions):
         region[...] = i + 1
@@ -85,9 +92,40 @@ def test_channel_command_reply_and_failure(session):
         raise KeyError("boom")
     except KeyError as error:
         worker.report(error)
-    [(rank, text)] = rank0.wait_done()
-    assert rank == 1 and "KeyError: 'boom'" in text
+    [(rank, text, shm_full)] = rank0.wait_done()
+    assert rank == 1 and "KeyError: 'boom'" in text and not shm_full
     assert control.status(1)[0] == Status.FAILED and control.aborted
+
+
+def test_a_failure_whose_traceback_cannot_be_sent_is_noted(session, monkeypatch):
+    control = ControlBlock(session, 2, create=True)
+    rank0 = Channel(session, 0, 2, control, _no_peer_died)
+    worker = Channel(session, 1, 2, ControlBlock(session, 2, create=False), _no_peer_died)
+
+    def no_room(arrays):
+        raise SharedMemoryFull("no room for 3.0 MiB")
+
+    def no_name(arrays):
+        raise OSError("taken")
+
+    for error, post, status in [(KeyError("boom"), None, Status.FAILED),
+                                (KeyError("boom"), no_room, Status.SHM_FULL),
+                                (KeyError("boom"), no_name, Status.FAILED_NOTE),
+                                (SharedMemoryFull("needs 9.0 MiB"), None, Status.SHM_FULL)]:
+        if post is not None:
+            monkeypatch.setattr(worker.replies[1], "post", post)
+        rank0.send(Command.CALL)
+        worker.receive()
+        worker.report(error)
+        [failure] = rank0.wait_done()
+        monkeypatch.undo()
+        assert control.status(1)[0] == status
+        assert str(error) in failure.text and failure.shm_full == (status == Status.SHM_FULL)
+        raised = failure_error([failure])
+        assert isinstance(raised, SharedMemoryFull if failure.shm_full else RemoteError)
+        assert "worker rank 1" in str(raised)
+    control.write_note(1, "é" * NOTE_BYTES)  # cut to the note's bytes, whole characters or not
+    assert control.read_note(1).startswith("é" * (NOTE_BYTES // 2 - 1))
 
 
 def test_every_collective_kind_has_a_part():

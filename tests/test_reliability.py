@@ -2,11 +2,13 @@
 
 Each test checks the error seen, how long it took to see it, and that no worker process
 and no ``/dev/shm`` name of the program is left. Rank 0 is run as a script where the test
-kills it.
+kills it. A failed call or function leaves every rank as it was; what the wire protocol
+cannot carry is refused in rank 0.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -14,14 +16,21 @@ import sys
 import textwrap
 import threading
 import time
+import types
 
 import numpy as np
+import pytensor
+import pytensor.tensor as pt
 import pytest
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from threadpoolctl import threadpool_info
 
 import synkhronos as synk
+from synkhronos.api import routines
 from synkhronos.session import launch
 from synkhronos.session.liveness import Watchdog, process_state
-from synkhronos.transport import shm
+from synkhronos.transport import names, shm
 from synkhronos.transport.channel import WorkerHung
 from tests.conftest import shm_entries
 from tests.graphs import x
@@ -29,6 +38,11 @@ from tests.graphs import x
 
 def _gone(pid: int) -> bool:
     return process_state(pid)[0] in ("X", "Z")
+
+
+def _reaped(pid: int) -> bool:
+    """Gone and waited for: not even a zombie is left."""
+    return process_state(pid)[0] == "X"
 
 
 def _wait_until(condition, limit_s: float) -> float:
@@ -169,35 +183,42 @@ SCRIPT = textwrap.dedent("""
     v = np.random.default_rng(0).normal(size=(int(sys.argv[1]), 50))
     want = (np.tanh(v) ** 2).mean()
     assert np.isclose(f(v), want)
-    print(launch.current().processes[0].pid, flush=True)
+    print(launch.current().processes[0].pid, launch._guardian.pid, flush=True)
     for _ in range(int(sys.argv[2])):
         assert np.isclose(f(v), want)
     print("ok", flush=True)
 """)
 
 
-def _rank0(tmp_path, rows: int, calls: int) -> tuple[subprocess.Popen, int]:
+def _rank0(tmp_path, rows: int, calls: int) -> tuple[subprocess.Popen, int, int]:
+    """A program forking 2 ranks, running; with its worker's and its guardian's pids."""
     script = tmp_path / "user.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen([sys.executable, str(script), str(rows), str(calls)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path, env=env)
-    return proc, int(proc.stdout.readline())
+    worker, guardian = proc.stdout.readline().split()
+    return proc, int(worker), int(guardian)
 
 
-def _no_leftovers(rank0: int, worker: int) -> bool:
-    return _gone(worker) and shm_entries(f"synk_{rank0}_") == []
+def _no_leftovers(rank0: int, *processes: int) -> bool:
+    return all(_reaped(p) for p in processes) and shm_entries(f"synk_{rank0}_") == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
-def test_rank0_killed_during_calls(tmp_path, signum):
-    proc, worker = _rank0(tmp_path, rows=300, calls=10**6)
+@pytest.mark.parametrize(("signum", "stopped"), [
+    (signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGKILL, False),
+    (signal.SIGKILL, True),  # the worker cannot act: rank 0's guardian ends it
+], ids=["SIGTERM", "SIGINT", "SIGKILL", "SIGKILL-worker-stopped"])
+def test_rank0_killed_during_calls(tmp_path, signum, stopped):
+    proc, worker, guardian = _rank0(tmp_path, rows=300, calls=10**6)
     time.sleep(0.2)
+    if stopped:
+        os.kill(worker, signal.SIGSTOP)
     start = time.monotonic()
     proc.send_signal(signum)
     proc.wait(timeout=10)
-    _wait_until(lambda: _no_leftovers(proc.pid, worker), 5)
+    _wait_until(lambda: _no_leftovers(proc.pid, worker, guardian), 5)
     assert time.monotonic() - start < 5
     err = proc.stderr.read()
     if signum == signal.SIGTERM:  # closed by rank 0 itself, then the default action
@@ -209,39 +230,67 @@ def test_rank0_killed_during_calls(tmp_path, signum):
         assert proc.returncode == -signal.SIGKILL
 
 
-def test_next_fork_sweeps_names_a_dead_program_left(tmp_path):
-    proc, worker = _rank0(tmp_path, rows=5, calls=10**6)
+def test_next_fork_ends_what_a_program_left_without_its_guardian(tmp_path):
+    proc, worker, guardian = _rank0(tmp_path, rows=5, calls=10**6)
+    os.kill(guardian, signal.SIGKILL)
     os.kill(worker, signal.SIGSTOP)  # cannot act on rank 0's death, so cannot sweep
     proc.kill()
     proc.wait()
     time.sleep(0.2)
+    assert process_state(worker)[0] == "T"  # stopped for good, without help
     left = shm_entries(f"synk_{proc.pid}_")
     assert left
     synk.fork(2, backend="cpu")
     session = launch.current()
     assert shm_entries(f"synk_{proc.pid}_") == []
     assert shm_entries(session.name)  # a live program's names are left alone
-    os.kill(worker, signal.SIGKILL)
+    _wait_until(lambda: _reaped(worker), 2)  # SIGKILLed by the fork, reaped by init
     _close_and_check(session)
 
 
-def test_sweep_dead_spares_live_programs():
+def _make_names(prefix: str, lock: bool) -> int | None:
+    """Names of a pretended program ``prefix``: a segment, a semaphore and, with ``lock``,
+    its lock file, locked through a descriptor returned (close it and the program died)."""
+    shm.Segment(f"{prefix}_s0_x", 64, create=True)
+    shm.posix_ipc.Semaphore(f"/{prefix}_s0_sem", shm.posix_ipc.O_CREX)
+    if not lock:
+        return None
+    fd = os.open(f"{names.SHM_DIR}/{prefix}{names.LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_liveness_is_the_lock_not_the_pid():
+    # A program in another PID namespace sharing /dev/shm: the pid in its names may be
+    # dead here (or another process's). Its lock, held while it runs, is what counts.
     finished = subprocess.Popen(["true"])
     finished.wait()
-    names = [f"synk_{finished.pid}_0dead_f0_x", f"synk_{os.getpid()}_0live_f0_x"]
-    for name in names:
-        shm.Segment(name, 64, create=True)
-    shm.posix_ipc.Semaphore(f"/{names[0]}_sem", shm.posix_ipc.O_CREX)
+    dead, live = finished.pid, os.getpid()
+    hidden = f"synk_{dead}_{'a' * 16}"  # runs, but its pid is not one of ours
+    ended = f"synk_{live}_{'b' * 16}"  # ended, though its pid now names a live process
+    old_dead, old_live = f"synk_{dead}_0c0c0c0c", f"synk_{live}_0d0d0d0d"  # no lock files
+    fd = _make_names(hidden, lock=True)
+    os.close(_make_names(ended, lock=True))
+    for prefix in (old_dead, old_live):
+        _make_names(prefix, lock=False)
     try:
-        removed = shm.sweep_dead()
-        assert sorted(removed) == sorted([names[0], f"sem.{names[0]}_sem"])
-        assert shm_entries(names[1]) == [names[1]]
+        assert {hidden, ended, old_dead, old_live} & set(names.dead_prefixes()) == {
+            ended, old_dead}
+        os.close(fd)  # the hidden program ends
+        assert hidden in names.dead_prefixes()
+        assert sorted(names.sweep(hidden)) == sorted(
+            [f"{hidden}_s0_x", f"sem.{hidden}_s0_sem", f"{hidden}{names.LOCK_SUFFIX}"])
     finally:
-        shm.sweep(f"synk_{os.getpid()}_0live")
+        for prefix in (hidden, ended, old_dead, old_live):
+            names.sweep(prefix)
+    assert shm_entries(f"synk_{dead}_") == shm_entries(f"synk_{live}_{'b' * 16}") == []
 
 
-def test_two_programs_at_once(tmp_path, rng):
-    other, other_worker = _rank0(tmp_path, rows=60, calls=200)
+def test_two_programs_at_once_even_in_other_pid_namespaces(tmp_path, rng, monkeypatch):
+    other, other_worker, other_guardian = _rank0(tmp_path, rows=60, calls=200)
+    # As a program in another PID namespace sees it: no pid of the other program exists.
+    real = names._pid_alive
+    monkeypatch.setattr(names, "_pid_alive", lambda pid: pid != other.pid and real(pid))
     xv = rng.normal(size=(11, 3))
     for _ in range(2):  # the second fork sweeps dead programs' names: none of the other's
         synk.fork(2, backend="cpu")
@@ -252,7 +301,7 @@ def test_two_programs_at_once(tmp_path, rng):
         _close_and_check(session)
     out, err = other.communicate(timeout=60)
     assert out.strip() == "ok", err
-    _wait_until(lambda: _no_leftovers(other.pid, other_worker), 3)
+    _wait_until(lambda: _no_leftovers(other.pid, other_worker, other_guardian), 3)
 
 
 # ---- many sessions; /dev/shm full -----------------------------------------------------------
@@ -290,13 +339,13 @@ def test_full_dev_shm_is_a_clear_error(monkeypatch):
 
 # ---- fork and close from other threads ------------------------------------------------------
 def test_fork_in_a_thread_that_ends_and_close_in_another():
-    # The parent-death signal also fires when the thread that started the workers ends:
-    # they must live on while rank 0 does, and close() must work from any thread.
+    # The workers must live on while rank 0 does, whichever of its threads started them,
+    # and close() must work from any thread.
     forked = threading.Thread(target=synk.fork, args=(2,), kwargs={"backend": "cpu"})
     forked.start()
     forked.join()
     session = launch.current()
-    time.sleep(1.5)  # past the workers' wait for re-parenting
+    time.sleep(0.3)
     assert not any(_gone(p.pid) for p in session.processes)
     f = synk.function([x], ((x * 2.0).sum(), "sum"))
     assert f(np.ones((7, 3))) == 42.0
@@ -338,3 +387,177 @@ def test_ctrl_c_inside_a_compiled_graph_is_a_keyboard_interrupt():
         assert isinstance(launch._interrupt_behind(error), KeyboardInterrupt)
     other = ValueError("x")
     assert launch._interrupt_behind(other) is other
+
+
+# ---- close() always finishes its work --------------------------------------------------------
+def _blas_threads() -> list[tuple[str, int]]:
+    return sorted((lib["filepath"], lib["num_threads"]) for lib in threadpool_info())
+
+
+def test_close_stops_everything_and_restores_limits_even_when_a_step_fails():
+    affinity, blas = os.sched_getaffinity(0), _blas_threads()
+    synk.fork(2, backend="cpu")
+    session = launch.current()
+    assert _blas_threads() != blas or len(affinity) < 2  # the fork limited rank 0
+
+    def broken():
+        raise RuntimeError("the communicator would not close")
+
+    session.state.comm.close = broken
+    planted = f"{shm.SHM_DIR}/{session.name}_planted"  # a directory: cannot be unlinked
+    os.mkdir(planted)
+    try:
+        with pytest.raises(RuntimeError, match="would not close"):
+            synk.close()
+        assert launch._session is None
+        assert all(_reaped(p.pid) for p in session.processes)
+        assert shm_entries(session.name) == [f"{session.name}_planted"]
+        assert os.sched_getaffinity(0) == affinity
+        assert set(blas) <= set(_blas_threads())  # (the fork loads SciPy's BLAS too)
+    finally:
+        os.rmdir(planted)
+
+
+# ---- within one session: failed calls and functions change nothing ---------------------------
+class Doubling(Op):
+    """An Op of an importable module, that holds ``how``."""
+
+    __props__ = ()
+
+    def __init__(self, how=None):
+        self.how = how
+
+    def make_node(self, v):
+        return Apply(self, [v], [v.type()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = 2 * inputs[0]
+
+
+class MainDoubling(Doubling):
+    """As a class defined in a script: the workers' ``__main__`` is not the script."""
+
+
+MainDoubling.__module__ = "__main__"
+_made_at_run_time = types.ModuleType("made_at_run_time")  # in sys.modules only
+exec("class RunTimeDoubling:\n    pass", _made_at_run_time.__dict__)
+sys.modules["made_at_run_time"] = _made_at_run_time
+
+_FREE_BYTES = shm.free_bytes  # on a worker: its own, as imported by the routine below
+
+
+def pretend_shm_full(state, full):
+    """A routine: the workers see a /dev/shm with 1 MiB free (``full`` true), or their own."""
+    if state.rank:
+        shm.free_bytes = (lambda: 2**20) if full[0] else _FREE_BYTES
+    return []
+
+
+@pytest.fixture(scope="class")
+def session():
+    """One fork for a class of tests, with a function that can fail on one rank alone."""
+    synk.fork(2, backend="cpu")
+    forked = launch.current()
+    w = pytensor.shared(np.zeros(3), name="w")
+    # Reshaping to 2 rows needs an even number of values: one rank can fail alone.
+    f = synk.function([x], [x.reshape((2, -1)).mean(), (2 * x, "gather")],
+                      updates=[(w, w + x.sum(axis=0))], name="uneven")
+    yield forked, f, w
+    _close_and_check(forked)
+
+
+class TestWithinOneSession:
+    @staticmethod
+    def _w_everywhere(w) -> list:
+        return [synk.get_value(r, w).tolist() for r in range(2)]
+
+    def test_a_failed_call_applies_no_update_on_any_rank(self, session, rng):
+        _, f, w = session
+        start = rng.normal(size=3)
+        synk.broadcast(w, start)
+        for rows, error, slices in [(7, synk.RemoteError, 1),  # 4 rows on rank 0, 3 on rank 1
+                                    (5, ValueError, 1),  # 3 rows on rank 0: rank 0 fails
+                                    (15, synk.RemoteError, 2)]:  # rank 1: slices 4 + 3
+            with pytest.raises(error, match="total size of new array"):
+                f(rng.normal(size=(rows, 3)), num_slices=slices)
+            assert self._w_everywhere(w) == [start.tolist()] * 2
+        xv = rng.normal(size=(8, 3))
+        f(xv)
+        np.testing.assert_allclose(synk.get_value(0, w), start + xv[:4].sum(axis=0))
+        np.testing.assert_allclose(synk.get_value(1, w), start + xv[4:].sum(axis=0))
+
+    def test_a_failed_chain_names_what_may_differ(self, session, rng):
+        # Not all-or-none: a chain's steps apply their updates as they run.
+        _, _, w = session
+        u = pytensor.shared(np.zeros(3), name="u")
+        count = synk.function([], updates=[(u, u + 1.0)], mode="FAST_COMPILE")
+        uneven = synk.function([x], x.reshape((2, -1)).mean(), updates=[(w, w + 1.0)],
+                               mode="FAST_COMPILE")
+        step = synk.chain(uneven, count)
+        synk.broadcast(w, np.zeros(3))
+        with pytest.raises(synk.RemoteError) as raised:
+            step(rng.normal(size=(7, 3)))  # rank 1 fails in the first step, rank 0 goes on
+        assert "the ranks may now disagree on: u, w" in "\n".join(raised.value.__notes__)
+        assert self._w_everywhere(w) == [[1.0] * 3, [0.0] * 3]
+        assert self._w_everywhere(u) == [[1.0] * 3, [0.0] * 3]
+
+    def test_full_dev_shm_on_a_reply_is_shared_memory_full(self, session, rng):
+        forked, f, w = session
+        synk.broadcast(w, np.zeros(3))
+        big = rng.normal(size=(200_000, 3))  # 2.4 MB of gathered rows from each rank
+        routines.run(pretend_shm_full, np.array([True]))
+        try:
+            with pytest.raises(shm.SharedMemoryFull, match=r"(?s)worker rank 1 .*of [\d.]+ MiB "
+                               r".*has 1\.0 MiB free"):
+                f(big)
+        finally:
+            routines.run(pretend_shm_full, np.array([False]))
+        assert not forked.broken and self._w_everywhere(w) == [[0.0] * 3] * 2
+        mean, doubled = f(big)
+        np.testing.assert_allclose(doubled, 2 * big)
+        assert np.isclose(mean, big.mean())
+
+    def test_a_failed_function_leaves_the_session_as_it_was(self, session, rng):
+        forked, f, _ = session
+
+        def sizes():
+            return (len(forked.functions), len(forked.state.functions),
+                    len(forked.state.registry))
+
+        before = sizes()
+        v = pt.vector("v")
+        for op, culprit in [(Doubling(lambda u: u), r"Op Doubling.*is a lambda, or defined inside"),
+                            (MainDoubling(), r"Op MainDoubling.*defined in __main__"),
+                            (Doubling(_made_at_run_time.RunTimeDoubling),
+                             r"Op Doubling.*module made_at_run_time cannot be imported")]:
+            with pytest.raises(TypeError, match=rf"(?s)cannot be sent to the workers: {culprit}"):
+                synk.function([v], op(v).sum())
+            assert sizes() == before
+        xv = rng.normal(size=(9, 3))  # the session goes on: the next call ships nothing bad
+        mean, _ = f(xv[:8])
+        assert np.isclose(mean, xv[:8].mean())
+        g = synk.function([v], (Doubling()(v).sum(), "sum"), mode="FAST_COMPILE")
+        assert np.isclose(g(xv[:, 0]), 2 * xv[:, 0].sum())
+
+    def test_what_the_wire_cannot_carry_is_refused_in_rank_0(self, session):
+        _, _, w = session
+        v = pt.vector("v")
+        nine = pt.tensor("nine", shape=(None,) * 9)
+        for build, error, match in [
+            (lambda: synk.function([v], [v[i] for i in range(520)]), ValueError,
+             r"520 outputs the workers send back.*carries at most 512"),
+            (lambda: synk.function([v], [v.sum(), (pt.zeros((1,) * 9), "sum")]), ValueError,
+             r"output 1 has 9 dimensions; .* at most 8"),
+            (lambda: synk.function([v], v.sum(), bcast_inputs=[nine]), ValueError,
+             r"broadcast input 0 \('nine'\) has 9 dimensions"),
+            (lambda: synk.broadcast(w, np.array("abc")), TypeError,
+             r"value for shared variable w: cannot use a value of dtype <U3"),
+            (lambda: synk.scatter(w, np.array(["a", "b", "c"])), TypeError,
+             r"value for shared variable w: cannot use a value of dtype <U1"),
+            (lambda: synk.broadcast(w, np.array(None, dtype=object)), TypeError,
+             r"value for shared variable w: cannot use a value of dtype object"),
+            (lambda: routines.run(pretend_shm_full, np.array("full")), TypeError,
+             r"argument 0 of routine .*pretend_shm_full has dtype <U4"),
+        ]:
+            with pytest.raises(error, match=match):
+                build()

@@ -4,6 +4,10 @@ A training step is a gradient function, an all-reduce of the gradient and an upd
 function. Called one by one, each is a round trip from rank 0 through the command
 channel; chained, rank 0 sends one command and every rank runs the three back to back
 (:mod:`synkhronos.rank.chain_part`), and the reply brings the functions' outputs.
+
+A chain's steps apply their updates as they run (a later step reads them), so unlike a
+single call a chain is not all-or-none: after a failure on some rank, its error lists
+the shared variables the ranks may now disagree on.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from synkhronos.api.collectives import registered
+from synkhronos.api.collectives import check_tensor, registered
 from synkhronos.api.functions import Function
 from synkhronos.rank.chain_part import CHAINABLE, CollectiveStep, encode_table, run_steps
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.session import launch
+from synkhronos.transport.channel import check_count
 from synkhronos.transport.nodes import abort_on_error
 from synkhronos.transport.protocol import Command
 from synkhronos.transport.reduction import check_collective_op
@@ -42,6 +47,9 @@ def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
     elif len(entry) == 3:
         raise TypeError(f"{name} takes no op; write ({name!r}, shared variables)")
     variables, indices, _ = registered(session, shared_vars)
+    for var in variables:
+        check_tensor(var, f"the chain's {name} of shared variable {var}")
+    check_count(len(variables), f"the chain's {name} of {len(variables)} shared variables")
     if name == "all_gather" and any(v.ndim == 0 for v in variables):
         raise ValueError("all_gather needs shared variables with a first axis")
     return CollectiveStep(CHAINABLE[name], indices, op, True), variables
@@ -56,7 +64,7 @@ class Chain:
         self._session = session
         self._fuse = fuse
         self._every_rank_rows = every_rank_rows
-        steps, functions, touched = [], [], set()
+        steps, functions, written = [], [], {}
         for entry in entries:
             if isinstance(entry, Function):
                 if entry._session is not session:
@@ -67,16 +75,23 @@ class Chain:
                                     f"function receives the call's arguments")
                 steps.append(entry._spec.fid)
                 functions.append(entry)
-                touched |= entry._update_targets
+                written.update((id(v), v) for v, _ in entry._spec.updates)
             else:
                 step, variables = _collective_step(session, entry)
                 steps.append(step)
-                touched |= {id(v) for v in variables}
+                written.update((id(v), v) for v in variables)
         if not steps:
             raise ValueError("a chain needs at least one step")
+        # A worker replies, per function step, [weight, n_host] and its host outputs.
+        check_count(sum(1 + len(f._spec.outputs) for f in functions),
+                    "the chain's functions' outputs (a worker's reply holds them all)")
         self._steps, self._functions = steps, functions
         self._table = encode_table(steps, fuse)
-        self._touched = touched
+        self._touched = set(written)
+        names = ", ".join(sorted({v.name or str(v) for v in written.values()}))
+        self._may_differ = (f"a chain's steps apply as they run, so the ranks may now "
+                            f"disagree on: {names}; synk.broadcast them to agree again"
+                            if names else "")
 
     def __repr__(self) -> str:
         return f"<synkhronos.Chain of {len(self._steps)} steps>"
@@ -116,9 +131,15 @@ class Chain:
                 arrays += plan.encode()
         elif args or kwargs:
             raise TypeError("this chain has no function to take arguments")
-        results = session.execute(
-            Command.CHAIN, arrays,
-            lambda: run_steps(session.state, self._steps, plan, lambda d: d.data, self._fuse))
+        try:
+            results = session.execute(
+                Command.CHAIN, arrays,
+                lambda: run_steps(session.state, self._steps, plan, lambda d: d.data,
+                                  self._fuse))
+        except Exception as error:
+            if self._may_differ:
+                error.add_note(self._may_differ)
+            raise
         if not self._touched.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         replies = [_split_reply(session.channel.reply_arrays(r), len(self._functions))
@@ -168,7 +189,9 @@ def chain(*steps, every_rank_rows: bool = False, fuse: bool = True) -> Chain:
     Rank 0 sends one command; every rank runs the steps back to back without waiting
     on rank 0 in between. If a step fails on a rank, its error (re-raised in rank 0 as
     for a call) carries a note naming the step and the rank, and the ranks waiting in
-    a later collective give up (nothing hangs); the steps before it have run.
+    a later collective give up (nothing hangs); the steps before it have run, so unlike
+    a single call's, their updates stay applied where they ran: a second note lists the
+    shared variables the ranks may then disagree on.
 
     Examples
     --------

@@ -6,7 +6,9 @@ out, a list or tuple in gives a tuple out. ``nccl=False`` makes GPU ranks use th
 arguments in rank 0, then every rank runs its part
 (:mod:`synkhronos.rank.collective_part`) with the same kind and variables. Shared variables
 are named by their registry index, the same on every rank (see
-:mod:`synkhronos.rank.graphs`).
+:mod:`synkhronos.rank.graphs`). What the wire protocol cannot carry (too many variables for
+one message, dtypes or dimensions it has no code for) is refused here, in rank 0, naming the
+variable or value.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from pytensor.compile.sharedvalue import SharedVariable
 
 from synkhronos.rank import collective_part
 from synkhronos.session import launch
+from synkhronos.transport.channel import check_count
 from synkhronos.transport.nodes import abort_on_error
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import resolve_rows
 from synkhronos.transport.protocol import Collective, Command
 from synkhronos.transport.reduction import COLLECTIVE_OPS, check_collective_op, join_rows
+from synkhronos.transport.shm import check_travels
 
 _WRITES = {Collective.BROADCAST, Collective.SCATTER, Collective.ALL_GATHER, Collective.REDUCE,
            Collective.ALL_REDUCE, Collective.SET_VALUE}
@@ -58,6 +62,29 @@ def registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
     return variables, np.array(indices, np.int64), single
 
 
+def check_tensor(var, what: str, in_data: bool = False) -> None:
+    """Refuse, naming ``what``, a variable whose values cannot travel between ranks: not a
+    tensor, or a dtype or a number of dimensions the wire protocol has no code for (any
+    number, ``in_data``: a ``Data`` array is described by its shape alone)."""
+    dtype, ndim = getattr(var.type, "dtype", None), getattr(var.type, "ndim", None)
+    if dtype is None or ndim is None:
+        raise TypeError(f"{what} is a {var.type}, not a tensor; only tensors travel between "
+                        f"ranks")
+    check_travels(dtype, 0 if in_data else ndim, what)
+
+
+def checked_value(var, value, what: str, allow_downcast: bool | None = None) -> np.ndarray:
+    """``value`` as ``var``'s type holds it; ``TypeError`` (``ValueError`` for a value of
+    the wrong contents) naming ``what`` when it cannot be."""
+    try:
+        return np.asarray(var.type.filter(value, allow_downcast=allow_downcast))
+    except Exception as error:  # noqa: BLE001 - any failure to convert, named
+        kind = ValueError if isinstance(error, ValueError) else TypeError
+        given = (f"dtype {value.dtype}" if hasattr(value, "dtype")
+                 else f"type {type(value).__name__}")
+        raise kind(f"{what}: cannot use a value of {given} for {var.type}: {error}") from None
+
+
 def _checked_values(variables: list, values, single: bool, batch) -> list:
     values = [values] if single else list(values)
     if len(values) != len(variables):
@@ -69,10 +96,7 @@ def _checked_values(variables: list, values, single: bool, batch) -> list:
             if value.ndim == 0:
                 raise ValueError(f"batch selects rows, but the value for {var} is a scalar")
             value = value[resolve_rows(batch, len(value), "batch")]
-        try:
-            checked.append(np.asarray(var.type.filter(value)))
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"value for shared variable {var}: {e}") from None
+        checked.append(checked_value(var, value, f"value for shared variable {var}"))
     return checked
 
 
@@ -90,6 +114,12 @@ def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, v
         raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
     if values is not None:
         values = _checked_values(variables, values, single, batch)
+    if kind != Collective.SHAPES:
+        for var in variables:
+            check_tensor(var, f"shared variable {var}")
+        # A scatter's root posts every rank's part of every variable in one message.
+        check_count(len(variables) * (n_ranks if kind == Collective.SCATTER else 1),
+                    f"a {kind.name.lower()} of {len(variables)} shared variables")
     if kind in (Collective.SCATTER, Collective.ALL_GATHER) and any(v.ndim == 0 for v in variables):
         raise ValueError("scatter and all_gather need shared variables with a first axis")
     params = np.array([kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank,

@@ -17,13 +17,14 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import graph_inputs
 
-from synkhronos.api.collectives import sliceable_lengths
+from synkhronos.api.collectives import check_tensor, checked_value, sliceable_lengths
 from synkhronos.rank.compiled import is_jax
-from synkhronos.rank.graphs import GraphSpec
+from synkhronos.rank.graphs import GraphSpec, check_shippable
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.rank.state import run_plan
 from synkhronos.session import launch
 from synkhronos.transport.callplan import CallPlan, RankRows
+from synkhronos.transport.channel import check_count
 from synkhronos.transport.nodes import abort_on_error
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import Selection, resolve_rows, selection_length, split_bounds
@@ -80,6 +81,11 @@ def _parse_outputs(outputs) -> tuple[list, list, bool]:
         variables.append(var)
         ops.append(op)
     return variables, ops, single
+
+
+# Arrays a call's message holds besides its broadcast values: the plan's words, two index
+# arrays, a chain's step table, the released Data ids.
+_MESSAGE_ARRAYS = 5
 
 
 def _label(var, i: int, kind: str) -> str:
@@ -181,6 +187,10 @@ class Function:
                                ops, update_pairs, _pairs(givens, "givens"), sliceable, mode,
                                update_ops, dict(function_kwargs))
         self._downcast = bool(function_kwargs.get("allow_input_downcast"))
+        # Everything below may fail, and must leave the session as it was: nothing in it
+        # changes before rank 0's copy is compiled.
+        self._check_wire(inputs, bcast_inputs, variables, ops)
+        check_shippable(self._spec, session.state.registry, self._what)
         # Compile rank 0's copy now: a graph error raises here, before anything is shipped.
         compiled = session.state.compile(self._spec)
         if is_jax(compiled.mode):
@@ -195,6 +205,24 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<synkhronos.Function {self.name or self._spec.fid}>"
+
+    def _check_wire(self, inputs, bcast_inputs, outputs, ops) -> None:
+        """Refuse, naming it, what the wire protocol could not carry in a call: a tensor of
+        a dtype or number of dimensions it has no code for, more arrays than a message
+        holds."""
+        for i, var in enumerate(inputs):
+            check_tensor(var, f"{self._what}, {_label(var, i, 'input')}", in_data=True)
+        for i, var in enumerate(bcast_inputs):
+            check_tensor(var, f"{self._what}, {_label(var, i, 'broadcast input')}")
+        sent = [(i, var) for i, (var, op) in enumerate(zip(outputs, ops, strict=True))
+                if op is not None]  # op None: rank 0's own result, never sent
+        for i, var in sent:
+            check_tensor(var, f"{self._what}, output {i}")
+        check_count(len(bcast_inputs) + _MESSAGE_ARRAYS,
+                    f"{self._what} has {len(bcast_inputs)} broadcast inputs (each travels as "
+                    f"an array of a call's message)")
+        check_count(len(sent) + 1, f"{self._what} has {len(sent)} outputs the workers send "
+                    f"back (each an array of a worker's reply, with its rows)")
 
     @property
     def _what(self) -> str:
@@ -290,7 +318,8 @@ class Function:
         plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
         arrays = plan.encode() if session.n_ranks > 1 else ()
         weight, host, reduced = session.execute(
-            Command.CALL, arrays, lambda: run_plan(session.state, plan, lambda d: d.data))
+            Command.CALL, arrays,
+            lambda: run_plan(session.state, plan, lambda d: d.data, session.state.pending))
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         single = self._single if output_subset is None else len(plan.subset) == 1
@@ -350,12 +379,7 @@ class Function:
                 bcast.append(arg)
                 kinds.append(Arg.DATA)
             else:
-                try:
-                    value = np.asarray(var.type.filter(arg, allow_downcast=self._downcast
-                                                       or None))
-                except (TypeError, ValueError) as e:
-                    raise type(e)(f"{what}: {e}") from None
-                bcast.append(value)
+                bcast.append(checked_value(var, arg, what, self._downcast or None))
                 kinds.append(Arg.VALUE)
         by_position = np.array([d.minibatch for d in scatter], np.int64)
         rows = None
@@ -493,9 +517,16 @@ def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=No
 
     Raises
     ------
+    TypeError
+        If the workers could not unpickle the graph (an Op holding a lambda, a class
+        defined in ``__main__`` or in a module a fresh interpreter cannot import), naming
+        the Op; or if an input or output is not a tensor of a dtype that can travel.
+    ValueError
+        If an output or broadcast input has more than 8 dimensions, or a call's message or
+        reply would hold more than 512 arrays.
     Exception
         Whatever :func:`pytensor.function` raises for the graph: rank 0 compiles its copy
-        here, before anything is shipped, and the session stays usable.
+        here, before anything is shipped. After any of these the session is as it was.
 
     Examples
     --------

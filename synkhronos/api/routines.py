@@ -24,9 +24,10 @@ import numpy as np
 
 from synkhronos.rank.routine_part import ARRAY, DATA, resolve_name, text
 from synkhronos.session import launch
-from synkhronos.transport.channel import WorkerDied
+from synkhronos.transport.channel import WorkerDied, check_count
 from synkhronos.transport.protocol import Command
 from synkhronos.transport.shared_arrays import Data
+from synkhronos.transport.shm import check_travels
 
 __all__ = ["run"]
 
@@ -86,10 +87,15 @@ def run(routine: Callable[..., list], *args: np.ndarray | Data) -> list[list[np.
     [[array([0., 3.])], [array([1., 3.])]]
     """
     session = launch.current()
-    session.distribute()
+    name = _name(routine)
     args = [a if isinstance(a, Data) else np.asarray(a) for a in args]
+    check_count(len(args) + 2, f"routine {name} with {len(args)} arguments")
+    for i, a in enumerate(args):
+        if not isinstance(a, Data):
+            check_travels(a.dtype, a.ndim, f"argument {i} of routine {name}")
+    session.distribute()
     kinds = np.array([DATA if isinstance(a, Data) else ARRAY for a in args], np.int64)
-    message = [text(_name(routine)), kinds,
+    message = [text(name), kinds,
                *[a.descriptor() if isinstance(a, Data) else a for a in args]]
     local_args = [a.data if isinstance(a, Data) else a for a in args]
     local_error: list[BaseException] = []

@@ -1,6 +1,13 @@
 """One rank's compiled copy of a synkhronos function, and how it runs its share of a call.
 
 Rank 0 and the workers run the same code here; only where the arrays come from differs.
+A function with updates has two compiled forms, each made on first use. A call uses the
+one that returns the updates' values as extra outputs, so that they wait until every
+rank has computed the call (:attr:`RankState.pending
+<synkhronos.rank.state.RankState.pending>`): a call that fails on any rank changes no
+shared variable. A chain or a routine, whose next step reads the updates at once, uses the
+one where PyTensor applies them, in place where it can (a parameter update then writes no
+new array).
 """
 
 from __future__ import annotations
@@ -24,6 +31,13 @@ def is_jax(mode) -> bool:
     if isinstance(mode, str):
         return mode.upper() == "JAX"
     return type(getattr(mode, "linker", None)).__name__.upper().startswith("JAX")
+
+
+def assign(updates: list[tuple]) -> None:
+    """Give each shared variable of ``(variable, value)`` pairs its new value, as PyTensor
+    stores an update (the values are a function's fresh outputs, of the variable's type)."""
+    for var, value in updates:
+        var.container.storage[0] = value
 
 
 class RankFunction:
@@ -66,15 +80,19 @@ class RankFunction:
 
     def compile(self) -> None:
         """Compile the variant plain calls use (done at distribution time)."""
-        if not self.spec.sliceable:
-            self._function("plain")
-        else:
-            self._function("index" if self.slices_by_index else "slice")
+        self._function(self._default_variant(), updates_as_outputs=True)
 
-    def _function(self, variant: str, sliced_updates: bool = False):
-        """The compiled ``variant`` ("plain", "slice" or "index"); with ``sliced_updates``
-        the update values are extra outputs and nothing is updated (``num_slices > 1``)."""
-        fn = self._compiled.get((variant, sliced_updates))
+    def _default_variant(self) -> str:
+        if not self.spec.sliceable:
+            return "plain"
+        return "index" if self.slices_by_index else "slice"
+
+    def _function(self, variant: str, updates_as_outputs: bool = False):
+        """The compiled ``variant`` ("plain", "slice" or "index"); with ``updates_as_outputs``
+        the update values are extra outputs and nothing is updated (a call's updates wait
+        for every rank; ``num_slices > 1`` combines them over the chunks)."""
+        updates_as_outputs = updates_as_outputs and bool(self.spec.updates)
+        fn = self._compiled.get((variant, updates_as_outputs))
         if fn is None:
             spec = self.spec
             outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
@@ -91,7 +109,7 @@ class RankFunction:
                 # becomes x -> x_shared[rows] everywhere PyTensor rewrites the graph,
                 # the default updates (random generators' next states) included.
                 givens = [(s, s[rows]) for s in spec.sliceable] + list(givens)
-            if sliced_updates:
+            if updates_as_outputs:
                 outputs, updates = list(outputs) + [u for _, u in updates], []
             kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
             try:
@@ -106,7 +124,7 @@ class RankFunction:
                                    "JAX mode faster)")
                 raise
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
-            self._compiled[(variant, sliced_updates)] = fn
+            self._compiled[(variant, updates_as_outputs)] = fn
         return fn
 
     def _first_call(self, variant: tuple):
@@ -118,8 +136,7 @@ class RankFunction:
 
     def get_shared(self) -> list:
         """The shared variables the compiled function uses."""
-        return self._function("plain" if not self.spec.sliceable else (
-            "index" if self.slices_by_index else "slice")).get_shared()
+        return self._function(self._default_variant(), updates_as_outputs=True).get_shared()
 
     def sliceable_lengths(self) -> list[int]:
         """Rows of each sliceable shared variable on this rank."""
@@ -164,7 +181,8 @@ class RankFunction:
 
     def run(self, scattered: list, rows: Selection | None, positions: Selection | None,
             by_position: list[int], bcast_values: list, s_rows: Selection | None,
-            num_slices: int, subset: list[int]) -> tuple[int, list | None]:
+            num_slices: int, subset: list[int],
+            pending: list | None = None) -> tuple[int, list | None]:
         """Run this rank's share in ``num_slices`` chunks and combine the chunks.
 
         Parameters
@@ -188,6 +206,10 @@ class RankFunction:
             its op and applied once at the end.
         subset : list of int
             Indices of the outputs to return.
+        pending : list, optional
+            Where to put the updates, as ``(variable, value)`` pairs, instead of applying
+            them (a call applies them once every rank has computed it). Without it
+            PyTensor applies them, in place where it can.
 
         Returns
         -------
@@ -204,8 +226,8 @@ class RankFunction:
         row_chunks = split_selection(rows, k) if rows is not None else [None] * k
         pos_chunks = split_selection(positions, k) if rows is not None else [None] * k
         s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
-        sliced_updates = k > 1 and bool(self.spec.updates)
-        fn = self._function(variant, sliced_updates)
+        deferred = bool(self.spec.updates) and (pending is not None or k > 1)
+        fn = self._function(variant, updates_as_outputs=deferred)
         n_out = len(self.spec.outputs)
         results, update_values, weights = [], [], []
         for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
@@ -214,19 +236,30 @@ class RankFunction:
             if w == 0:
                 continue
             args = self._arguments(scattered, by_position, chunk, pos, bcast_values, s_chunk)
-            with self._first_call((variant, sliced_updates)):
+            with self._first_call((variant, deferred)):
                 outs = fn(*args)
             results.append([outs[i] if self.on_device[i] else np.asarray(outs[i])
                             for i in subset])
             update_values.append(outs[n_out:])
             weights.append(w)
-        if sliced_updates:
-            for j, ((var, _), op) in enumerate(zip(self.spec.updates, self.spec.update_ops,
-                                                   strict=True)):
-                value = combine(op, [np.asarray(u[j]) for u in update_values], weights)
-                var.set_value(value.astype(var.dtype, copy=False))
+        if deferred:
+            updates = self._updates(update_values, weights)
+            if pending is None:
+                assign(updates)
+            else:
+                pending += updates
         if len(results) == 1:
             return weight, results[0]
         ops = self.spec.output_ops
         return weight, [(accumulate if self.on_device[i] else combine)(
             ops[i], [r[j] for r in results], weights) for j, i in enumerate(subset)]
+
+    def _updates(self, update_values: list[list], weights: list[int]) -> list[tuple]:
+        """``(variable, value)`` of each update; over several chunks, each update's values
+        combined with its op."""
+        targets = [var for var, _ in self.spec.updates]
+        if len(update_values) == 1:
+            return list(zip(targets, update_values[0], strict=True))
+        return [(var, np.asarray(combine(op, [np.asarray(u[j]) for u in update_values],
+                                         weights), dtype=var.dtype))
+                for j, (var, op) in enumerate(zip(targets, self.spec.update_ops, strict=True))]

@@ -3,12 +3,20 @@
 Every shared variable that reaches the workers gets an index in a registry kept in the same
 order on every rank. A later shipment refers to an already shipped variable by its index
 (a pickle persistent id), so functions distributed at different times still share it.
+
+A worker is a fresh interpreter: it finds a class or function by its module path only.
+:func:`check_shippable` makes sure, in rank 0 and before anything is sent, that a graph
+pickles, unpickles, and refers to nothing the workers could not import (``__main__``,
+lambdas, nested functions, modules off the path).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
+import sys
+import types
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,6 +87,40 @@ def _graph_roots(specs: list[GraphSpec], registry: SharedRegistry) -> list:
 
 _DEFAULT_UPDATE = "_default_update"  # where PyTensor keeps SharedVariable.default_update
 
+_BY_NAME = (type, types.FunctionType, types.BuiltinFunctionType)  # pickled by module path
+
+
+@functools.cache
+def _importable(module: str) -> bool:
+    """Whether a fresh interpreter with this ``sys.path`` (the workers get rank 0's) finds
+    ``module``'s top-level package: asks the import system's finders, not ``sys.modules``,
+    which also holds modules made at run time."""
+    top = module.partition(".")[0]
+    for finder in sys.meta_path:
+        try:
+            if finder.find_spec(top, None) is not None:
+                return True
+        except Exception:  # noqa: BLE001, S112 - a finder that fails finds nothing
+            continue
+    return False
+
+
+def _unreachable(obj) -> str | None:
+    """Why a worker could not find ``obj`` (a class or function) by its module path, or
+    None if it can."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
+    if module == "__main__":
+        return (f"{qualname} is defined in __main__ (the script), which the workers do not "
+                f"run; define it in a module they can import")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        return (f"{module}.{qualname} is a lambda, or defined inside a function, which "
+                f"pickle cannot name; define it at a module's top level")
+    if module is not None and not _importable(module):
+        return (f"{module}.{qualname}: module {module} cannot be imported by a fresh "
+                f"interpreter (it is not on sys.path)")
+    return None
+
 
 class _Pickler(pickle.Pickler):
     def __init__(self, file, registry: SharedRegistry):
@@ -93,6 +135,11 @@ class _Pickler(pickle.Pickler):
         return None
 
     def reducer_override(self, obj):
+        if isinstance(obj, _BY_NAME):
+            reason = _unreachable(obj)
+            if reason is not None:
+                raise pickle.PicklingError(reason)
+            return NotImplemented
         # A shared variable's default update (a batch-norm average, say) is the graph of
         # everything before it; pickled with the variable, at the variable's first use,
         # it would recurse through all of that. It travels on its own, after the nodes.
@@ -111,8 +158,9 @@ class _Unpickler(pickle.Unpickler):
         return self.registry[pid]
 
 
-def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
-    """(Rank 0) pickle ``specs`` and register the shared variables shipped for the first time."""
+def _contents(specs: list[GraphSpec], registry: SharedRegistry) -> tuple:
+    """What a shipment of ``specs`` pickles: ``(nodes, new shared variables, specs, default
+    updates)``."""
     roots = _graph_roots(specs, registry)
     shared = {id(v): v for v in ancestors(roots) if isinstance(v, SharedVariable)}
     new = [v for v in shared.values() if registry.index(v) is None]
@@ -122,11 +170,55 @@ def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
     nodes = io_toposort([], roots)
     updates = [(v, v.__dict__.get(_DEFAULT_UPDATE)) for v in new
                if v.__dict__.get(_DEFAULT_UPDATE) is not None]
+    return nodes, new, specs, updates
+
+
+def _dumps(obj, registry: SharedRegistry) -> bytes:
     buffer = io.BytesIO()
-    _Pickler(buffer, registry).dump((nodes, new, specs, updates))
-    for var in new:
-        registry.add(var)
+    _Pickler(buffer, registry).dump(obj)
     return buffer.getvalue()
+
+
+def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
+    """(Rank 0) pickle ``specs`` and register the shared variables shipped for the first time."""
+    contents = _contents(specs, registry)
+    payload = _dumps(contents, registry)
+    for var in contents[1]:
+        registry.add(var)
+    return payload
+
+
+def check_shippable(spec: GraphSpec, registry: SharedRegistry, what: str) -> None:
+    """(Rank 0) ``TypeError`` naming what in ``spec`` the workers could not unpickle.
+
+    The spec is pickled as a shipment would pickle it and unpickled again, here, and every
+    class and function it names must be importable by module path in a fresh interpreter;
+    nothing is registered or sent. The error names the first Op (or shared variable) at
+    fault.
+    """
+    contents = _contents([spec], registry)
+    try:
+        _round_trip(contents, registry)
+    except Exception as error:  # noqa: BLE001 - whatever pickle raised, named below
+        culprit = _culprit(contents, registry)
+        raise TypeError(f"{what} cannot be sent to the workers: {culprit}{error}") from error
+
+
+def _round_trip(obj, registry: SharedRegistry) -> None:
+    _Unpickler(io.BytesIO(_dumps(obj, registry)), registry).load()
+
+
+def _culprit(contents: tuple, registry: SharedRegistry) -> str:
+    """``"<what>: "`` for the first Op or new shared variable that does not pickle alone
+    (empty if each does)."""
+    nodes, new, _, _ = contents
+    for label, obj in [*((f"Op {n.op} (in {n})", n.op) for n in nodes),
+                       *((f"shared variable {v}", v) for v in new)]:
+        try:
+            _round_trip(obj, registry)
+        except Exception:  # noqa: BLE001 - the first that fails is the one to name
+            return f"{label}: "
+    return ""
 
 
 def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpec]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from synkhronos.rank.backends import Backend
-from synkhronos.rank.compiled import RankFunction
+from synkhronos.rank.compiled import RankFunction, assign
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec, SharedRegistry
 from synkhronos.rank.outputs import share_outputs
@@ -39,6 +39,14 @@ class RankState:
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
         self.fused: dict = {}  # chains run as one XLA program (rank.fused_chain), by key
+        # The last call's updates, (shared variable, value) pairs, applied once every rank
+        # computed the call (see Session.execute): a call failing on any rank changes none.
+        self.pending: list[tuple] = []
+
+    def apply_pending(self) -> None:
+        """Apply the last call's updates (every rank computed it)."""
+        assign(self.pending)
+        self.pending.clear()
 
     def compile(self, spec: GraphSpec) -> RankFunction:
         """Compile ``spec`` and keep it (rank 0 does so when the function is built, so
@@ -95,18 +103,20 @@ def bare_plan(state: RankState, fid: int) -> CallPlan:
                     None)
 
 
-def run_plan(state: RankState, plan: CallPlan, resolve) -> tuple[int, list, dict]:
+def run_plan(state: RankState, plan: CallPlan, resolve,
+             pending: list | None = None) -> tuple[int, list, dict]:
     """Run this rank's share of a planned call (rank 0 and workers alike); ``resolve`` as
-    for :func:`share_of`. Returns the rows it computed on and
+    for :func:`share_of`. The updates go to ``pending`` where given, else are applied at
+    once (a chain's later steps read them). Returns the rows it computed on and
     :func:`synkhronos.rank.outputs.share_outputs`'s result.
     """
     fn, share = share_of(state, plan, resolve)
-    weight, outs = fn.run(**share)
+    weight, outs = fn.run(**share, pending=pending)
     return (weight, *share_outputs(state, fn, share["subset"], weight, outs))
 
 
 def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
     """(Worker) decode a CALL command, run this rank's share, and return the reply arrays:
     ``[weight]`` (int64), then the host outputs."""
-    weight, host, _ = run_plan(state, CallPlan.decode(arrays), resolve)
+    weight, host, _ = run_plan(state, CallPlan.decode(arrays), resolve, state.pending)
     return [np.array([weight], np.int64), *host]

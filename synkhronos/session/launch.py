@@ -3,18 +3,20 @@
 Workers are fresh interpreters (``python -m synkhronos.worker``), not ``os.fork`` copies,
 so they inherit no threads, device contexts or imported state from the user's process.
 They run in their own process session (a Ctrl-C in the terminal reaches rank 0 only) and
-die with rank 0 (``PR_SET_PDEATHSIG``), sweeping the shared memory if rank 0 could not.
-While rank 0 waits on them, a :class:`~synkhronos.session.liveness.Watchdog` declares a worker
-that makes no progress for the fork's ``timeout`` hung. SIGTERM to rank 0 closes the
-session before the previous handler runs; :func:`fork` removes the names that programs
-which died left in ``/dev/shm``.
+end with rank 0: a guardian process (:func:`synkhronos.transport.names.guard`) ends them
+and sweeps the shared memory once rank 0 is gone, however it ended. While rank 0 waits on
+them, a :class:`~synkhronos.session.liveness.Watchdog` declares a worker that makes no
+progress for the fork's ``timeout`` hung. SIGTERM to rank 0 closes the session before the
+previous handler runs; :func:`fork` removes the names, and ends the workers, that this
+user's programs which died left. :meth:`Session.close` stops the workers, removes the
+session's names and restores rank 0's thread limits and affinity even when a step of it
+fails.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -37,27 +39,35 @@ from synkhronos.rank.graphs import pack
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
 from synkhronos.session.liveness import Watchdog
+from synkhronos.transport import names
 from synkhronos.transport.channel import (
     Aborted,
     Channel,
     ControlBlock,
-    RemoteError,
     WorkerDied,
     WorkerHung,
+    failure_error,
 )
 from synkhronos.transport.comm import make_communicator
 from synkhronos.transport.comm.xla import COORDINATOR_VAR, free_address
+from synkhronos.transport.names import (
+    NAME_ATTEMPTS,
+    NameTaken,
+    dead_prefixes,
+    end_workers,
+    new_session_name,
+    process_prefix,
+    sweep,
+)
 from synkhronos.transport.nodes import LAYOUT_VAR, under_mpi_launcher
 from synkhronos.transport.nodes import start as start_nodes
 from synkhronos.transport.nodes import stop as stop_nodes
-from synkhronos.transport.protocol import FORGET_DATA, Command
+from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, Command
 from synkhronos.transport.shared_arrays import released_ids
-from synkhronos.transport.shm import process_prefix, sweep, sweep_dead
 
 STOP_GRACE_S = 5.0  # how long close() waits for workers to exit before SIGKILL
 DEFAULT_TIMEOUT_S = 300.0  # seconds without progress (not per call) before a rank is hung
 
-_fork_count = itertools.count()
 _session: Session | None = None
 logger = logging.getLogger(__name__)
 
@@ -148,14 +158,32 @@ class _RankZeroLimits:
         self._restore_heap = keep_freed_memory()
 
     def restore_original_limits(self) -> None:
-        self._blas.restore_original_limits()
-        if self._restore_heap is not None:
-            self._restore_heap()
-        os.sched_setaffinity(0, self._affinity)
+        """Undo each change, even when undoing another one fails."""
+        _run_all([self._blas.restore_original_limits,
+                  self._restore_heap or (lambda: None),
+                  lambda: os.sched_setaffinity(0, self._affinity),
+                  self._restore_xla_flags])
+
+    def _restore_xla_flags(self) -> None:
         if self._xla_flags is None:
             os.environ.pop("XLA_FLAGS", None)
         else:
             os.environ["XLA_FLAGS"] = self._xla_flags
+
+
+def _run_all(steps) -> None:
+    """Run every one of ``steps``, even when some fail; then raise the first failure, with
+    the others as notes."""
+    errors = []
+    for step in steps:
+        try:
+            step()
+        except BaseException as error:  # noqa: BLE001 - raised below, after the other steps
+            errors.append(error)
+    if errors:
+        for other in errors[1:]:
+            errors[0].add_note(f"(also failed: {type(other).__name__}: {other})")
+        raise errors[0]
 
 
 def _limit_threads(threads: int, cores: list[int] | None, backend: str) -> _RankZeroLimits:
@@ -201,37 +229,58 @@ class Session:
 
     def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None,
                  timeout: float | None = DEFAULT_TIMEOUT_S):
-        self.name = f"{process_prefix()}_f{next(_fork_count)}"
         self.n_ranks = n_ranks
         self.backend = get_backend(backend_name)
         self.broken = False
         self.processes: list[subprocess.Popen] = []
-        self.control = control = ControlBlock(self.name, n_ranks, create=True)
+        self.thread_limits: _RankZeroLimits | None = None
+        self.discard_updates = False  # the next command tells the workers to drop theirs
+        self.name, self.control, self.channel, comm = self._create_names(backend_name)
+        control = self.control  # not self: the session would sit in a reference cycle
         self.watchdog = Watchdog([], lambda rank: int(control.heartbeat(rank)[0]), timeout)
-        check_alive = _weak(self.check_alive)
-        self.channel = Channel(self.name, 0, n_ranks, self.control, check_alive)
-        comm = make_communicator(backend_name, self.name, 0, n_ranks, self.control,
-                                 check_alive)
         # Rank 0 never waits for the lock: it must stay free to watch the workers.
-        first_calls = FirstCalls(control.segment.fd, wait=False)
+        first_calls = FirstCalls(self.control.segment.fd, wait=False)
         self.state = RankState(0, n_ranks, comm, self.backend, first_calls)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         # GPU ranks on GPUs are driven by them; pinning would only starve their threads.
         self.cores = (rank_cores(n_ranks) if backend_name != "gpu" or _jax_on_cpus(backend_name)
                       else None)
-        self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
-                                            backend_name)
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
         # by forget_lengths() whenever a call or collective may have changed them.
         self.lengths_cache: dict[tuple, list[int]] = {}
         try:
+            self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
+                                                backend_name)
             self._start_workers(backend_name, gpus)
-        except BaseException:
+        except BaseException as error:
             self.broken = True
-            self.close()
+            try:
+                self.close()
+            except Exception as closing:  # noqa: BLE001 - the start's error is the one to see
+                error.add_note(f"(closing the half-started session failed too: {closing})")
             raise
+
+    def _create_names(self, backend_name: str) -> tuple:
+        """The session's name and what rank 0 creates under it: the control block, the
+        channel, the communicator. A name someone else took is skipped by starting again
+        under a fresh name."""
+        check_alive = _weak(self.check_alive)
+        for attempt in range(1, NAME_ATTEMPTS + 1):
+            name = new_session_name()
+            try:
+                control = ControlBlock(name, self.n_ranks, create=True)
+                channel = Channel(name, 0, self.n_ranks, control, check_alive)
+                return name, control, channel, make_communicator(
+                    backend_name, name, 0, self.n_ranks, control, check_alive)
+            except NameTaken:
+                sweep(name)  # what this attempt made
+                if attempt == NAME_ATTEMPTS:
+                    raise
+            except BaseException:
+                sweep(name)
+                raise
 
     def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
         for rank in range(1, self.n_ranks):
@@ -250,7 +299,7 @@ class Session:
         self.state.comm.start()
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:
-            raise RemoteError(_describe(failures))
+            raise failure_error(failures)
 
     def forget_lengths(self) -> None:
         """Drop the cached rows of sliceable variables (their values may have changed)."""
@@ -295,7 +344,12 @@ class Session:
         """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
 
         Raises rank 0's own exception, or a :class:`RemoteError` naming the failed workers'
-        ranks with their tracebacks; returns ``local()``'s result otherwise.
+        ranks with their tracebacks (:class:`SharedMemoryFull
+        <synkhronos.transport.shm.SharedMemoryFull>` where ``/dev/shm`` was full);
+        returns ``local()``'s result otherwise. The updates a call left pending on every
+        rank (:attr:`RankState.pending <synkhronos.rank.state.RankState.pending>`) are
+        applied only if no rank failed: rank 0's here, the workers' before their next
+        command, which otherwise tells them to drop theirs.
         """
         if self.broken:
             raise RuntimeError("this synkhronos session is broken (a worker died or a call "
@@ -305,7 +359,9 @@ class Session:
             code, arrays = code | FORGET_DATA, [*arrays, self._released()]
         if self.processes:
             self.watchdog.arm()
-            self.channel.send(code, arrays)
+            self.channel.send(code | DISCARD_UPDATES if self.discard_updates else code,
+                              arrays)
+            self.discard_updates = False
         error = None
         try:
             result = local()
@@ -317,11 +373,16 @@ class Session:
         except BaseException:
             self.broken = True
             raise
+        if failures or error is not None:
+            self.state.pending.clear()
+            self.discard_updates = bool(self.processes)
+        elif self.state.pending:
+            self.state.apply_pending()
         if self.control.aborted:
             self.state.comm.reset()
             self.control.set_abort(False)
         if failures:
-            remote = RemoteError(_describe(failures))
+            remote = failure_error(failures)
             if error is not None and not isinstance(error, Aborted):
                 raise error from remote
             raise remote
@@ -339,40 +400,52 @@ class Session:
         return np.array(ids, np.int64)
 
     def close(self) -> None:
-        """Stop the workers and remove every segment.
+        """Stop the workers, remove every name of the session, and restore rank 0's thread
+        limits and CPU affinity.
 
         A sound session sends STOP; a broken one (a worker died or hung, a call was
-        interrupted) sends SIGTERM. Workers still running after :data:`STOP_GRACE_S` get
-        SIGKILL.
+        interrupted), or one that cannot send, sends SIGTERM. Workers still running after
+        :data:`STOP_GRACE_S` get SIGKILL. Each step runs even when an earlier one failed;
+        the first failure is raised at the end, with the others noted on it.
         """
-        try:
-            if not self.broken and all(p.poll() is None for p in self.processes):
-                self.channel.send(Command.STOP)
-            else:
-                self._terminate()
-            # STOP carries no arrays and the workers hold open what they still use, so the
-            # names can go now: should rank 0 be killed while it waits, nothing is left.
-            sweep(self.name)
-            deadline = time.monotonic() + STOP_GRACE_S
-            for process in self.processes:
-                try:
-                    process.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    try:
-                        process.wait(STOP_GRACE_S)
-                    except subprocess.TimeoutExpired:  # e.g. stuck in a driver call
-                        warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
-                                      f"after SIGKILL; leaving it", stacklevel=2)
-        finally:
+        # JAX's runtime, which holds GPU ranks' device arrays, goes with the communicator:
+        # the backend first gives shared variables host values.
+        _run_all([self._stop_workers,
+                  lambda: self.backend.close(self.state.registry.variables),
+                  self.state.comm.close, self.control.segment.close_fd,
+                  lambda: sweep(self.name), self._restore_limits,
+                  self.functions.clear])  # they refer to this session: no cycle to wait on
+
+    def _stop_workers(self) -> None:
+        unsent = None
+        if not self.broken and all(p.poll() is None for p in self.processes):
             try:
-                self.backend.close(self.state.registry.variables)
-            finally:
-                self.state.comm.close()
-                self.control.segment.close_fd()
-            sweep(self.name)
+                self.channel.send(Command.STOP)
+            except Exception as error:  # noqa: BLE001 - raised once the workers are ended
+                unsent = error
+                self._terminate()
+        else:
+            self._terminate()
+        # STOP carries no arrays and the workers hold open what they still use, so the
+        # names can go now: should rank 0 be killed while it waits, nothing is left.
+        sweep(self.name)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for process in self.processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                try:
+                    process.wait(STOP_GRACE_S)
+                except subprocess.TimeoutExpired:  # e.g. stuck in a driver call
+                    warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
+                                  f"after SIGKILL; leaving it", stacklevel=2)
+        if unsent is not None:
+            raise unsent
+
+    def _restore_limits(self) -> None:
+        if self.thread_limits is not None:
             self.thread_limits.restore_original_limits()
-            self.functions.clear()  # they refer to this session: no cycle to wait on
 
     def _terminate(self) -> None:
         for process in self.processes:
@@ -403,11 +476,6 @@ def _interrupt_behind(error: BaseException) -> BaseException:
     while cause is not None and not isinstance(cause, KeyboardInterrupt):
         cause = cause.__cause__ or cause.__context__
     return error if cause is None else cause
-
-
-def _describe(failures: list[tuple[int, str]]) -> str:
-    parts = [f"synkhronos worker rank {rank} failed:\n{text}" for rank, text in failures]
-    return "\n".join(parts)
 
 
 def current() -> Session:
@@ -493,8 +561,10 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     before (by default, ends the process), and every rank, this process included, keeps
     the memory it frees for its next steps instead of giving it back to the system
     (:mod:`synkhronos.rank.heap`; ``SYNK_KEEP_MEMORY=0`` leaves the C library's settings
-    alone). ``fork`` also removes what programs that died left in ``/dev/shm``; names of
-    running programs are left alone.
+    alone). ``fork`` also removes what this user's programs that died left in ``/dev/shm``,
+    and ends their workers where their guardian could not; names of running programs
+    (told by a lock each holds, so also across PID namespaces) and of other users are
+    left alone.
 
     Examples
     --------
@@ -526,7 +596,8 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, got "
                          f"{timeout!r}")
-    sweep_dead()  # names left by programs that died (their workers could not sweep)
+    _sweep_dead()
+    _start_guardian()
     world = start_nodes(nodes, n_parallel, close)
     if world.n_nodes > 1:
         os.environ[LAYOUT_VAR] = world.layout  # read by every rank's make_communicator
@@ -546,6 +617,44 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     atexit.register(close)
     _close_on_sigterm()
     return n_parallel
+
+
+def _sweep_dead() -> None:
+    """End the workers, and remove the names, that this user's programs which died left
+    (where their guardian could not: it was ended too)."""
+    for prefix in dead_prefixes():
+        end_workers(prefix)
+        sweep(prefix)
+
+
+_guardian: subprocess.Popen | None = None
+
+
+def _start_guardian() -> None:
+    """Start, once per process, the guardian that ends this process's workers and removes
+    its names when it ends (:func:`synkhronos.transport.names.guard`); it reads a pipe
+    whose other end only this process holds."""
+    global _guardian
+    if _guardian is None:
+        atexit.register(_stop_guardian)
+    elif _guardian.poll() is None:
+        return
+    else:
+        _guardian.stdin.close()  # it was ended: start another
+    _guardian = subprocess.Popen([sys.executable, "-I", "-S", names.__file__, process_prefix()],
+                                 stdin=subprocess.PIPE, start_new_session=True)
+
+
+def _stop_guardian() -> None:
+    """(At exit) let the guardian go, and wait for it: it leaves no zombie behind."""
+    global _guardian
+    guardian, _guardian = _guardian, None
+    if guardian is not None:
+        guardian.stdin.close()
+        try:
+            guardian.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            guardian.kill()
 
 
 def distribute() -> None:
@@ -572,11 +681,7 @@ def close() -> None:
     session, _session = _session, None
     if session is not None:
         atexit.unregister(close)
-        try:
-            _restore_sigterm()
-        finally:
-            stop_nodes()
-            session.close()
+        _run_all([_restore_sigterm, stop_nodes, session.close])
 
 
 _previous_sigterm = None  # the SIGTERM handler _close_on_sigterm replaced
@@ -586,13 +691,13 @@ def _close_on_sigterm() -> None:
     """Make SIGTERM close the session first, then act as it did before the fork.
 
     Python's default for SIGTERM is to die at once, skipping ``atexit``: the workers would
-    still exit (parent-death signal) and sweep, but later, and not if one is stopped. A
+    still be ended and the names swept (by rank 0's guardian), but by SIGKILL. A
     program's own handler is left alone: it may still need the session (a checkpoint on
     preemption), and ``atexit`` closes the session when that handler exits.
     """
     global _previous_sigterm
     if threading.current_thread() is not threading.main_thread():
-        return  # only the main thread may set handlers; the parent-death path remains
+        return  # only the main thread may set handlers; the guardian still ends the workers
     previous = signal.getsignal(signal.SIGTERM)
     if previous is not signal.SIG_DFL:
         return  # ignored, handled by the program, or outside Python: leave it so

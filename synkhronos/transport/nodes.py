@@ -21,9 +21,9 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from synkhronos.transport.names import process_prefix, sweep
 from synkhronos.transport.partition import Selection, split_bounds
 from synkhronos.transport.reduction import combine
-from synkhronos.transport.shm import process_prefix, sweep
 
 # Set by the MPI launchers (mpich's hydra, Open MPI's mpirun, Slurm's srun with PMI/PMIx):
 # without one of them there is no MPI world, and mpi4py is not imported at all.

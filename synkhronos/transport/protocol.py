@@ -33,6 +33,10 @@ class Command(IntEnum):
 FORGET_DATA = 1 << 8
 """Flag or-ed into a command word: its last array lists released ``Data`` ids."""
 
+DISCARD_UPDATES = 1 << 9
+"""Flag or-ed into a command word: the previous call failed on some rank, so drop its
+updates (without it, a worker applies them before running the command)."""
+
 
 class Collective(IntEnum):
     """Which collective a COLLECTIVE command runs."""
@@ -55,6 +59,8 @@ class Status(IntEnum):
     OK = 0
     FAILED = 1  #: its reply mailbox holds the traceback (utf-8 bytes)
     ABORTED = 2  #: it gave up a collective because another rank failed
+    FAILED_NOTE = 3  #: failed; its note in the control words says how (no traceback sent)
+    SHM_FULL = 4  #: failed for want of room in /dev/shm; its note says how much it needed
 
 
 class Rows(IntEnum):
@@ -72,4 +78,4 @@ class Arg(IntEnum):
     VALUE = 1  #: the value, as an array of the message
 
 
-__all__ = ["FORGET_DATA", "Arg", "Collective", "Command", "Rows", "Status"]
+__all__ = ["DISCARD_UPDATES", "FORGET_DATA", "Arg", "Collective", "Command", "Rows", "Status"]

@@ -14,7 +14,8 @@ import weakref
 
 import numpy as np
 
-from synkhronos.transport.shm import DTYPES, GrowingSegment, dtype_code, process_prefix
+from synkhronos.transport.names import process_prefix
+from synkhronos.transport.shm import DTYPES, GrowingSegment, dtype_code
 
 _ids = itertools.count()
 # Ids of Data whose memory was released: the next command tells the workers to unmap them

@@ -1,27 +1,24 @@
-"""Named POSIX shared-memory segments, array messages inside them, and clean-up.
+"""Named POSIX shared-memory segments, and array messages inside them.
 
-Every name this package creates starts with the session prefix, so that one sweep of
-``/dev/shm`` (:func:`sweep`) removes whatever a session left, whichever rank made it; the
-prefix holds rank 0's pid, so names left by a program that died can be told from those of
-a live one (:func:`sweep_dead`). Segments are allocated in full when created
-(``posix_fallocate``): POSIX shared memory is otherwise allocated lazily, and touching a
-page that a full ``/dev/shm`` cannot back kills the process with SIGBUS.
+Every name is made under the session's or the process's prefix
+(:mod:`synkhronos.transport.names`: unguessable, private, swept once their program is dead).
+Segments are allocated in full when created (``posix_fallocate``): POSIX shared memory is
+otherwise allocated lazily, and touching a page that a full ``/dev/shm`` cannot back kills
+the process with SIGBUS. A segment that must grow is made anew under the next free
+generation (:class:`GrowingSegment`), so a name someone else took is skipped.
 """
 
 from __future__ import annotations
 
-import atexit
 import errno
 import mmap
 import os
-import re
-import secrets
 
 import numpy as np
 import posix_ipc
 
-SHM_DIR = "/dev/shm"
-NAME_PREFIX = "synk"
+from synkhronos.transport.names import NAME_ATTEMPTS, SHM_DIR, NameTaken, taken
+
 ALIGN = 64  # bytes; array starts in a message are aligned for SIMD loads
 
 # dtype codes travel as integers in control words: index into this table.
@@ -58,88 +55,32 @@ def _mib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def new_session_name() -> str:
-    """A fresh, unique prefix for one fork's segments and semaphores."""
-    return f"{NAME_PREFIX}_{os.getpid()}_{secrets.token_hex(4)}"
-
-
-_process_prefix: str | None = None
-
-
-def process_prefix() -> str:
-    """This process's name prefix, made on first use; an exit hook sweeps it."""
-    global _process_prefix
-    if _process_prefix is None:
-        _process_prefix = new_session_name()
-        atexit.register(sweep, _process_prefix)
-    return _process_prefix
-
-
 def dtype_code(dtype) -> int:
     """The integer code of ``dtype``; ``TypeError`` for dtypes that cannot travel."""
     try:
         return DTYPE_CODES[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(f"synkhronos cannot share arrays of dtype {np.dtype(dtype)}") from None
+    except (KeyError, TypeError):
+        raise TypeError(f"synkhronos cannot share arrays of dtype {dtype}") from None
 
 
-def sweep(session: str) -> list[str]:
-    """Unlink every segment and semaphore named ``<session>_...``.
+def check_travels(dtype, ndim: int, what: str) -> None:
+    """Refuse, naming ``what``, an array that the wire protocol cannot carry: a dtype
+    outside :data:`DTYPES` (``TypeError``) or more than :data:`MAX_NDIM` dimensions
+    (``ValueError``).
 
-    Returns the names removed. Safe to call from several processes at once.
+    Examples
+    --------
+    >>> check_travels("float32", 9, "output 0")
+    Traceback (most recent call last):
+    ...
+    ValueError: output 0 has 9 dimensions; arrays sent between ranks have at most 8
     """
-    removed = []
-    stem = session + "_"
-    try:
-        entries = os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return removed
-    for entry in entries:
-        try:
-            if entry.startswith(stem):
-                posix_ipc.unlink_shared_memory("/" + entry)
-            elif entry.startswith("sem." + stem):
-                posix_ipc.unlink_semaphore("/" + entry[4:])
-            else:
-                continue
-        except posix_ipc.ExistentialError:
-            continue
-        removed.append(entry)
-    return removed
-
-
-_OWNER = re.compile(rf"^(?:sem\.)?{NAME_PREFIX}_(\d+)_")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
-def sweep_dead() -> list[str]:
-    """Unlink every synkhronos name in ``/dev/shm`` whose owner (rank 0's pid) is gone.
-
-    Names of live processes are left alone, so programs running side by side are safe.
-    Returns the names removed.
-    """
-    try:
-        entries = os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return []
-    dead = set()
-    for entry in entries:
-        match = _OWNER.match(entry)
-        if match and not _pid_alive(int(match.group(1))):
-            dead.add(entry[4:] if entry.startswith("sem.") else entry)
-    removed = []
-    for stem in sorted({"_".join(name.split("_")[:3]) for name in dead}):
-        removed += sweep(stem)
-    return removed
+    if np.dtype(dtype) not in DTYPE_CODES:
+        raise TypeError(f"{what} has dtype {np.dtype(dtype)}, which cannot be sent between "
+                        f"ranks (they take {', '.join(d.name for d in DTYPES)})")
+    if ndim > MAX_NDIM:
+        raise ValueError(f"{what} has {ndim} dimensions; arrays sent between ranks have at "
+                         f"most {MAX_NDIM}")
 
 
 class Segment:
@@ -164,7 +105,13 @@ class Segment:
         if create and size > free_bytes():
             raise _full_error(name, size, free_bytes())
         flags = posix_ipc.O_CREX if create else 0
-        shm = posix_ipc.SharedMemory("/" + name, flags, size=size if create else 0)
+        try:
+            shm = posix_ipc.SharedMemory("/" + name, flags, mode=0o600,
+                                         size=size if create else 0)
+        except posix_ipc.ExistentialError:
+            if create:
+                raise taken(name) from None
+            raise
         try:
             if create:
                 self._allocate(shm, size)
@@ -226,15 +173,26 @@ class GrowingSegment:
         return 0 if self.segment is None else self.segment.size
 
     def reserve(self, nbytes: int, oversize: float = 1.0) -> None:
-        """(Owner) make room for ``nbytes``, reallocating only when it does not fit."""
+        """(Owner) make room for ``nbytes``, reallocating only when it does not fit.
+
+        Generations whose name someone else took are skipped (readers learn the generation
+        from the control words); :class:`~synkhronos.transport.names.NameTaken` after
+        :data:`~synkhronos.transport.names.NAME_ATTEMPTS` of them.
+        """
         if self.segment is not None and self.segment.size >= nbytes:
             return
         old = self.segment
         # Create before counting the generation: a failure (a full /dev/shm) leaves the
         # old segment in use.
-        self.segment = Segment(f"{self.base}_{self.generation + 1}", int(nbytes * oversize),
-                               True)
-        self.generation += 1
+        for tries in range(1, NAME_ATTEMPTS + 1):
+            name = f"{self.base}_{self.generation + tries}"
+            try:
+                self.segment = Segment(name, int(nbytes * oversize), True)
+                break
+            except NameTaken:
+                if tries == NAME_ATTEMPTS:
+                    raise taken(name, tries) from None
+        self.generation += tries
         if old is not None:
             old.unlink()
 

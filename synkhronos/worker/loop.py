@@ -6,49 +6,30 @@ N_RANKS MASTER_PID BACKEND``.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 import sys
-import time
 
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.transport.channel import Aborted, Channel, ControlBlock
-from synkhronos.transport.shm import sweep
-
-PR_SET_PDEATHSIG = 1
-PARENT_DIED = signal.SIGUSR1  # the parent-death signal: SIGTERM stays a plain "exit now"
+from synkhronos.transport.names import sweep
 
 
 def _die_with_parent(master_pid: int, prefix: str) -> None:
-    """Exit when rank 0 dies or sends SIGTERM; remove the session's names if rank 0 is gone.
+    """Exit on SIGTERM, removing rank 0's names if rank 0 is gone.
 
-    Rank 0 killed by any signal, SIGKILL included, sends :data:`PARENT_DIED` here.
+    Rank 0's end reaches a worker in two other ways: rank 0's guardian process SIGKILLs
+    every worker of rank 0 (busy, blocked or stopped) and removes its names
+    (:func:`synkhronos.transport.names.guard`), and every blocked wait checks the parent.
     """
-    def on_parent_died(signum, frame):
-        # The signal can arrive before this process is re-parented (and is also sent
-        # when the thread that started the worker ends), so give the kernel a moment
-        # before deciding that rank 0 is gone.
-        deadline = time.monotonic() + 1.0
-        while os.getppid() == master_pid and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if os.getppid() == master_pid:
-            return  # only the forking thread ended; rank 0 lives on
-        on_term(signum, frame)
-
     def on_term(signum, frame):
         if os.getppid() != master_pid:
             sweep(prefix)  # rank 0 is gone and cannot clean up
         os._exit(1)
 
     signal.signal(signal.SIGTERM, on_term)
-    signal.signal(PARENT_DIED, on_parent_died)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, PARENT_DIED)
-    except (OSError, AttributeError):
-        pass  # not Linux: the parent check in every wait still ends the worker
     if os.getppid() != master_pid:
         on_term(signal.SIGTERM, None)
 
@@ -79,7 +60,7 @@ def main(argv: list[str]) -> None:
     from synkhronos.rank.routine_part import run_routine
     from synkhronos.rank.state import RankState, run_share
     from synkhronos.transport.comm import make_communicator
-    from synkhronos.transport.protocol import FORGET_DATA, Command
+    from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, Command
     from synkhronos.transport.shared_arrays import DataViews
 
     channel = Channel(session, rank, n_ranks, control, check_parent)
@@ -105,6 +86,12 @@ def main(argv: list[str]) -> None:
 
     while True:
         code, arrays = channel.receive()
+        # The last call's updates: every rank computed it unless rank 0 says otherwise.
+        if code & DISCARD_UPDATES:
+            state.pending.clear()
+            code &= ~DISCARD_UPDATES
+        elif state.pending:
+            state.apply_pending()
         if code & FORGET_DATA:
             views.forget(arrays[-1])
             code, arrays = code & ~FORGET_DATA, arrays[:-1]

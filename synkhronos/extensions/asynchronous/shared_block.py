@@ -26,7 +26,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from synkhronos.transport.shm import ALIGN, SHM_DIR, Segment
+from synkhronos.transport.names import SHM_DIR
+from synkhronos.transport.shm import ALIGN, Segment
 
 __all__ = ["HolderDied", "SharedBlock", "DIE_HOLDING_LOCK"]
 
@@ -62,7 +63,7 @@ class SharedBlock:
 
     Examples
     --------
-    >>> from synkhronos.transport.shm import new_session_name
+    >>> from synkhronos.transport.names import new_session_name
     >>> block = SharedBlock(new_session_name() + "_doc", 3, "float64", create=True)
     >>> with block.locked(rank=0) as values:
     ...     values += 1.5
