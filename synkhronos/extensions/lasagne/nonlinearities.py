@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 
+import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor.special import softmax as _softmax
 from pytensor.tensor.variable import TensorVariable
@@ -95,9 +96,13 @@ ScaledTanh = ScaledTanH
 
 @_with_tensor_doc("Elementwise ReLU of ``x`` (a NumPy array for a NumPy ``x``).")
 def rectify(x) -> TensorVariable:
-    """Rectified linear unit ``max(x, 0)``, computed as ``(x + |x|) / 2`` like Theano's
-    ``relu``, which also applies to NumPy arrays."""
-    return 0.5 * (x + abs(x))
+    """Rectified linear unit ``max(x, 0)``; of a NumPy array, a NumPy array (as Theano's
+    ``relu``, ``(x + |x|) / 2``, gave). One ``maximum`` in the graph: that sum and product
+    would be three elementwise ops, and their gradient a multiply of three inputs that
+    NumPy has no ufunc for (PyTensor's Python mode loops over its elements)."""
+    if isinstance(x, np.ndarray):
+        return np.maximum(x, 0)
+    return pt.maximum(x, 0)
 
 
 class LeakyRectify:
