@@ -74,3 +74,20 @@ def test_workers_wait_for_the_lock_on_first_calls_only(session, rng):
         np.testing.assert_allclose(jax_f(data), reference(data), rtol=1e-5)
     finally:
         os.close(fd)
+
+
+def test_a_form_is_compiled_at_its_first_use_only(session, rng):
+    x = pt.matrix("x")
+    w = pytensor.shared(np.zeros(3), name="w")
+    f = synk.function([x], (x.sum(), "sum"), updates=[(w, w + x.sum(axis=0))])
+    synk.distribute()
+    compiled = session.state.functions[f._spec.fid]
+    assert compiled._compiled == {}  # checked in rank 0 when built; compiled by none yet
+    step = synk.chain(f)
+    data = rng.normal(size=(5, 3))
+    step(data)  # a chain applies the updates as they run: only that form is made
+    assert list(compiled._compiled) == [("plain", False)]
+    f(data)  # a call's updates wait until every rank computed it: its own form
+    assert set(compiled._compiled) == {("plain", False), ("plain", True)}
+    # Each rank adds its own rows' sums: rank 0 has the first 3 of 5, twice.
+    np.testing.assert_allclose(w.get_value(), 2 * data[:3].sum(axis=0))

@@ -188,11 +188,11 @@ class Function:
                                update_ops, dict(function_kwargs))
         self._downcast = bool(function_kwargs.get("allow_input_downcast"))
         # Everything below may fail, and must leave the session as it was: nothing in it
-        # changes before rank 0's copy is compiled.
+        # changes before rank 0's copy is checked.
         self._check_wire(inputs, bcast_inputs, variables, ops)
         check_shippable(self._spec, session.state.registry, self._what)
-        # Compile rank 0's copy now: a graph error raises here, before anything is shipped.
-        compiled = session.state.compile(self._spec)
+        # Check rank 0's copy now: a graph error raises here, before anything is shipped.
+        compiled = session.state.add_function(self._spec, check=True)
         if is_jax(compiled.mode):
             _warn_if_computed_in_32_bits(self._spec, self._what)
         self._all_outputs = np.arange(len(variables), dtype=np.int64)
@@ -525,8 +525,10 @@ def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=No
         If an output or broadcast input has more than 8 dimensions, or a call's message or
         reply would hold more than 512 arrays.
     Exception
-        Whatever :func:`pytensor.function` raises for the graph: rank 0 compiles its copy
-        here, before anything is shipped. After any of these the session is as it was.
+        Whatever :func:`pytensor.function` raises for the graph: rank 0 builds its copy
+        here, before anything is shipped (without rewriting or compiling it, except in JAX
+        mode; every rank compiles at the function's first call). After any of these the
+        session is as it was.
 
     Examples
     --------

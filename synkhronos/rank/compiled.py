@@ -17,6 +17,7 @@ import contextlib
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.compile.mode import Mode
 
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
@@ -31,6 +32,10 @@ def is_jax(mode) -> bool:
     if isinstance(mode, str):
         return mode.upper() == "JAX"
     return type(getattr(mode, "linker", None)).__name__.upper().startswith("JAX")
+
+
+# Builds a graph as pytensor.function does, checking it, with neither rewriting nor compiling.
+_CHECK_MODE = Mode(linker="py", optimizer=None)
 
 
 def assign(updates: list[tuple]) -> None:
@@ -78,44 +83,66 @@ class RankFunction:
             from synkhronos.rank.backends import jax_compat  # noqa: F401 - registers fixes to PyTensor's JAX backend
         self._compiled: dict[str, object] = {}
 
-    def compile(self) -> None:
-        """Compile the variant plain calls use (done at distribution time)."""
-        self._function(self._default_variant(), updates_as_outputs=True)
+    def check(self) -> None:
+        """Build the graph of a plain call without rewriting or compiling it (rank 0, when
+        the function is built): a graph error (an input missing, an update of another
+        type) raises here, before anything is shipped.
+
+        Every rank compiles a form of the function at its first use (see
+        :meth:`_function`): the ranks then rewrite the graph at the same time, and a form
+        no call uses (the call's, for a function only ever chained) is never made. In JAX
+        mode, where compiling stops short of XLA (which compiles at the first call), the
+        plain call's form is compiled here: an op JAX mode lacks raises here too.
+        """
+        if is_jax(self.mode):
+            self._shared = self._function(self._default_variant(), True).get_shared()
+            return
+        inputs, outputs, kwargs = self._graph(self._default_variant(), updates_as_outputs=True)
+        self._shared = pytensor.function(inputs, outputs, mode=_CHECK_MODE, name=self.spec.name,
+                                         **kwargs).get_shared()
 
     def _default_variant(self) -> str:
         if not self.spec.sliceable:
             return "plain"
         return "index" if self.slices_by_index else "slice"
 
+    def _graph(self, variant: str, updates_as_outputs: bool) -> tuple[list, list, dict]:
+        """``pytensor.function``'s inputs, outputs and keyword arguments (but the mode)
+        for ``variant``, as :meth:`_function` describes it."""
+        spec = self.spec
+        outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
+        if variant != "plain":
+            if variant == "slice":
+                extra = [pt.scalar("synk_start", dtype="int64"),
+                         pt.scalar("synk_stop", dtype="int64")]
+                rows = slice(extra[0], extra[1])
+            else:
+                extra = [pt.vector("synk_rows", dtype="int64")]
+                rows = extra[0]
+            # One substitution, the row selection first: PyTensor resolves a later pair's
+            # value through the earlier ones, so the user's x -> x_shared becomes
+            # x -> x_shared[rows] everywhere PyTensor rewrites the graph, the default
+            # updates (random generators' next states) included.
+            givens = [(s, s[rows]) for s in spec.sliceable] + list(givens)
+        if updates_as_outputs and updates:
+            outputs, updates = list(outputs) + [u for _, u in updates], []
+        kwargs = {"updates": updates, "givens": givens, "on_unused_input": "ignore",
+                  **spec.function_kwargs}
+        return spec.inputs + spec.bcast_inputs + extra, outputs, kwargs
+
     def _function(self, variant: str, updates_as_outputs: bool = False):
-        """The compiled ``variant`` ("plain", "slice" or "index"); with ``updates_as_outputs``
-        the update values are extra outputs and nothing is updated (a call's updates wait
-        for every rank; ``num_slices > 1`` combines them over the chunks)."""
+        """The compiled ``variant`` ("plain", "slice" or "index"), compiled at its first
+        use; with ``updates_as_outputs`` the update values are extra outputs and nothing
+        is updated (a call's updates wait for every rank; ``num_slices > 1`` combines them
+        over the chunks)."""
         updates_as_outputs = updates_as_outputs and bool(self.spec.updates)
         fn = self._compiled.get((variant, updates_as_outputs))
         if fn is None:
             spec = self.spec
-            outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
-            if variant != "plain":
-                if variant == "slice":
-                    extra = [pt.scalar("synk_start", dtype="int64"),
-                             pt.scalar("synk_stop", dtype="int64")]
-                    rows = slice(extra[0], extra[1])
-                else:
-                    extra = [pt.vector("synk_rows", dtype="int64")]
-                    rows = extra[0]
-                # One substitution, the row selection first: PyTensor resolves a later
-                # pair's value through the earlier ones, so the user's x -> x_shared
-                # becomes x -> x_shared[rows] everywhere PyTensor rewrites the graph,
-                # the default updates (random generators' next states) included.
-                givens = [(s, s[rows]) for s in spec.sliceable] + list(givens)
-            if updates_as_outputs:
-                outputs, updates = list(outputs) + [u for _, u in updates], []
-            kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
+            inputs, outputs, kwargs = self._graph(variant, updates_as_outputs)
             try:
-                fn = pytensor.function(
-                    spec.inputs + spec.bcast_inputs + extra, outputs, updates=updates,
-                    givens=givens, mode=self.mode, name=spec.name, **kwargs)
+                fn = pytensor.function(inputs, outputs, mode=self.mode, name=spec.name,
+                                       **kwargs)
             except NotImplementedError as error:
                 if is_jax(self.mode) and spec.mode is None:  # the backend's mode
                     error.add_note("PyTensor's JAX mode lacks an op of this graph; on CPU "
@@ -135,8 +162,8 @@ class RankFunction:
         return self.first_calls.one_at_a_time()
 
     def get_shared(self) -> list:
-        """The shared variables the compiled function uses."""
-        return self._function(self._default_variant(), updates_as_outputs=True).get_shared()
+        """The shared variables the function uses (rank 0: found by :meth:`check`)."""
+        return self._shared
 
     def sliceable_lengths(self) -> list[int]:
         """Rows of each sliceable shared variable on this rank."""

@@ -48,21 +48,24 @@ class RankState:
         assign(self.pending)
         self.pending.clear()
 
-    def compile(self, spec: GraphSpec) -> RankFunction:
-        """Compile ``spec`` and keep it (rank 0 does so when the function is built, so
-        that a graph error raises there, before anything is shipped)."""
+    def add_function(self, spec: GraphSpec, check: bool = False) -> RankFunction:
+        """Keep ``spec`` as this rank's function; it compiles at its first call. With
+        ``check`` (rank 0, when the function is built) its graph is checked first
+        (:meth:`RankFunction.check <synkhronos.rank.compiled.RankFunction.check>`), and a
+        graph that fails is not kept."""
         function = RankFunction(spec, self.backend.mode, self.backend.device_outputs,
                                 self.first_calls)
-        function.compile()
+        if check:
+            function.check()
         self.functions[spec.fid] = function
         return function
 
     def add_functions(self, specs: list[GraphSpec]) -> None:
-        """Compile and keep those of ``specs`` not compiled yet (their shared variables are
-        registered already)."""
+        """Keep those of ``specs`` not kept yet (their shared variables are registered
+        already)."""
         for spec in specs:
             if spec.fid not in self.functions:
-                self.compile(spec)
+                self.add_function(spec)
 
     def shared(self, indices) -> list:
         """The shared variables with these registry indices."""

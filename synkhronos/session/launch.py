@@ -306,7 +306,8 @@ class Session:
         self.lengths_cache.clear()
 
     def distribute(self) -> None:
-        """Ship every function built but not yet shipped to the workers, and compile them.
+        """Ship every function built but not yet shipped to the workers (each rank compiles a
+        function at its first call).
 
         One pickle carries them all, so a shared variable several functions use stays one
         variable on each rank; shared variables shipped earlier are referred to, not copied.
@@ -658,7 +659,8 @@ def _stop_guardian() -> None:
 
 
 def distribute() -> None:
-    """Ship every function built but not yet shipped to the workers, and compile them.
+    """Ship every function built but not yet shipped to the workers (each rank compiles a
+    function at its first call).
 
     One pickle carries them all, so a shared variable several functions use stays one
     variable on each rank; shared variables shipped earlier are referred to, not copied.
