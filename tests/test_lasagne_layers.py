@@ -550,6 +550,32 @@ def test_noise_layers(rng):
     assert L.dropout is L.DropoutLayer and L.spatial_dropout is L.dropout_channels
 
 
+def test_noise_layers_draw_from_streams_seeded_when_built():
+    """As in Lasagne, each noise layer's ``_srng`` (Theano's RandomStreams) takes its seed
+    from ``lasagne.random`` when the layer is built: the same seed, the same noise."""
+    from synkhronos.extensions.lasagne import random
+    from synkhronos.extensions.random_streams import RandomStreams
+
+    net, x = L.InputLayer((None, 6)), np.full((40, 6), -1.0)
+    saved = random.get_rng()
+    try:
+        outputs = []
+        for _ in range(2):
+            random.set_rng(np.random.RandomState(42))
+            layers = [L.DropoutLayer(net), L.GaussianNoiseLayer(net),
+                      L.RandomizedRectifierLayer(net, shared_axes=())]
+            random.set_rng(np.random.RandomState(7))  # only the seeds at build time count
+            assert all(isinstance(layer._srng, RandomStreams) for layer in layers)
+            outputs.append([run(layer, x) for layer in layers])
+    finally:
+        random.set_rng(saved)
+    for first, second in zip(*outputs, strict=True):
+        np.testing.assert_array_equal(first, second)
+    dropped, noisy, rectified = outputs[0]
+    assert set(np.unique(dropped)) == {0.0, -2.0} and noisy.std() > 0.05
+    assert len(np.unique(rectified)) > 100 and ((-0.8 <= rectified) & (rectified <= -0.3)).all()
+
+
 def test_get_output_shape():
     inp = L.InputLayer((None, 1, 8, 8))
     conv = L.Conv2DLayer(inp, 4, 3)
