@@ -28,6 +28,8 @@ import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions.lasagne.utils import default_norm_axes
+
 __all__ = [
     "get_or_compute_grads",
     "sgd",
@@ -518,15 +520,8 @@ def norm_constraint(tensor_var: TensorVariable, max_norm: Scalar,
     ValueError
         If ``norm_axes`` is not given and ``tensor_var`` is not 2- to 5-D.
     """
-    ndim = tensor_var.ndim
-    if norm_axes is not None:
-        sum_over = tuple(norm_axes)
-    elif ndim == 2:
-        sum_over = (0,)
-    elif ndim in (3, 4, 5):
-        sum_over = tuple(range(1, ndim))
-    else:
-        raise ValueError(f"Unsupported tensor dimensionality {ndim}; specify `norm_axes`")
+    sum_over = (default_norm_axes(tensor_var.ndim, vectors=False) if norm_axes is None
+                else tuple(norm_axes))
     dtype = tensor_var.dtype
     norms = pt.sqrt(pt.sum(pt.square(tensor_var), axis=sum_over, keepdims=True))
     target_norms = pt.clip(norms, _const(0, dtype), _const(max_norm, dtype))
