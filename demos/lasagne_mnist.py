@@ -1,12 +1,13 @@
 """A Lasagne MNIST CNN, written as a Lasagne user writes one, run on PyTensor.
 
 This is Lasagne's classic tutorial script (convolution, max pooling, dropout, a dense
-layer, softmax, L2 weight decay, Nesterov momentum) with two changes only: the import
-line ``from synkhronos.extensions import lasagne`` in place of ``import lasagne``, and
-``pytensor`` in place of ``theano``.  It trains on one process, or with ``--ranks N`` on N
-(CPU) ranks: then the same model, loss and Lasagne update rule go to
-:func:`synkhronos.extensions.train.make_step_function` instead of ``pytensor.function``,
-and each minibatch is split over the ranks (one all-reduce of the gradient per step).
+layer, softmax, L2 weight decay, Nesterov momentum) ported by its import lines only:
+``from synkhronos.extensions import lasagne`` in place of ``import lasagne``, and
+``from synkhronos import theano`` in place of ``import theano``.  It trains on one
+process, or with ``--ranks N`` on N (CPU) ranks: then the same model, loss and Lasagne
+update rule go to :func:`synkhronos.extensions.train.make_step_function` instead of
+``theano.function``, and each minibatch is split over the ranks (one all-reduce of the
+gradient per step).
 
 Run ``python demos/lasagne_mnist.py --help`` for the options.  Without MNIST files and
 network access, scikit-learn's 8x8 digits stand in (see ``mnist_data.py``).
@@ -18,13 +19,13 @@ import argparse
 import time
 
 import numpy as np
-import pytensor
-import pytensor.tensor as T  # noqa: N812 (Theano's customary alias)
 from mnist_data import load_mnist
 
 import synkhronos as synk
+from synkhronos import theano
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.train import make_step_function
+from synkhronos.theano import tensor as T  # noqa: N812 (Theano's customary alias)
 
 
 def build_cnn(input_var=None):
@@ -71,7 +72,7 @@ def compile_train_fn(loss, params, inputs, ranks=1):
     rule = lasagne.updates.nesterov_momentum
     hyperparameters = {"learning_rate": 0.05, "momentum": 0.9}
     if ranks == 1:
-        return pytensor.function(inputs, loss, updates=rule(loss, params, **hyperparameters))
+        return theano.function(inputs, loss, updates=rule(loss, params, **hyperparameters))
     return make_step_function(loss, params, inputs, rule, **hyperparameters)
 
 
@@ -99,11 +100,11 @@ def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_di
     test_prediction = lasagne.layers.get_output(network, deterministic=True)
     test_loss = lasagne.objectives.categorical_crossentropy(test_prediction, target_var).mean()
     test_acc = T.mean(T.eq(T.argmax(test_prediction, axis=1), target_var),
-                      dtype=pytensor.config.floatX)  # fmt: skip
+                      dtype=theano.config.floatX)  # fmt: skip
 
     train_fn = compile_train_fn(loss, params, [input_var, target_var], ranks)
     # Parameters are identical on all ranks after every step, so rank 0 validates alone.
-    val_fn = pytensor.function([input_var, target_var], [test_loss, test_acc])
+    val_fn = theano.function([input_var, target_var], [test_loss, test_acc])
 
     print(f"{lasagne.layers.count_params(network, trainable=True)} trainable parameters, "
           f"{ranks} rank{'s' if ranks > 1 else ''}")
@@ -135,7 +136,7 @@ if __name__ == "__main__":
     parser.add_argument("--data-dir", default="data/mnist")
     parser.add_argument("--no-download", action="store_true", help="never touch the network")
     parser.add_argument("--ranks", type=int, default=1,
-                        help="1: one process (pytensor.function); N > 1: data-parallel on N "
+                        help="1: one process (theano.function); N > 1: data-parallel on N "
                              "CPU ranks, each minibatch split over them")  # fmt: skip
     args = parser.parse_args()
     np.random.seed(0)

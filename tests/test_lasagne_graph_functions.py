@@ -102,7 +102,7 @@ def test_pool_2d_and_3d(rng):
         pool.pool_2d(x_var, ws=(3, 2), stride=(2, 3), ignore_border=True),
         pool.pool_2d(x_var[0], ws=(3, 2), stride=(2, 3), ignore_border=True),  # 3-d input
         pool.pool_2d(x_var, ws=(2, 2), mode="average_exc_pad", ignore_border=True),
-        pool.pool_2d(x_var, ds=(4, 4)),  # Theano's old names; ignore_border defaults off
+        pool.pool_2d(x_var, ds=(4, 4), ignore_border=False),  # Theano's old names
         pool.pool_3d(x_var[None], ws=(1, 3, 2), stride=(1, 2, 3), ignore_border=True),
     ]
     got = value(outputs, [x_var, ws, st], x, [3, 2], [2, 3])

@@ -244,16 +244,51 @@ def test_locally_connected_layer(rng, channelwise, flip):
     check_param_grad(layer, x, layer.W, reference, rng)
 
 
-def test_conv_layer_takes_convolution_argument(rng):
+def test_convolution_argument_is_called_as_lasagne_calls_it(rng):
+    """``convolution=`` gets Lasagne's call: (input, W, input_shape, W_shape, subsample=,
+    border_mode=, filter_flip=), with num_groups= only for grouped layers; Theano's
+    ``conv2d`` and Lasagne's 1-D functions serve as they are."""
+    from synkhronos.extensions.lasagne.theano_extensions import conv as conv1d_functions
+    from synkhronos.theano.tensor import nnet
+
     calls = []
 
-    def my_conv(x, w, stride, padding, dilation, groups):
-        calls.append((stride, padding))
-        return L.conv.conv2d(x, w, stride, padding, dilation, groups)
+    def recording_conv2d(input, filters, input_shape, filter_shape, **kwargs):
+        calls.append((input_shape, filter_shape, kwargs))
+        return nnet.conv2d(input, filters, input_shape, filter_shape, **kwargs)
 
-    layer = L.Conv2DLayer(L.InputLayer((1, 1, 4, 4)), 1, 3, convolution=my_conv)
-    x = rng.standard_normal((1, 1, 4, 4))
-    assert run(layer, x).shape == (1, 1, 2, 2) and calls == [((1, 1), (0, 0))]
+    x2, x1 = rng.standard_normal((2, 4, 7, 6)), rng.standard_normal((2, 2, 9))
+    recorded = L.Conv2DLayer(L.InputLayer((None, 4, 7, 6)), 2, 3, stride=(2, 1), pad="same",
+                             num_groups=2, nonlinearity=None, convolution=recording_conv2d)
+    theano_conv = L.Conv2DLayer(L.InputLayer((None, 4, 7, 6)), 3, (3, 2), pad="full",
+                                flip_filters=False, nonlinearity=None,
+                                convolution=nnet.conv2d)
+    lasagne_1d = L.Conv1DLayer(L.InputLayer((None, 2, 9)), 3, 4, stride=2, nonlinearity=None,
+                               convolution=conv1d_functions.conv1d_sc)
+
+    def grouped_reference(x, w):  # each half of the channels with its own filter
+        w = w[:, :, ::-1, ::-1]
+        return np.concatenate([correlate_nd(x[:, 2 * g:2 * g + 2], w[g:g + 1], (2, 1), (1, 1))
+                               for g in range(2)], axis=1)
+
+    cases = [
+        (recorded, x2, grouped_reference),
+        (theano_conv, x2, lambda x, w: correlate_nd(x, w, (1, 1), (2, 1))),
+        (lasagne_1d, x1, lambda x, w: correlate_nd(x, w[:, :, ::-1], (2,), (0,))),
+    ]
+    for layer, x, reference in cases:
+        expected = reference(x, layer.W.get_value()) + layer.b.get_value()[
+            (slice(None),) + (None,) * (x.ndim - 2)]
+        assert layer.output_shape == (None, *expected.shape[1:])
+        np.testing.assert_allclose(run(layer, x), expected, rtol=1e-6)
+    assert calls == [((None, 4, 7, 6), (2, 2, 3, 3),
+                      {"subsample": (2, 1), "border_mode": "half", "filter_flip": True,
+                       "num_groups": 2})]
+    check_param_grad(theano_conv, x2, theano_conv.W,
+                     lambda x, w: correlate_nd(x, w, (1, 1), (2, 1)), rng)
+    with pytest.raises(TypeError, match="num_groups"):  # as in Lasagne: no groups there
+        L.get_output(L.Conv1DLayer(L.InputLayer((None, 2, 9)), 2, 3, num_groups=2,
+                                   convolution=conv1d_functions.conv1d_sc))
 
 
 @pytest.mark.parametrize("mode", ["max", "average_inc_pad", "average_exc_pad"])
@@ -513,6 +548,32 @@ def test_noise_layers(rng):
     assert abs(noisy.mean()) < 0.05 and abs(noisy.std() - 0.5) < 0.05
     np.testing.assert_array_equal(run(L.GaussianNoiseLayer(net), x, deterministic=True), x)
     assert L.dropout is L.DropoutLayer and L.spatial_dropout is L.dropout_channels
+
+
+def test_noise_layers_draw_from_streams_seeded_when_built():
+    """As in Lasagne, each noise layer's ``_srng`` (Theano's RandomStreams) takes its seed
+    from ``lasagne.random`` when the layer is built: the same seed, the same noise."""
+    from synkhronos.extensions.lasagne import random
+    from synkhronos.extensions.random_streams import RandomStreams
+
+    net, x = L.InputLayer((None, 6)), np.full((40, 6), -1.0)
+    saved = random.get_rng()
+    try:
+        outputs = []
+        for _ in range(2):
+            random.set_rng(np.random.RandomState(42))
+            layers = [L.DropoutLayer(net), L.GaussianNoiseLayer(net),
+                      L.RandomizedRectifierLayer(net, shared_axes=())]
+            random.set_rng(np.random.RandomState(7))  # only the seeds at build time count
+            assert all(isinstance(layer._srng, RandomStreams) for layer in layers)
+            outputs.append([run(layer, x) for layer in layers])
+    finally:
+        random.set_rng(saved)
+    for first, second in zip(*outputs, strict=True):
+        np.testing.assert_array_equal(first, second)
+    dropped, noisy, rectified = outputs[0]
+    assert set(np.unique(dropped)) == {0.0, -2.0} and noisy.std() > 0.05
+    assert len(np.unique(rectified)) > 100 and ((-0.8 <= rectified) & (rectified <= -0.3)).all()
 
 
 def test_get_output_shape():

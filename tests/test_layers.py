@@ -313,7 +313,7 @@ def test_nonlinearities():
         nonlinearities.elu: np.where(x > 0, x, np.expm1(x)),
         nonlinearities.softplus: np.log1p(np.exp(x)),
         nonlinearities.linear: x,
-        nonlinearities.softmax: np.exp(x) / np.exp(x).sum(),
+        nonlinearities.softmax: [np.exp(x) / np.exp(x).sum()],  # a row, as in Lasagne
     }
     outputs = pytensor.function([v], [f(v) for f in cases], mode=MODE)(x.astype(floatX))
     for out, expected in zip(outputs, cases.values(), strict=True):

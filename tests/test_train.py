@@ -183,6 +183,24 @@ def test_mixed_dtypes_raise(ranks):
         T.make_step_function(pt.sum(b), [b], [], L.sgd, 0.1)
 
 
+def test_params_and_inputs_as_any_iterable(ranks):
+    """Params as a generator, inputs as an iterator: the step trains as the
+    single-process one with lists."""
+    xs, ys = step_data(3)
+    params, inputs, loss = build_model()
+    train = T.make_step_function(loss, (p for p in params), iter(inputs), L.adam, mode=MODE,
+                                  **RULE_KWARGS["adam"])
+    ref_params, ref_inputs, ref_loss = build_model()
+    ref = T.make_pytensor_step_function(ref_loss, ref_params, ref_inputs, L.adam, mode=MODE,
+                                         **RULE_KWARGS["adam"])
+    for k in range(3):
+        batch, num_slices = step_args(k)
+        got = train(xs[k], ys[k], batch=batch, num_slices=num_slices)
+        np.testing.assert_allclose(got, ref(xs[k], ys[k], batch=batch), rtol=1e-12)
+    for p, r in zip(params, ref_params, strict=True):
+        np.testing.assert_allclose(p.get_value(), r.get_value(), rtol=1e-10)
+
+
 def test_data_in_sliceable_shareds_with_batch_s(ranks):
     """The paper's second layout: each rank trains on rows of its own shared copy."""
     from pytensor.graph.replace import clone_replace

@@ -441,6 +441,82 @@ def test_lasagne_signatures():
     assert sorted(L.__all__) == sorted(defaults)
 
 
+def iterables(params):
+    """``params`` as the iterables Lasagne and Theano scripts pass: a generator, a dict's
+    values (``net.values()``), a tuple."""
+    yield (p for p in params)
+    yield dict(zip("wbs", params, strict=True)).values()
+    yield tuple(params)
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_rules_take_any_iterable_of_params(which, data):
+    """Every form of rule (one-phase, three-part, two_phase), given params as any
+    iterable, trains as the NumPy reference."""
+
+    def one_phase(inputs, loss, params):
+        return [compile_fn(inputs, loss, updates=L.adam(loss, params, **RULE_KWARGS["adam"]))]
+
+    def three_part(inputs, loss, params):
+        grad_updates, param_updates, _ = U.adadelta(loss, params, **RULE_KWARGS["adadelta"])
+        return [compile_fn(inputs, loss, updates=grad_updates),
+                compile_fn([], [], updates=param_updates)]
+
+    def two_phase(inputs, loss, params):
+        tp = U.two_phase(L.nesterov_momentum, loss, params,
+                         **RULE_KWARGS["nesterov_momentum"])
+        return [compile_fn(inputs, loss, updates=tp.grad_updates),
+                compile_fn([], [], updates=tp.param_updates)]
+
+    xs, ys = data[0][:3], data[1][:3]
+    for rule, build in (("adam", one_phase), ("adadelta", three_part),
+                        ("nesterov_momentum", two_phase)):
+        params, inputs, loss = build_model()
+        steps = build(inputs, loss, list(iterables(params))[which])
+        traj = []
+        for x, y in zip(xs, ys, strict=True):
+            steps[0](x, y)
+            for step in steps[1:]:
+                step()
+            traj.append([p.get_value() for p in params])
+        assert_traj_close(traj, np_trajectory(rule, RULE_KWARGS[rule], xs, ys))
+
+
+def test_helpers_take_any_iterable(data):
+    params, inputs, loss = build_model()
+    x, y = data[0][0], data[1][0]
+    want = np.concatenate([g.ravel() for g in np_grads(init_params(), x, y)])
+    assert U.vars_flat_size(p for p in params) == 9
+    grad_shared, flat_grad, unflat = U.flat_unflat_grads(loss, (p for p in params))
+    grads_shared, grads = U.nonflat_grads(loss, (p for p in params))
+    grad_updates, _, _ = U.sgd_nonflat(loss, (p for p in params), 0.1)
+    pieces = U.unflatten_vars(flat_grad, (p for p in params))
+    got = compile_fn(inputs, [flat_grad, U.flatten_vars(g for g in grads), *pieces,
+                              *L.get_or_compute_grads(loss, (p for p in params)),
+                              *L.total_norm_constraint((g for g in grads), 1e9, epsilon=0.0)])(x, y)
+    for flat in got[:2]:
+        np.testing.assert_allclose(flat, want, rtol=1e-12)
+    for g_list in (got[2:5], got[5:8], got[8:11]):
+        np.testing.assert_allclose(np.concatenate([g.ravel() for g in g_list]), want,
+                                   rtol=1e-12)
+    assert len(unflat) == len(grads_shared) == len(grad_updates) == 3
+
+
+def test_train_function_theano_takes_dict_values(data):
+    from synkhronos.extensions import train
+
+    params, (x, y), loss = build_model()
+    named = dict(zip("wbs", params, strict=True))
+    with pytensor.config.change_flags(mode="FAST_COMPILE"):
+        step = train.make_train_function_theano(loss, named.values(), x, y, U.adam,
+                                                **RULE_KWARGS["adam"])
+    for xv, yv in zip(data[0][:3], data[1][:3], strict=True):
+        step(xv, yv)
+    want = np_trajectory("adam", RULE_KWARGS["adam"], data[0][:3], data[1][:3])[-1]
+    for p, w in zip(params, want, strict=True):
+        np.testing.assert_allclose(p.get_value(), w, rtol=1e-9, atol=1e-12)
+
+
 def test_grads_list_and_errors():
     w = pytensor.shared(np.ones(3), name="w")
     g = pt.vector("g")

@@ -43,7 +43,6 @@ __all__ = [
     "Pool2dGrad",
     "conv1d",
     "conv2d",
-    "conv2d_transpose",
     "conv3d",
     "conv_output_length",
     "int_tuple",
@@ -846,49 +845,7 @@ def pool2d(
     return Pool2d(ws, stride, padding, ignore_border, mode)(x)
 
 
-# ------------------------------------------------- 1-D, 3-D and transposed, from the 2-D Ops
-
-
-def conv2d_transpose(
-    x,
-    w,
-    output_shape: Sequence,
-    stride: IntPair = 1,
-    padding=0,
-    dilation: IntPair = 1,
-    groups: int = 1,
-) -> TensorVariable:
-    """Transposed convolution: the gradient of :func:`conv2d` with respect to its input.
-
-    Parameters
-    ----------
-    x
-        Input batch ``(N, O, h, w)``, shaped like a :func:`conv2d` output.
-    w
-        Filters ``(O, C / groups, kH, kW)``, as for the :func:`conv2d` it transposes.
-    output_shape
-        ``(N, C, H, W)``: the shape of that convolution's input (ints or symbolic sizes);
-        needed because several input sizes give the same output size when stride > 1.
-    stride, padding, dilation, groups
-        Parameters of the transposed :func:`conv2d`.
-
-    Returns
-    -------
-    TensorVariable
-        Output of shape ``output_shape``.
-
-    Examples
-    --------
-    >>> import pytensor.tensor as pt
-    >>> x = pt.tensor4("x")
-    >>> y = conv2d_transpose(x, np.ones((1, 1, 2, 2)), (1, 1, 3, 3))
-    >>> y.eval({x: np.ones((1, 1, 2, 2))})[0, 0]
-    array([[1., 2., 1.],
-           [2., 4., 2.],
-           [1., 2., 1.]])
-    """
-    like = pt.alloc(np.zeros((), dtype=_as_4d(x).dtype), *output_shape)
-    return Conv2dGradInputs(stride, padding, dilation, groups)(w, x, like)
+# ------------------------------------------------------------ 1-D and 3-D, from the 2-D Ops
 
 
 def conv1d(x, w, stride: int = 1, padding=0, dilation: int = 1, groups: int = 1) -> TensorVariable:

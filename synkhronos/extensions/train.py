@@ -56,7 +56,7 @@ the same steps as plain single-process PyTensor functions, for comparison.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,7 +85,7 @@ def running_state(loss: TensorVariable) -> list[SharedVariable]:
 
     Examples
     --------
-    >>> from synkhronos.extensions.lasagne.layers.base import add_default_update
+    >>> from synkhronos.extensions.random_streams import add_default_update
     >>> acc = pytensor.shared(np.zeros(2), name="acc")
     >>> add_default_update(acc, acc + 1)
     >>> [v.name for v in running_state(acc.sum() * 2)]
@@ -107,7 +107,7 @@ def _chain(grad_function: synk.Function, flat_grad: SharedVariable, op: str,
                       every_rank_rows=True)
 
 
-def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
+def make_train_function(loss: TensorVariable, params: Iterable[SharedVariable],
                         x: TensorVariable, y: TensorVariable, update_rule: Callable[..., Any],
                         *args: Any, **kwargs: Any) -> Callable[..., np.ndarray]:
     """Build ``train(x_data, y_data, batch=None)``: one data-parallel step (the original's form).
@@ -118,7 +118,7 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     ----------
     loss : TensorVariable
         Scalar loss: a mean over the rows of ``x`` and ``y``.
-    params : list of SharedVariable
+    params : iterable of SharedVariable
         Parameters to train, all of one dtype.
     x, y : TensorVariable
         The two inputs, scattered over the ranks along axis 0.
@@ -145,7 +145,7 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     ...                             learning_rate=0.1)
     >>> loss_value = train(x_data, y_data, batch=[0, 3, 4])            # doctest: +SKIP
     """
-    grad_updates, param_updates, grad_shared = update_rule(loss, params, *args, **kwargs)
+    grad_updates, param_updates, grad_shared = update_rule(loss, list(params), *args, **kwargs)
     f_grad_shared = synk.function(inputs=[x, y], outputs=loss, updates=grad_updates)
     f_param_update = synk.function(inputs=[], updates=param_updates)
     step = _chain(f_grad_shared, grad_shared, "avg", running_state(loss), f_param_update)
@@ -156,7 +156,7 @@ def make_train_function(loss: TensorVariable, params: Sequence[SharedVariable],
     return train_minibatch
 
 
-def make_train_function_theano(loss: TensorVariable, params: Sequence[SharedVariable],
+def make_train_function_theano(loss: TensorVariable, params: Iterable[SharedVariable],
                                x: TensorVariable, y: TensorVariable,
                                update_rule: Callable[..., Any], *args: Any,
                                **kwargs: Any) -> Callable[..., np.ndarray]:
@@ -176,7 +176,7 @@ def make_train_function_theano(loss: TensorVariable, params: Sequence[SharedVari
     >>> float(train(np.eye(2), np.ones(2))), w.get_value()
     (1.0, array([0.25, 0.25]))
     """
-    grad_updates, param_updates, _ = update_rule(loss, params, *args, **kwargs)
+    grad_updates, param_updates, _ = update_rule(loss, list(params), *args, **kwargs)
     f_grad_shared = pytensor.function(inputs=[x, y], outputs=loss, updates=grad_updates)
     f_param_update = pytensor.function(inputs=[], updates=param_updates)
 
@@ -238,10 +238,10 @@ class StepFunction:
         return self.chain(*data, batch=batch, batch_s=batch_s, num_slices=num_slices)[0]
 
 
-def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
-                       inputs: Sequence[TensorVariable], update_rule: Callable[..., Any],
+def make_step_function(loss: TensorVariable, params: Iterable[SharedVariable],
+                       inputs: Iterable[TensorVariable], update_rule: Callable[..., Any],
                        *args: Any, mode: Any = None, name: str | None = None,
-                       sliceable_shareds: Sequence[SharedVariable] = (),
+                       sliceable_shareds: Iterable[SharedVariable] = (),
                        **kwargs: Any) -> StepFunction:
     """Build a data-parallel training step for ``update_rule``.
 
@@ -251,9 +251,9 @@ def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
     ----------
     loss : TensorVariable
         Scalar loss: a mean over the rows of ``inputs``.
-    params : list of SharedVariable
+    params : iterable of SharedVariable
         Parameters to train, all of one dtype.
-    inputs : list of TensorVariable
+    inputs : iterable of TensorVariable
         Inputs scattered over the ranks along axis 0; rows are counted on the first
         (or, with no inputs, on the first sliceable shared variable).
     update_rule : callable
@@ -265,7 +265,7 @@ def make_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
         Compile mode of both functions (default: the backend's).
     name : str, optional
         Prefix of the functions' names.
-    sliceable_shareds : list of SharedVariable, optional
+    sliceable_shareds : iterable of SharedVariable, optional
         Data held in shared variables, each rank its own part (see
         :func:`synkhronos.scatter`), whose rows a step selects with ``batch_s``.
 
@@ -332,8 +332,8 @@ class PytensorStepFunction:
         return self.function(*data)
 
 
-def make_pytensor_step_function(loss: TensorVariable, params: Sequence[SharedVariable],
-                                inputs: Sequence[TensorVariable],
+def make_pytensor_step_function(loss: TensorVariable, params: Iterable[SharedVariable],
+                                inputs: Iterable[TensorVariable],
                                 update_rule: Callable[..., Any], *args: Any,
                                 mode: Any = None, **kwargs: Any) -> PytensorStepFunction:
     """The same step as :func:`make_step_function`, as one plain PyTensor function.

@@ -56,7 +56,7 @@ averaged unweighted, as in the original.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -98,7 +98,7 @@ Rows = TensorVariable | int | None
 
 # --- flat vectors -------------------------------------------------------------------------
 
-def vars_flat_size(variables: Sequence[SharedVariable | np.ndarray]) -> int:
+def vars_flat_size(variables: Iterable[SharedVariable | np.ndarray]) -> int:
     """Total number of elements of shared variables (or arrays): the length of their flat vector.
 
     Examples
@@ -110,12 +110,12 @@ def vars_flat_size(variables: Sequence[SharedVariable | np.ndarray]) -> int:
                    else np.size(v) for v in variables))
 
 
-def flatten_vars(variables: Sequence[TensorVariable]) -> TensorVariable:
+def flatten_vars(variables: Iterable[TensorVariable]) -> TensorVariable:
     """Concatenate variables, each raveled in C order, into one symbolic vector.
 
     Parameters
     ----------
-    variables : list of TensorVariable
+    variables : iterable of TensorVariable
         Non-empty; all of one dtype.
 
     Returns
@@ -135,6 +135,7 @@ def flatten_vars(variables: Sequence[TensorVariable]) -> TensorVariable:
     >>> flatten_vars([pt.as_tensor(np.ones((2, 2))), pt.as_tensor(np.zeros(1))]).eval()
     array([1., 1., 1., 1., 0.])
     """
+    variables = list(variables)
     if not variables:
         raise ValueError("flatten_vars needs at least one variable")
     one_phase._common_dtype(variables, "flatten_vars variables")
@@ -142,14 +143,14 @@ def flatten_vars(variables: Sequence[TensorVariable]) -> TensorVariable:
 
 
 def unflatten_vars(flat_var: TensorVariable,
-                   variables: Sequence[SharedVariable]) -> list[TensorVariable]:
+                   variables: Iterable[SharedVariable]) -> list[TensorVariable]:
     """Split a flat vector into pieces shaped like ``variables`` (undoes :func:`flatten_vars`).
 
     Parameters
     ----------
     flat_var : TensorVariable
         A vector of length ``vars_flat_size(variables)`` (or longer: the rest is ignored).
-    variables : list of SharedVariable
+    variables : iterable of SharedVariable
         Variables whose current sizes place the pieces in ``flat_var``.
 
     Returns
@@ -200,7 +201,7 @@ def _row_count(n_rows: Rows, dtype: str) -> TensorVariable:
     return pt.cast(pt.as_tensor_variable(n_rows), dtype)
 
 
-def flat_unflat_grads(loss: TensorVariable, params: Sequence[SharedVariable],
+def flat_unflat_grads(loss: TensorVariable, params: Iterable[SharedVariable],
                       n_rows: Rows = None
                       ) -> tuple[SharedVariable, TensorVariable, list[TensorVariable]]:
     """One flat shared vector for the gradients, what phase one writes into it, and its views.
@@ -209,7 +210,7 @@ def flat_unflat_grads(loss: TensorVariable, params: Sequence[SharedVariable],
     ----------
     loss : TensorVariable
         The scalar loss.
-    params : list of SharedVariable
+    params : iterable of SharedVariable
         The parameters, all of one dtype (that of the vector).
     n_rows : symbolic or int scalar, optional
         None (the original layout): the vector holds the gradients. Given: it holds
@@ -232,19 +233,20 @@ def flat_unflat_grads(loss: TensorVariable, params: Sequence[SharedVariable],
     >>> flat_grad.eval()
     array([3., 3.])
     """
+    params = list(params)  # any iterable, read more than once
     one_phase._check_shared(params)
     dtype = one_phase._common_dtype(params, "params")
     size = vars_flat_size(params)
     if n_rows is None:
         grad_shared = pytensor.shared(np.zeros(size, dtype=dtype), name="flat_grad_s")
-        grads = flatten_vars(pytensor.grad(loss, list(params)))
+        grads = flatten_vars(pytensor.grad(loss, params))
         return grad_shared, grads, unflatten_vars(grad_shared, params)
     rows = _row_count(n_rows, dtype)
     grad_shared = pytensor.shared(np.zeros(size + 1, dtype=dtype), name="flat_grad_s")
     # The gradient of rows * loss is rows * gradient, by linearity: the weighting costs one
     # scalar product at the top of the backward pass, not a pass over the flat vector, and
     # the gradients and the row count go into the vector in one concatenation.
-    weighted = pytensor.grad(loss * rows, list(params))
+    weighted = pytensor.grad(loss * rows, params)
     flat_grad = pt.concatenate([*(g.ravel() for g in weighted), rows[None]])
     # Divided after the reshape: the division then fuses with the rule's element-wise
     # update of each parameter, one pass over it (a division of the flat vector first
@@ -253,7 +255,7 @@ def flat_unflat_grads(loss: TensorVariable, params: Sequence[SharedVariable],
     return grad_shared, flat_grad, [g / count for g in unflatten_vars(grad_shared, params)]
 
 
-def nonflat_grads(loss: TensorVariable, params: Sequence[SharedVariable]
+def nonflat_grads(loss: TensorVariable, params: Iterable[SharedVariable]
                   ) -> tuple[list[SharedVariable], list[TensorVariable]]:
     """One gradient shared variable per parameter, and the gradients to write into them.
 
@@ -273,24 +275,26 @@ def nonflat_grads(loss: TensorVariable, params: Sequence[SharedVariable]
     >>> grads_shared[0].get_value(), grads[0].eval()
     (array([0., 0.]), array([3., 3.]))
     """
+    params = list(params)
     one_phase._check_shared(params)
     grads_shared = [one_phase._zeros_like(p, "grad") for p in params]
-    return grads_shared, pytensor.grad(loss, list(params))
+    return grads_shared, pytensor.grad(loss, params)
 
 
 # --- the rules ----------------------------------------------------------------------------
 
 def _phases(rule: Callable[..., OrderedDict], loss: TensorVariable,
-            params: Sequence[SharedVariable], n_rows: Rows, *args: Any,
+            params: Iterable[SharedVariable], n_rows: Rows, *args: Any,
             **kwargs: Any) -> Phases:
     """The three parts of ``rule`` (a one-phase rule) with a row-weighted flat vector."""
+    params = list(params)
     rows = loss_rows(loss) if n_rows is None else n_rows
     grad_shared, flat_grad, grads = flat_unflat_grads(loss, params, n_rows=rows)
-    param_updates = rule(grads, list(params), *args, **kwargs)
+    param_updates = rule(grads, params, *args, **kwargs)
     return [(grad_shared, flat_grad)], list(param_updates.items()), grad_shared
 
 
-def sgd(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any, *,
+def sgd(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any, *,
         n_rows: Rows = None) -> Phases:
     """Stochastic gradient descent in two phases: ``param = param - learning_rate * grad``.
 
@@ -298,7 +302,7 @@ def sgd(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: A
     ----------
     loss : TensorVariable
         Scalar loss, a mean over a rank's rows.
-    params : list of SharedVariable
+    params : iterable of SharedVariable
         The parameters, all of one dtype.
     learning_rate : float or symbolic scalar
         The step size.
@@ -356,13 +360,13 @@ def apply_nesterov_momentum(param_updates: Pairs, momentum: Any = 0.9) -> Pairs:
                                                   momentum=momentum).items())
 
 
-def momentum(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any,
+def momentum(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any,
              momentum: Any = 0.9, *, n_rows: Rows = None) -> Phases:
     """SGD with classical momentum in two phases; arguments and result as for :func:`sgd`."""
     return _phases(one_phase.momentum, loss, params, n_rows, learning_rate, momentum=momentum)
 
 
-def nesterov_momentum(loss: TensorVariable, params: Sequence[SharedVariable],
+def nesterov_momentum(loss: TensorVariable, params: Iterable[SharedVariable],
                       learning_rate: Any, momentum: Any = 0.9, *, n_rows: Rows = None
                       ) -> Phases:
     """SGD with Nesterov momentum in two phases; arguments and result as for :func:`sgd`."""
@@ -370,39 +374,39 @@ def nesterov_momentum(loss: TensorVariable, params: Sequence[SharedVariable],
                    momentum=momentum)
 
 
-def adagrad(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 1.0,
+def adagrad(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 1.0,
             epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
     """Adagrad in two phases; see Lasagne's ``adagrad`` and :func:`sgd`."""
     return _phases(one_phase.adagrad, loss, params, n_rows, learning_rate, epsilon)
 
 
-def rmsprop(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 1.0,
+def rmsprop(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 1.0,
             rho: Any = 0.9, epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
     """RMSProp in two phases; see Lasagne's ``rmsprop`` and :func:`sgd`."""
     return _phases(one_phase.rmsprop, loss, params, n_rows, learning_rate, rho, epsilon)
 
 
-def adadelta(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 1.0,
+def adadelta(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 1.0,
              rho: Any = 0.95, epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
     """Adadelta in two phases; see Lasagne's ``adadelta`` and :func:`sgd`."""
     return _phases(one_phase.adadelta, loss, params, n_rows, learning_rate, rho, epsilon)
 
 
-def adam(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 0.001,
+def adam(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 0.001,
          beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-8, *,
          n_rows: Rows = None) -> Phases:
     """Adam in two phases; see Lasagne's ``adam`` and :func:`sgd`."""
     return _phases(one_phase.adam, loss, params, n_rows, learning_rate, beta1, beta2, epsilon)
 
 
-def adamax(loss: TensorVariable, params: Sequence[SharedVariable], learning_rate: Any = 0.002,
+def adamax(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 0.002,
            beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-8, *,
            n_rows: Rows = None) -> Phases:
     """Adamax in two phases; see Lasagne's ``adamax`` and :func:`sgd`."""
     return _phases(one_phase.adamax, loss, params, n_rows, learning_rate, beta1, beta2, epsilon)
 
 
-def sgd_nonflat(loss: TensorVariable, params: Sequence[SharedVariable],
+def sgd_nonflat(loss: TensorVariable, params: Iterable[SharedVariable],
                 learning_rate: Any) -> tuple[Pairs, Pairs, list[SharedVariable]]:
     """:func:`sgd` with one gradient shared variable per parameter, to measure what flat saves.
 
@@ -417,8 +421,9 @@ def sgd_nonflat(loss: TensorVariable, params: Sequence[SharedVariable],
     >>> len(grad_updates), len(param_updates), len(grads_shared)
     (1, 1, 1)
     """
+    params = list(params)
     grads_shared, grads = nonflat_grads(loss, params)
-    param_updates = one_phase.sgd(grads_shared, list(params), learning_rate)
+    param_updates = one_phase.sgd(grads_shared, params, learning_rate)
     return list(zip(grads_shared, grads, strict=True)), list(param_updates.items()), grads_shared
 
 
@@ -444,7 +449,7 @@ class TwoPhaseUpdates(NamedTuple):
 
 
 def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
-              params: Sequence[SharedVariable], *args: Any, n_rows: Rows = None,
+              params: Iterable[SharedVariable], *args: Any, n_rows: Rows = None,
               accumulate: bool = True, **kwargs: Any) -> TwoPhaseUpdates:
     """Split a one-phase rule into phases whose phase one accumulates over calls.
 
@@ -461,7 +466,7 @@ def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
         A one-phase rule of :mod:`synkhronos.extensions.lasagne.updates`, e.g. ``adam``.
     loss : TensorVariable
         Scalar loss, a mean over a rank's rows.
-    params : list of SharedVariable
+    params : iterable of SharedVariable
         The parameters, all of one dtype.
     *args, **kwargs
         The rule's hyperparameters.

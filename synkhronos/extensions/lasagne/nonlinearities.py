@@ -1,11 +1,15 @@
-"""Activation functions, with the names and defaults of ``lasagne.nonlinearities``."""
+"""Activation functions, with the names and defaults of ``lasagne.nonlinearities``.
+
+Where Lasagne calls Theano's ``theano.tensor.nnet``, these call
+:mod:`synkhronos.extensions.theano_nnet`.
+"""
 
 from collections.abc import Callable
 
-import numpy as np
 import pytensor.tensor as pt
-from pytensor.tensor.special import softmax as _softmax
 from pytensor.tensor.variable import TensorVariable
+
+from synkhronos.extensions import theano_nnet
 
 __all__ = [
     "SELU",
@@ -51,13 +55,14 @@ def _with_tensor_doc(returns: str) -> Callable[[_F], _F]:
 @_with_tensor_doc("Elementwise sigmoid of ``x``.")
 def sigmoid(x) -> TensorVariable:
     """Logistic sigmoid ``1 / (1 + exp(-x))``."""
-    return pt.sigmoid(x)
+    return theano_nnet.sigmoid(x)
 
 
 @_with_tensor_doc("Rows that are positive and sum to one.")
 def softmax(x) -> TensorVariable:
-    """Softmax over the last axis (the class axis of a ``(batch, classes)`` matrix)."""
-    return _softmax(x, axis=-1)
+    """Softmax over the last axis (the class axis of a ``(batch, classes)`` matrix); a
+    vector becomes a one-row matrix, as with Lasagne on Theano."""
+    return theano_nnet.softmax(x)
 
 
 @_with_tensor_doc("Elementwise tanh of ``x``.")
@@ -96,13 +101,9 @@ ScaledTanh = ScaledTanH
 
 @_with_tensor_doc("Elementwise ReLU of ``x`` (a NumPy array for a NumPy ``x``).")
 def rectify(x) -> TensorVariable:
-    """Rectified linear unit ``max(x, 0)``; of a NumPy array, a NumPy array (as Theano's
-    ``relu``, ``(x + |x|) / 2``, gave). One ``maximum`` in the graph: that sum and product
-    would be three elementwise ops, and their gradient a multiply of three inputs that
-    NumPy has no ufunc for (PyTensor's Python mode loops over its elements)."""
-    if isinstance(x, np.ndarray):
-        return np.maximum(x, 0)
-    return pt.maximum(x, 0)
+    """Rectified linear unit ``max(x, 0)``: Theano's ``relu``, which also applies to NumPy
+    arrays."""
+    return theano_nnet.relu(x)
 
 
 class LeakyRectify:
@@ -118,8 +119,8 @@ class LeakyRectify:
         self.leakiness = leakiness
 
     def __call__(self, x) -> TensorVariable:
-        """Apply the leaky rectifier to ``x``."""
-        return pt.switch(pt.gt(x, 0), x, self.leakiness * x)
+        """Apply the leaky rectifier to ``x`` (Theano's ``relu`` with ``alpha``)."""
+        return theano_nnet.relu(x, self.leakiness)
 
 
 leaky_rectify = LeakyRectify()
@@ -167,7 +168,7 @@ selu = SELU(scale=1.0507009873554805, scale_neg=1.6732632423543772)
 @_with_tensor_doc("Elementwise softplus of ``x``.")
 def softplus(x) -> TensorVariable:
     """Softplus ``log(1 + exp(x))``."""
-    return pt.softplus(x)
+    return theano_nnet.softplus(x)
 
 
 @_with_tensor_doc("``x`` itself.")

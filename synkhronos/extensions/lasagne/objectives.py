@@ -1,6 +1,8 @@
 """Loss and accuracy expressions, with the names and defaults of ``lasagne.objectives``.
 
 All return elementwise (or per-example) tensors; reduce them with :func:`aggregate`.
+The cross-entropies are :mod:`synkhronos.extensions.theano_nnet`'s (Theano's, which
+Lasagne calls), on aligned targets.
 """
 
 from warnings import warn
@@ -10,6 +12,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions import theano_nnet
 from synkhronos.extensions.lasagne.utils import as_theano_expression
 
 __all__ = [
@@ -72,8 +75,7 @@ def binary_crossentropy(predictions, targets) -> TensorVariable:
         The elementwise loss.
     """
     predictions, targets = align_targets(pt.as_tensor_variable(predictions), targets)
-    targets = pt.as_tensor_variable(targets)
-    return -(targets * pt.log(predictions) + (1 - targets) * pt.log1p(-predictions))
+    return theano_nnet.binary_crossentropy(predictions, targets)
 
 
 def categorical_crossentropy(predictions, targets) -> TensorVariable:
@@ -92,12 +94,7 @@ def categorical_crossentropy(predictions, targets) -> TensorVariable:
     TensorVariable
         Loss of shape ``(batch,)``.
     """
-    predictions, targets = pt.as_tensor_variable(predictions), pt.as_tensor_variable(targets)
-    # log is taken of the whole matrix so PyTensor can rewrite log(softmax) stably.
-    log_p = pt.log(predictions)
-    if targets.ndim == predictions.ndim:
-        return -(targets * log_p).sum(axis=-1)
-    return -log_p[pt.arange(targets.shape[0]), targets]
+    return theano_nnet.categorical_crossentropy(predictions, targets)
 
 
 def squared_error(a, b) -> TensorVariable:

@@ -19,7 +19,7 @@ otherwise upcast to float64). Symbolic hyperparameters are used as given.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,8 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.tensor.variable import TensorVariable
+
+from synkhronos.extensions.lasagne.utils import default_norm_axes
 
 __all__ = [
     "get_or_compute_grads",
@@ -83,14 +85,14 @@ def _check_shared(params: Sequence[SharedVariable]) -> None:
 
 
 def get_or_compute_grads(loss_or_grads: LossOrGrads,
-                         params: Sequence[SharedVariable]) -> list[TensorVariable]:
+                         params: Iterable[SharedVariable]) -> list[TensorVariable]:
     """The gradients of ``loss_or_grads`` with respect to ``params``.
 
     Parameters
     ----------
     loss_or_grads : TensorVariable or list of TensorVariable
         A scalar loss, or already one gradient expression per parameter.
-    params : list of SharedVariable
+    params : iterable of SharedVariable
         The variables to differentiate with respect to.
 
     Returns
@@ -111,6 +113,7 @@ def get_or_compute_grads(loss_or_grads: LossOrGrads,
     >>> [g.eval() for g in get_or_compute_grads((3 * w).sum(), [w])]
     [array([3., 3.])]
     """
+    params = list(params)
     _check_shared(params)
     if isinstance(loss_or_grads, list | tuple):
         if len(loss_or_grads) != len(params):
@@ -118,10 +121,10 @@ def get_or_compute_grads(loss_or_grads: LossOrGrads,
                 f"Got {len(loss_or_grads)} gradient expressions for {len(params)} parameters"
             )
         return loss_or_grads if isinstance(loss_or_grads, list) else list(loss_or_grads)
-    return pytensor.grad(loss_or_grads, list(params))
+    return pytensor.grad(loss_or_grads, params)
 
 
-def sgd(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def sgd(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
         learning_rate: Scalar) -> Updates:
     """Stochastic gradient descent: ``param = param - learning_rate * grad``.
 
@@ -129,7 +132,7 @@ def sgd(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     ----------
     loss_or_grads : TensorVariable or list of TensorVariable
         A scalar loss, or one gradient expression per parameter.
-    params : list of SharedVariable
+    params : iterable of SharedVariable
         The parameters to update.
     learning_rate : float or symbolic scalar
         The step size.
@@ -147,6 +150,7 @@ def sgd(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     >>> _ = step(); w.get_value()
     array([0.8, 0.8, 0.8])
     """
+    params = list(params)  # any iterable, read more than once
     grads = get_or_compute_grads(loss_or_grads, params)
     updates: Updates = OrderedDict()
     for param, grad in zip(params, grads, strict=True):
@@ -154,7 +158,7 @@ def sgd(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return updates
 
 
-def _apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None,
+def _apply_momentum(updates: Updates, params: Iterable[SharedVariable] | None,
                     momentum: Scalar, nesterov: bool) -> Updates:
     """Classical (``nesterov=False``) or Nesterov momentum; they differ only in the step."""
     if params is None:
@@ -174,7 +178,7 @@ def _apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None,
     return updates
 
 
-def apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None = None,
+def apply_momentum(updates: Updates, params: Iterable[SharedVariable] | None = None,
                    momentum: Scalar = 0.9) -> Updates:
     """Add classical momentum to existing updates.
 
@@ -188,7 +192,7 @@ def apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None = N
     ----------
     updates : OrderedDict
         Updates to modify, e.g. from :func:`sgd`.
-    params : list of SharedVariable, optional
+    params : iterable of SharedVariable, optional
         The parameters to add momentum to; default all keys of ``updates``.
     momentum : float or symbolic scalar
         The amount of momentum to apply.
@@ -201,7 +205,7 @@ def apply_momentum(updates: Updates, params: Sequence[SharedVariable] | None = N
     return _apply_momentum(updates, params, momentum, nesterov=False)
 
 
-def momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def momentum(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
              learning_rate: Scalar, momentum: Scalar = 0.9) -> Updates:
     """Stochastic gradient descent with classical momentum.
 
@@ -211,7 +215,7 @@ def momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return apply_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)
 
 
-def apply_nesterov_momentum(updates: Updates, params: Sequence[SharedVariable] | None = None,
+def apply_nesterov_momentum(updates: Updates, params: Iterable[SharedVariable] | None = None,
                             momentum: Scalar = 0.9) -> Updates:
     """Add Nesterov momentum to existing updates.
 
@@ -226,7 +230,7 @@ def apply_nesterov_momentum(updates: Updates, params: Sequence[SharedVariable] |
     return _apply_momentum(updates, params, momentum, nesterov=True)
 
 
-def nesterov_momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def nesterov_momentum(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
                       learning_rate: Scalar, momentum: Scalar = 0.9) -> Updates:
     """Stochastic gradient descent with Nesterov momentum.
 
@@ -237,7 +241,7 @@ def nesterov_momentum(loss_or_grads: LossOrGrads, params: Sequence[SharedVariabl
                                    momentum=momentum)
 
 
-def _rms_scaled(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def _rms_scaled(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
                 learning_rate: Scalar, rho: Scalar | None, epsilon: Scalar,
                 moving_average: bool) -> Updates:
     """Adagrad or RMSProp: both step by ``learning_rate * grad / sqrt(accu + epsilon)``.
@@ -245,6 +249,7 @@ def _rms_scaled(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     ``accu`` is the sum of the squared gradients for Adagrad (``moving_average=False``,
     ``rho`` unused), their moving average with decay ``rho`` for RMSProp (``True``).
     """
+    params = list(params)  # any iterable, read more than once
     grads = get_or_compute_grads(loss_or_grads, params)
     updates: Updates = OrderedDict()
     for param, grad in zip(params, grads, strict=True):
@@ -261,7 +266,7 @@ def _rms_scaled(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return updates
 
 
-def adagrad(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def adagrad(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
             learning_rate: Scalar = 1.0, epsilon: Scalar = 1e-6) -> Updates:
     """Adagrad: per-element step sizes from the sum of squared gradients.
 
@@ -288,7 +293,7 @@ def adagrad(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
                        moving_average=False)
 
 
-def rmsprop(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def rmsprop(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
             learning_rate: Scalar = 1.0, rho: Scalar = 0.9, epsilon: Scalar = 1e-6) -> Updates:
     """RMSProp: steps scaled by a moving average of squared gradients.
 
@@ -313,7 +318,7 @@ def rmsprop(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
                        moving_average=True)
 
 
-def adadelta(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def adadelta(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
              learning_rate: Scalar = 1.0, rho: Scalar = 0.95, epsilon: Scalar = 1e-6) -> Updates:
     """Adadelta: steps scaled by the ratio of moving RMS of updates and of gradients.
 
@@ -336,6 +341,7 @@ def adadelta(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     OrderedDict
         Updates of the parameters and both accumulators.
     """
+    params = list(params)  # any iterable, read more than once
     grads = get_or_compute_grads(loss_or_grads, params)
     updates: Updates = OrderedDict()
     for param, grad in zip(params, grads, strict=True):
@@ -351,11 +357,12 @@ def adadelta(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return updates
 
 
-def _adam_like(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def _adam_like(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
                learning_rate: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar,
                variant: str) -> Updates:
     """Adam, Adamax or AMSGrad (``variant``); they share ``t`` and the first moment ``m``."""
     infinity_norm = variant == "adamax"
+    params = list(params)  # any iterable, read more than once
     grads = get_or_compute_grads(loss_or_grads, params)
     # One step counter serves all parameters, so they must agree on its dtype.
     dtype = _common_dtype(params, "adam/adamax/amsgrad params")
@@ -391,7 +398,7 @@ def _adam_like(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return updates
 
 
-def adam(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def adam(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
          learning_rate: Scalar = 0.001, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
          epsilon: Scalar = 1e-8) -> Updates:
     """Adam, with the bias correction folded into the step size.
@@ -423,7 +430,7 @@ def adam(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return _adam_like(loss_or_grads, params, learning_rate, beta1, beta2, epsilon, "adam")
 
 
-def adamax(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def adamax(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
            learning_rate: Scalar = 0.002, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
            epsilon: Scalar = 1e-8) -> Updates:
     """Adamax: Adam with the infinity norm.
@@ -455,7 +462,7 @@ def adamax(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
     return _adam_like(loss_or_grads, params, learning_rate, beta1, beta2, epsilon, "adamax")
 
 
-def amsgrad(loss_or_grads: LossOrGrads, params: Sequence[SharedVariable],
+def amsgrad(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
             learning_rate: Scalar = 0.001, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
             epsilon: Scalar = 1e-8) -> Updates:
     """AMSGrad: Adam stepping with the running maximum of the second moment.
@@ -513,22 +520,15 @@ def norm_constraint(tensor_var: TensorVariable, max_norm: Scalar,
     ValueError
         If ``norm_axes`` is not given and ``tensor_var`` is not 2- to 5-D.
     """
-    ndim = tensor_var.ndim
-    if norm_axes is not None:
-        sum_over = tuple(norm_axes)
-    elif ndim == 2:
-        sum_over = (0,)
-    elif ndim in (3, 4, 5):
-        sum_over = tuple(range(1, ndim))
-    else:
-        raise ValueError(f"Unsupported tensor dimensionality {ndim}; specify `norm_axes`")
+    sum_over = (default_norm_axes(tensor_var.ndim, vectors=False) if norm_axes is None
+                else tuple(norm_axes))
     dtype = tensor_var.dtype
     norms = pt.sqrt(pt.sum(pt.square(tensor_var), axis=sum_over, keepdims=True))
     target_norms = pt.clip(norms, _const(0, dtype), _const(max_norm, dtype))
     return tensor_var * (target_norms / (_const(epsilon, dtype) + norms))
 
 
-def total_norm_constraint(tensor_vars: Sequence[TensorVariable], max_norm: Scalar,
+def total_norm_constraint(tensor_vars: Iterable[TensorVariable], max_norm: Scalar,
                           epsilon: Scalar = 1e-7, return_norm: bool = False
                           ) -> list[TensorVariable] | tuple[list[TensorVariable], TensorVariable]:
     """Rescale tensors jointly so that their total (concatenated) L2 norm is at most ``max_norm``.
@@ -541,7 +541,7 @@ def total_norm_constraint(tensor_vars: Sequence[TensorVariable], max_norm: Scala
 
     Parameters
     ----------
-    tensor_vars : list of TensorVariable
+    tensor_vars : iterable of TensorVariable
         Tensors to rescale, all of one dtype.
     max_norm : float or symbolic scalar
         The largest total norm allowed.
@@ -555,6 +555,7 @@ def total_norm_constraint(tensor_vars: Sequence[TensorVariable], max_norm: Scala
     list of TensorVariable, or (list of TensorVariable, TensorVariable)
         The rescaled tensors, and the norm if ``return_norm``.
     """
+    tensor_vars = list(tensor_vars)
     dtype = _common_dtype(tensor_vars, "total_norm_constraint tensors")
     norm = pt.sqrt(sum(pt.sum(pt.square(t)) for t in tensor_vars))
     target_norm = pt.clip(norm, _const(0, dtype), _const(max_norm, dtype))

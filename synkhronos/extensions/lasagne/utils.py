@@ -336,6 +336,25 @@ def inspect_kwargs(func: Callable) -> list[str]:
     ]
 
 
+def default_norm_axes(ndim: int, vectors: bool = True) -> tuple[int, ...]:
+    """The axes Lasagne takes norms over when none are given: axis 0 of a matrix (a dense
+    layer's weights, one norm per unit), every axis but 0 of a 3- to 5-d tensor (one norm
+    per filter), none of a vector (with ``vectors``: biases, each element its own norm).
+
+    Raises
+    ------
+    ValueError
+        For other numbers of dimensions.
+    """
+    if ndim == 2:
+        return (0,)
+    if ndim in (3, 4, 5):
+        return tuple(range(1, ndim))
+    if ndim == 1 and vectors:
+        return ()
+    raise ValueError(f"Unsupported tensor dimensionality {ndim}: pass norm_axes")
+
+
 def compute_norms(array: np.ndarray | Variable, norm_axes: Sequence[int] | None = None):
     """Euclidean norms of ``array`` over ``norm_axes`` (NumPy or symbolic).
 
@@ -367,17 +386,7 @@ def compute_norms(array: np.ndarray | Variable, norm_axes: Sequence[int] | None 
     if not isinstance(array, np.ndarray | Variable):
         raise RuntimeError(f"Unsupported type {type(array)}: compute_norms takes PyTensor "
                            "variables and NumPy arrays")
-    ndim = array.ndim
-    if norm_axes is None:
-        if ndim == 1:
-            norm_axes = ()  # biases: each element is its own norm
-        elif ndim == 2:
-            norm_axes = (0,)
-        elif ndim in (3, 4, 5):
-            norm_axes = tuple(range(1, ndim))
-        else:
-            raise ValueError(f"Unsupported tensor dimensionality {ndim}: pass norm_axes")
-    norm_axes = tuple(norm_axes)
+    norm_axes = default_norm_axes(array.ndim) if norm_axes is None else tuple(norm_axes)
     if isinstance(array, np.ndarray):
         return np.sqrt(np.sum(array**2, axis=norm_axes))
     return pt.sqrt(pt.sum(pt.sqr(array), axis=norm_axes))

@@ -1,13 +1,9 @@
 """The layer base classes (``lasagne.layers.base``)."""
 
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-import pytensor.tensor as pt
-from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
-from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne import nonlinearities
@@ -17,30 +13,6 @@ __all__ = ["Layer", "MergeLayer"]
 
 Shape = tuple[int | None, ...]
 ParamSpec = Variable | np.ndarray | float | Callable[[Sequence[int]], np.ndarray | Variable]
-
-
-def add_default_update(variable: SharedVariable, update: Variable) -> None:
-    """Make every compiled function whose graph contains ``variable`` apply ``update``.
-
-    This is how Lasagne attaches batch-norm average and random-stream updates to an
-    output expression.  PyTensor 3 deprecates setting ``default_update`` (its own
-    ``RandomStream`` still does it), so the warning is silenced here, in one place.
-
-    Parameters
-    ----------
-    variable
-        Shared variable to update, typically a clone sharing another's storage.
-    update
-        New value of ``variable`` after each call.
-    """
-    if isinstance(variable.type, TensorType) and update.type != variable.type:
-        # PyTensor wants the two types equal: slicing to the variable's symbolic sizes
-        # drops static sizes that the update knows and the variable's type leaves open.
-        sizes = (variable.shape[axis] for axis in range(variable.ndim))
-        update = pt.cast(update, variable.dtype)[tuple(slice(0, n) for n in sizes)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        variable.default_update = update
 
 
 def as_nonlinearity(nonlinearity: Callable | None) -> Callable:

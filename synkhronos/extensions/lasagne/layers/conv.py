@@ -1,23 +1,33 @@
 """Convolution layers (``lasagne.layers.conv``), on the Ops of :mod:`synkhronos.extensions.conv`.
 
-``convolution=`` takes a function called as ``convolution(input, filters, stride,
-padding, dilation, groups)`` with this project's conventions (cross-correlation, filters
-already flipped when ``flip_filters``): by default :func:`~synkhronos.extensions.conv.conv1d`,
-:func:`~synkhronos.extensions.conv.conv2d` or :func:`~synkhronos.extensions.conv.conv3d`.
-Lasagne passed Theano's own ``conv2d`` signature instead.
+As in Lasagne, the forward layers compute ``convolution(input, W, input_shape,
+W_shape, subsample=stride, border_mode=pad, filter_flip=flip_filters)`` (``pad="same"``
+passed as ``"half"``, and ``num_groups=`` when above 1): any function with Theano's
+``conv2d`` convention serves, such as
+:func:`synkhronos.theano.tensor.nnet.conv2d <synkhronos.extensions.theano_nnet.conv2d>`
+(the default of :class:`Conv2DLayer`), ``conv3d`` (of :class:`Conv3DLayer`) or the 1-D
+functions of :mod:`~synkhronos.extensions.lasagne.theano_extensions.conv` (``conv1d_mc0``,
+the default of :class:`Conv1DLayer`). The transposed layers are the gradients of those
+convolutions with respect to their input (Theano's ``AbstractConv2d_gradInputs``).
 """
 
 from collections.abc import Callable, Sequence
 
-import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import conv1d, conv2d, conv2d_transpose, conv3d
+from synkhronos.extensions import conv
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
+from synkhronos.extensions.lasagne.theano_extensions.conv import conv1d_mc0
 from synkhronos.extensions.lasagne.utils import as_tuple, int_types
+from synkhronos.extensions.theano_nnet import (
+    AbstractConv2d_gradInputs,
+    AbstractConv3d_gradInputs,
+    conv2d,
+    conv3d,
+)
 
 __all__ = [
     "BaseConvLayer",
@@ -134,11 +144,6 @@ def _pad_amounts(pad: tuple | str, filter_size: tuple[int, ...]) -> tuple[int, .
     return tuple(_pad_amount(p, k) for p, k in zip(pads, filter_size, strict=True))
 
 
-def _flipped(filters: TensorVariable, n: int) -> TensorVariable:
-    """``filters`` reversed along their last ``n`` (spatial) axes."""
-    return filters[(slice(None),) * (filters.ndim - n) + (slice(None, None, -1),) * n]
-
-
 class BaseConvLayer(Layer):
     """Shared logic of the ``n``-dimensional convolution layers (``lasagne.layers.BaseConvLayer``).
 
@@ -245,24 +250,29 @@ class BaseConvLayer(Layer):
 
 
 class _ForwardConvLayer(BaseConvLayer):
-    """A convolution layer computing ``convolution(input, W)``."""
+    """A convolution layer computing ``convolution(input, W, ...)`` (see the module
+    docstring)."""
 
     def __init__(self, *args, convolution: Callable, **kwargs):
         self.convolution = convolution
         super().__init__(*args, **kwargs)
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
-        """``convolution(input, W)``, with ``W`` flipped if ``flip_filters``."""
-        filters = _flipped(self.W, self.n) if self.flip_filters else self.W
-        padding = _pad_amounts(self.pad, self.filter_size)
-        return self.convolution(input, filters, self.stride, padding, 1, self.num_groups)
+        """``convolution`` of ``input`` with ``W``, called with Lasagne's arguments."""
+        border_mode = "half" if self.pad == "same" else self.pad
+        # Only grouped convolutions pass num_groups, so that functions without it serve.
+        groups = {"num_groups": self.num_groups} if self.num_groups > 1 else {}
+        return self.convolution(input, self.W, self.input_shape, self.get_W_shape(),
+                                subsample=self.stride, border_mode=border_mode,
+                                filter_flip=self.flip_filters, **groups)
 
 
 class Conv1DLayer(_ForwardConvLayer):
     """1-D convolution of a ``(batch, channels, length)`` input, then bias and nonlinearity.
 
     Parameters are those of :class:`Conv2DLayer` with single ints; ``convolution``
-    defaults to :func:`~synkhronos.extensions.conv.conv1d`.
+    defaults to Lasagne's
+    :func:`~synkhronos.extensions.lasagne.theano_extensions.conv.conv1d_mc0`.
 
     Examples
     --------
@@ -283,7 +293,7 @@ class Conv1DLayer(_ForwardConvLayer):
         b: ParamSpec | None = init.Constant(0.0),  # noqa: B008
         nonlinearity: Callable | None = nonlinearities.rectify,
         flip_filters: bool = True,
-        convolution: Callable = conv1d,
+        convolution: Callable = conv1d_mc0,
         num_groups: int = 1,
         **kwargs,
     ):
@@ -322,8 +332,8 @@ class Conv2DLayer(_ForwardConvLayer):
         If True (Lasagne's default), flip the filters to compute a true convolution;
         False gives cross-correlation, as in cuDNN-style pretrained weights.
     convolution
-        Function computing the cross-correlation (see the module docstring); default
-        :func:`~synkhronos.extensions.conv.conv2d`.
+        Function with Theano's ``conv2d`` convention (see the module docstring); default
+        Theano's ``conv2d`` (:func:`synkhronos.extensions.theano_nnet.conv2d`).
     num_groups
         Number of channel groups.
     **kwargs
@@ -362,8 +372,8 @@ class Conv3DLayer(_ForwardConvLayer):
     """3-D convolution of a ``(batch, channels, depth, rows, cols)`` input.
 
     Parameters are those of :class:`Conv2DLayer` with triples; ``convolution=None``
-    (Lasagne's default) means :func:`~synkhronos.extensions.conv.conv3d` (a sum of 2-D
-    convolutions).
+    (Lasagne's default) means Theano's ``conv3d``
+    (:func:`synkhronos.extensions.theano_nnet.conv3d`, a sum of 2-D convolutions).
 
     Examples
     --------
@@ -437,27 +447,23 @@ class _TransposedConvLayer(BaseConvLayer):
         return (input_shape[0], self.num_filters, *spatial)
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
-        """The transposed convolution of ``input`` with ``W``."""
-        # The transpose of a correlation with W scatters W itself (unflipped).
-        filters = self.W if self.flip_filters else _flipped(self.W, self.n)
-        crop = _pad_amounts(self.crop, self.filter_size)
+        """The gradient, with respect to its input, of the convolution with ``W`` that
+        flips its filters unless ``flip_filters``, at ``input``."""
+        gradient = AbstractConv2d_gradInputs if self.n == 2 else AbstractConv3d_gradInputs
+        op = gradient(imshp=self.output_shape, kshp=self.get_W_shape(), subsample=self.stride,
+                      border_mode="half" if self.crop == "same" else self.crop,
+                      filter_flip=not self.flip_filters)
         if isinstance(self.output_size, Variable):
-            sizes = [self.output_size[i] for i in range(self.n)]
+            sizes = self.output_size
         else:
-            sizes = list(self.output_shape[2:])
-            if None in sizes:
-                sizes = [
-                    conv_input_length(input.shape[2 + i], k, s, c) if size is None else size
-                    for i, (size, k, s, c) in enumerate(
-                        zip(sizes, self.filter_size, self.stride, crop, strict=True))
-                ]
-        out_shape = [input.shape[0], self.num_filters, *sizes]
-        if self.n == 2:
-            return conv2d_transpose(input, filters, out_shape, self.stride, crop)
-        # 3-D: differentiate the forward convolution with respect to its input.
-        like = pt.zeros(out_shape, dtype=input.dtype)
-        forward = conv3d(like, filters, self.stride, crop)
-        return pytensor.grad(None, like, known_grads={forward: input})
+            sizes = [
+                conv_input_length(input.shape[2 + i], k, s, c) if size is None else size
+                for i, (size, k, s, c) in enumerate(zip(
+                    self.output_shape[2:], self.filter_size, self.stride,
+                    self.crop if isinstance(self.crop, tuple) else (self.crop,) * self.n,
+                    strict=True))
+            ]
+        return op(self.W, input, sizes)
 
 
 class TransposedConv2DLayer(_TransposedConvLayer):
@@ -629,4 +635,4 @@ class DilatedConv2DLayer(BaseConvLayer):
 
     def convolve(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """Dilated cross-correlation."""
-        return conv2d(input, self.W.dimshuffle(1, 0, 2, 3), 1, 0, self.dilation)
+        return conv.conv2d(input, self.W.dimshuffle(1, 0, 2, 3), 1, 0, self.dilation)

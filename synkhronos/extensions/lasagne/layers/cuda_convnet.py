@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import conv2d, pool2d
+from synkhronos.extensions.conv import pool2d
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
-from synkhronos.extensions.lasagne.layers.conv import _pad_amounts
 from synkhronos.extensions.lasagne.layers.dnn import Conv2DDNNLayer
 from synkhronos.extensions.lasagne.layers.pool import pool_output_length
 from synkhronos.extensions.lasagne.layers.shape import DimshuffleLayer
 from synkhronos.extensions.lasagne.utils import as_tuple
+from synkhronos.extensions.theano_nnet import conv2d
 
 __all__ = [
     "Conv2DCCLayer",
@@ -127,10 +127,9 @@ class Conv2DCCLayer(Conv2DDNNLayer):
         if self.dimshuffle:
             return super().get_output_for(input, **kwargs)
         input = pt.as_tensor_variable(input).dimshuffle(3, 0, 1, 2)  # c01b to bc01
-        filters = self.W.dimshuffle(3, 0, 1, 2)
-        if self.flip_filters:
-            filters = filters[:, :, ::-1, ::-1]
-        conved = conv2d(input, filters, self.stride, _pad_amounts(self.pad, self.filter_size))
+        conved = conv2d(input, self.W.dimshuffle(3, 0, 1, 2), subsample=self.stride,
+                        border_mode="half" if self.pad == "same" else self.pad,
+                        filter_flip=self.flip_filters)
         if self.b is not None:
             conved = conved + (self.b.dimshuffle("x", 0, 1, 2) if self.untie_biases
                                else self.b.dimshuffle("x", 0, "x", "x"))

@@ -1,8 +1,10 @@
 """Noise layers (``lasagne.layers.noise``): dropout and Gaussian noise.
 
-Each output expression draws from its own shared random generator with a default
-update, so each call of a compiled training function draws new noise.  Seeds come from
-:func:`synkhronos.extensions.lasagne.random.get_rng`.
+As in Lasagne, each layer draws from its own random streams (``_srng``, Theano's
+``RandomStreams``: :mod:`synkhronos.extensions.random_streams`), seeded from
+:func:`synkhronos.extensions.lasagne.random.get_rng` when the layer is built; each draw's
+generator advances by a default update, so each call of a compiled training function
+draws new noise.
 """
 
 from collections.abc import Sequence
@@ -10,8 +12,9 @@ from collections.abc import Sequence
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.lasagne.layers.base import Layer, Shape, add_default_update
+from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 from synkhronos.extensions.lasagne.random import get_rng
+from synkhronos.extensions.random_streams import RandomStreams
 
 __all__ = [
     "DropoutLayer",
@@ -19,41 +22,20 @@ __all__ = [
     "dropout",
     "dropout_channels",
     "dropout_locations",
-    "random_draw",
     "spatial_dropout",
 ]
 
 
-def random_draw(distribution: str, *params, size) -> TensorVariable:
-    """A fresh random draw that every call of a compiled function redraws.
-
-    The draw comes from a new shared generator, seeded from Lasagne's module-wide
-    RandomState, whose default update advances it.
-
-    Parameters
-    ----------
-    distribution
-        Name of a ``pytensor.tensor.random`` generator method (``"bernoulli"``,
-        ``"normal"``, ``"uniform"``).
-    *params
-        The distribution's parameters.
-    size
-        Shape of the draw.
+def layer_streams() -> RandomStreams:
+    """A layer's own random streams, seeded from ``lasagne.random.get_rng()`` when the layer
+    is built, as Lasagne seeds its layers' ``_srng``.
 
     Returns
     -------
-    TensorVariable
-        The sample.
-
-    Examples
-    --------
-    >>> random_draw("uniform", 2.0, 3.0, size=(2,)).eval().shape
-    (2,)
+    RandomStreams
+        Theano's random streams (:class:`synkhronos.extensions.random_streams.RandomStreams`).
     """
-    rng = pt.random.shared_rng(seed=int(get_rng().randint(2**31)))
-    next_rng, sample = getattr(rng, distribution)(*params, size=size)
-    add_default_update(rng, next_rng)
-    return sample
+    return RandomStreams(int(get_rng().randint(1, 2147462579)))
 
 
 class DropoutLayer(Layer):
@@ -95,6 +77,7 @@ class DropoutLayer(Layer):
             raise ValueError(f"p must be in [0, 1), got {p}")
         self.p, self.rescale = p, rescale
         self.shared_axes = tuple(a % len(self.input_shape) for a in shared_axes)
+        self._srng = layer_streams()
 
     def get_output_for(
         self, input: TensorVariable, deterministic: bool = False, **kwargs
@@ -119,13 +102,12 @@ class DropoutLayer(Layer):
             return input
         keep = 1 - self.p
         shape = [1 if a in self.shared_axes else input.shape[a] for a in range(input.ndim)]
-        # Bernoulli rather than binomial: PyTensor's JAX backend samples only the former.
-        mask = random_draw("bernoulli", keep, size=shape)
+        mask = self._srng.binomial(shape, p=keep, dtype=input.dtype)
         if self.shared_axes:
             mask = pt.specify_broadcastable(mask, *self.shared_axes)
         if self.rescale:
             input = input / pt.cast(keep, input.dtype)
-        return input * pt.cast(mask, input.dtype)
+        return input * mask
 
 
 dropout = DropoutLayer
@@ -205,6 +187,7 @@ class GaussianNoiseLayer(Layer):
     def __init__(self, incoming: Layer | Shape, sigma: float = 0.1, **kwargs):
         super().__init__(incoming, **kwargs)
         self.sigma = sigma
+        self._srng = layer_streams()
 
     def get_output_for(
         self, input: TensorVariable, deterministic: bool = False, **kwargs
@@ -227,5 +210,5 @@ class GaussianNoiseLayer(Layer):
         """
         if deterministic or self.sigma == 0:
             return input
-        noise = random_draw("normal", 0.0, self.sigma, size=input.shape)
-        return input + pt.cast(noise, input.dtype)
+        return input + self._srng.normal(input.shape, avg=0.0, std=self.sigma,
+                                         dtype=input.dtype)

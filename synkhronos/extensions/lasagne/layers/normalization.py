@@ -6,9 +6,10 @@ import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne import init, nonlinearities
-from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, add_default_update
+from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape
 from synkhronos.extensions.lasagne.layers.special import BiasLayer, NonlinearityLayer, ScaleLayer
 from synkhronos.extensions.lasagne.utils import int_types
+from synkhronos.extensions.random_streams import add_default_update
 
 __all__ = [
     "BatchNormLayer",

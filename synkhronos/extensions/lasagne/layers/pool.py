@@ -1,16 +1,17 @@
-"""Pooling and upscaling layers (``lasagne.layers.pool``), and Lasagne's ``pool_2d`` /
-``pool_3d`` (Theano's pooling functions, here on :mod:`synkhronos.extensions.conv`)."""
+"""Pooling and upscaling layers (``lasagne.layers.pool``), and ``pool_2d`` / ``pool_3d``,
+Theano's pooling functions, which Lasagne imports here
+(:mod:`synkhronos.extensions.theano_pool`)."""
 
 from collections.abc import Callable, Sequence
 
 import pytensor.tensor as pt
-from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions import conv
 from synkhronos.extensions.conv import POOL_MODES, pool1d, pool2d, pool3d
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
+from synkhronos.extensions.theano_pool import pool_2d, pool_3d  # noqa: F401 - Lasagne's names
 
 __all__ = [
     "FeaturePoolLayer",
@@ -58,103 +59,6 @@ def pool_output_length(input_length, pool_size, stride, pad, ignore_border):
     if input_length is None or pool_size is None:
         return None
     return conv.pool_output_length(input_length, pool_size, stride, pad, ignore_border)
-
-
-def _pool(input, ws, ignore_border, stride, pad, mode, n: int) -> TensorVariable:
-    """Theano's ``pool_2d`` / ``pool_3d``: pooling over the last ``n`` axes of ``input``
-    (of ``n`` or more dimensions)."""
-    input = pt.as_tensor_variable(input)
-    stride = ws if stride is None else stride
-    pad = (0,) * n if pad is None else pad
-    if mode not in POOL_MODES:
-        raise ValueError(f"mode must be one of {POOL_MODES}, got {mode!r}")
-    if any(isinstance(v, Variable) for v in (ws, stride, pad)):
-        if n != 2 or not ignore_border or isinstance(pad, Variable) or any(pad):
-            raise ValueError("symbolic pooling sizes need pool_2d with ignore_border=True "
-                             "and no padding")
-        return _pool_symbolic(input, ws, stride, mode)
-    ws, stride, pad = as_tuple(ws, n), as_tuple(stride, n), as_tuple(pad, n)
-    lead = [input.shape[a] for a in range(input.ndim - n)]
-    batch = input.reshape((-1, 1, *(input.shape[a] for a in range(input.ndim - n, input.ndim))),
-                          ndim=n + 2) if input.ndim != n + 2 else input
-    pooled = _POOL_FUNCTIONS[n](batch, ws, stride, pad, bool(ignore_border), mode)
-    if input.ndim == n + 2:
-        return pooled
-    return pooled.reshape((*lead, *(pooled.shape[a] for a in range(2, n + 2))),
-                          ndim=input.ndim)
-
-
-def _pool_symbolic(input, ws, stride, mode) -> TensorVariable:
-    """2-D pooling with window sizes and strides known only when the graph runs: each
-    axis's windows gathered into a new axis and reduced (no padding, full windows)."""
-    reduce = pt.max if mode == "max" else pt.mean
-    for k in range(2):
-        axis = input.ndim - 2 + k
-        size, step = ws[k], stride[k]
-        count = (input.shape[axis] - size) // step + 1
-        taps = pt.arange(count)[:, None] * step + pt.arange(size)[None, :]
-        input = reduce(pt.take(input, taps, axis=axis), axis=axis + 1)
-    return input
-
-
-def pool_2d(input, ws=None, ignore_border=None, stride=None, pad=(0, 0), mode="max",
-            **kwargs) -> TensorVariable:
-    """Theano's ``theano.tensor.signal.pool.pool_2d``, which Lasagne's pooling wraps.
-
-    Parameters
-    ----------
-    input
-        Tensor of 2 or more dimensions, pooled over the last two.
-    ws
-        Window size (pair); may be symbolic, then with ``ignore_border=True`` and no
-        padding only.
-    ignore_border
-        Only full windows (True) or also a last partial one (None or False, Theano's
-        default).
-    stride
-        Step between windows; None means ``ws``.
-    pad
-        Padding of each side (pair, or None for none).
-    mode
-        ``"max"``, ``"average_inc_pad"`` or ``"average_exc_pad"``.
-    **kwargs
-        Theano's other keywords (``ds``, ``st``, ``padding``: its old names).
-
-    Returns
-    -------
-    TensorVariable
-        The pooled tensor.
-
-    Raises
-    ------
-    ValueError
-        For symbolic sizes with padding or partial windows, or an unknown mode.
-    """
-    ws, stride, pad = kwargs.pop("ds", ws), kwargs.pop("st", stride), kwargs.pop("padding", pad)
-    if kwargs:
-        raise TypeError(f"pool_2d() got unexpected keywords {sorted(kwargs)}")
-    return _pool(input, ws, ignore_border, stride, pad, mode, 2)
-
-
-def pool_3d(input, ws=None, ignore_border=None, stride=None, pad=(0, 0, 0), mode="max",
-            **kwargs) -> TensorVariable:
-    """Theano's ``theano.tensor.signal.pool.pool_3d``: :func:`pool_2d` over the last
-    three axes (sizes must be ints).
-
-    Parameters
-    ----------
-    input, ws, ignore_border, stride, pad, mode, **kwargs
-        As for :func:`pool_2d`, with triples.
-
-    Returns
-    -------
-    TensorVariable
-        The pooled tensor.
-    """
-    ws, stride, pad = kwargs.pop("ds", ws), kwargs.pop("st", stride), kwargs.pop("padding", pad)
-    if kwargs:
-        raise TypeError(f"pool_3d() got unexpected keywords {sorted(kwargs)}")
-    return _pool(input, ws, ignore_border, stride, pad, mode, 3)
 
 
 class _PoolLayer(Layer):

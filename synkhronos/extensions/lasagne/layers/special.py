@@ -19,7 +19,7 @@ from synkhronos.extensions.lasagne.layers.base import (
     Shape,
     as_nonlinearity,
 )
-from synkhronos.extensions.lasagne.layers.noise import random_draw
+from synkhronos.extensions.lasagne.layers.noise import layer_streams
 from synkhronos.extensions.lasagne.layers.transformer import TPSTransformerLayer, TransformerLayer
 
 __all__ = [
@@ -389,6 +389,7 @@ class RandomizedRectifierLayer(Layer):
                              "lower bound.")
         self.lower, self.upper = lower, upper
         self.shared_axes = _shared_axes(shared_axes, len(self.input_shape))
+        self._srng = layer_streams()
 
     def get_output_for(
         self, input: TensorVariable, deterministic: bool = False, **kwargs
@@ -413,8 +414,8 @@ class RandomizedRectifierLayer(Layer):
             slope = pt.constant((self.lower + self.upper) / 2, dtype=input.dtype)
         else:
             shape = [1 if a in self.shared_axes else input.shape[a] for a in range(input.ndim)]
-            slope = random_draw("uniform", self.lower, self.upper, size=shape)
-            slope = pt.specify_broadcastable(pt.cast(slope, input.dtype), *self.shared_axes)
+            slope = self._srng.uniform(shape, self.lower, self.upper, dtype=input.dtype)
+            slope = pt.specify_broadcastable(slope, *self.shared_axes)
         return pt.maximum(input, 0) + slope * pt.minimum(input, 0)
 
 

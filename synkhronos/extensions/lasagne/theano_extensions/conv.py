@@ -1,18 +1,17 @@
 """Lasagne's alternative 1-D convolutions (``lasagne.theano_extensions.conv``).
 
 Lasagne wrote six ways of computing one 1-D convolution on Theano, for speed; here all
-six compute it with :func:`synkhronos.extensions.conv.conv1d` (whose kernels are the
-2-D convolution's), each keeping the arguments and restrictions of Lasagne's function:
+six compute it with :func:`synkhronos.extensions.theano_nnet.conv_nd` (Theano's
+convention, on :func:`synkhronos.extensions.conv.conv1d`, whose kernels are the 2-D
+convolution's), each keeping the arguments and restrictions of Lasagne's function:
 ``conv1d_sc``, ``conv1d_unstrided``, ``conv1d_sd`` and ``conv1d_md`` take only valid
 convolutions, and the last three need a filter length that is a multiple of the stride.
 Like Theano's ``conv2d``, they convolve (flip the filters) unless ``filter_flip=False``.
 """
 
-import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import conv
-from synkhronos.extensions.lasagne.utils import int_types
+from synkhronos.extensions.theano_nnet import conv_nd
 
 __all__ = [
     "conv1d_mc0",
@@ -22,36 +21,6 @@ __all__ = [
     "conv1d_sd",
     "conv1d_unstrided",
 ]
-
-
-def _padding(border_mode, filter_length: int | None) -> int:
-    """Padding of each side for Theano's ``border_mode`` of a 1-D convolution."""
-    if isinstance(border_mode, tuple) and len(border_mode) == 1:
-        (border_mode,) = border_mode
-    if isinstance(border_mode, int_types) and border_mode >= 0:
-        return int(border_mode)
-    if border_mode in ("full", "half"):
-        if filter_length is None:
-            raise ValueError(f"border_mode={border_mode!r} needs the filter length: filters "
-                             "of a known static shape, or filter_shape")
-        return filter_length - 1 if border_mode == "full" else filter_length // 2
-    if border_mode == "valid":
-        return 0
-    raise ValueError(f"invalid border_mode {border_mode!r}: expected 'valid', 'full', "
-                     "'half' or an int")
-
-
-def _conv1d(input, filters, border_mode, subsample, filter_flip: bool, num_groups: int = 1,
-            filter_shape=None) -> TensorVariable:
-    filters = pt.as_tensor_variable(filters)
-    length = filters.type.shape[2]
-    if length is None and filter_shape is not None:
-        length = filter_shape[2]
-    padding = _padding(border_mode, length)
-    (stride,) = subsample
-    if filter_flip:
-        filters = filters[:, :, ::-1]
-    return conv.conv1d(input, filters, stride, padding, groups=num_groups)
 
 
 def _valid_only(name: str, border_mode) -> None:
@@ -68,7 +37,7 @@ def _valid_strided(name: str, input, filters, filter_shape, border_mode, subsamp
         raise RuntimeError(f"Filter length ({filter_length}) is not a multiple of the "
                            f"stride ({stride})")
     _valid_only(name, border_mode)
-    return _conv1d(input, filters, 0, subsample, filter_flip)
+    return conv_nd(input, filters, 1, None, 0, subsample, filter_flip)
 
 
 def conv1d_sc(input, filters, image_shape=None, filter_shape=None, border_mode="valid",
@@ -94,7 +63,7 @@ def conv1d_sc(input, filters, image_shape=None, filter_shape=None, border_mode="
         ``(b, f, output length)``.
     """
     _valid_only("conv1d_sc", border_mode)
-    return _conv1d(input, filters, 0, subsample, filter_flip)
+    return conv_nd(input, filters, 1, None, 0, subsample, filter_flip)
 
 
 def conv1d_mc0(input, filters, image_shape=None, filter_shape=None, border_mode="valid",
@@ -122,7 +91,8 @@ def conv1d_mc0(input, filters, image_shape=None, filter_shape=None, border_mode=
     TensorVariable
         ``(b, f, output length)``.
     """
-    return _conv1d(input, filters, border_mode, subsample, filter_flip, num_groups, filter_shape)
+    return conv_nd(input, filters, 1, filter_shape, border_mode, subsample, filter_flip,
+                   num_groups=num_groups)
 
 
 def conv1d_mc1(input, filters, image_shape=None, filter_shape=None, border_mode="valid",
