@@ -12,7 +12,7 @@ pytest.importorskip("sphinx")
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks", "limitations",
-         "lasagne", "asynchronous", "nodes", "internals")
+         "lasagne", "asynchronous", "nodes", "internals", "logging")
 API_IDS = (
     "synkhronos.fork",
     "synkhronos.api.functions.Function",

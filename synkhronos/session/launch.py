@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 import weakref
 
 import numpy as np
@@ -39,6 +38,7 @@ from synkhronos.rank.graphs import pack
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
 from synkhronos.session.liveness import Watchdog
+from synkhronos.session.worker_output import WorkerOutput, prefix_wanted
 from synkhronos.transport import names
 from synkhronos.transport.channel import (
     Aborted,
@@ -60,6 +60,7 @@ from synkhronos.transport.names import (
     sweep,
 )
 from synkhronos.transport.nodes import LAYOUT_VAR, under_mpi_launcher
+from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.nodes import start as start_nodes
 from synkhronos.transport.nodes import stop as stop_nodes
 from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, Command
@@ -228,7 +229,7 @@ class Session:
     """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
 
     def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None,
-                 timeout: float | None = DEFAULT_TIMEOUT_S):
+                 timeout: float | None = DEFAULT_TIMEOUT_S, rank_prefix: bool = True):
         self.n_ranks = n_ranks
         self.backend = get_backend(backend_name)
         self.broken = False
@@ -250,6 +251,7 @@ class Session:
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
         # by forget_lengths() whenever a call or collective may have changed them.
         self.lengths_cache: dict[tuple, list[int]] = {}
+        self.output = WorkerOutput(rank_prefix, current_nodes().offset)
         try:
             self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
                                                 backend_name)
@@ -285,9 +287,9 @@ class Session:
     def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
         for rank in range(1, self.n_ranks):
             gpu = gpus[rank] if gpus else None
-            self.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
-                 str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
+            self.processes.append(self.output.spawn(
+                rank, [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
+                       str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
                 env=_worker_env(self.threads, backend_name, gpu),
                 stdin=subprocess.DEVNULL, start_new_session=True))
             if self.cores is not None:
@@ -296,6 +298,7 @@ class Session:
                 with contextlib.suppress(ProcessLookupError):
                     os.sched_setaffinity(self.processes[-1].pid, self.cores[rank])
             self.watchdog.pids.append(self.processes[-1].pid)
+        self.output.start()
         self.state.comm.start()
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:
@@ -410,7 +413,7 @@ class Session:
         """
         # JAX's runtime, which holds GPU ranks' device arrays, goes with the communicator:
         # the backend first gives shared variables host values.
-        _run_all([self._stop_workers,
+        _run_all([self._stop_workers, self.output.close,
                   lambda: self.backend.close(self.state.registry.variables),
                   self.state.comm.close, self.control.segment.close_fd,
                   lambda: sweep(self.name), self._restore_limits,
@@ -438,8 +441,8 @@ class Session:
                 try:
                     process.wait(STOP_GRACE_S)
                 except subprocess.TimeoutExpired:  # e.g. stuck in a driver call
-                    warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
-                                  f"after SIGKILL; leaving it", stacklevel=2)
+                    logger.warning("synkhronos: worker pid %d did not exit after SIGKILL; "
+                                   "leaving it", process.pid)
         if unsent is not None:
             raise unsent
 
@@ -512,7 +515,8 @@ def get_n_gpu() -> int:
 def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int = 0,
          profile_workers: bool = False, max_n_var: int = 1000, max_dim: int = 16,
          backend: str = "auto", gpus: list[int] | None = None,
-         timeout: float | None = DEFAULT_TIMEOUT_S, nodes: bool | None = None) -> int:
+         timeout: float | None = DEFAULT_TIMEOUT_S, nodes: bool | None = None,
+         rank_prefix: bool | None = None) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
     Parameters
@@ -554,6 +558,12 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         MPI launcher (``mpiexec``, ``srun``) with more than one process; True to require
         MPI (``mpi4py``); False for this machine only. Under MPI the ranks started here
         are this node's local ranks, and the count returned is theirs.
+    rank_prefix : bool, optional
+        Tag each line the workers print with their rank, ``[rank 1] ...``, written out
+        by this process (default: yes, unless the environment variable
+        ``SYNK_RANK_PREFIX`` is ``0``); False lets the workers write to this process's
+        terminal directly. Either way the workers' log records reach this process's
+        ``logging`` with their rank (see :doc:`logging`).
 
     Notes
     -----
@@ -606,7 +616,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         os.environ[COORDINATOR_VAR] = world.from_node_0(
             free_address(host) if world.node == 0 else None)
     try:
-        session = Session(n_parallel, backend, gpu_ids, timeout)
+        session = Session(n_parallel, backend, gpu_ids, timeout, prefix_wanted(rank_prefix))
     except BaseException:
         stop_nodes()
         raise
