@@ -12,12 +12,13 @@ pytest.importorskip("sphinx")
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks", "limitations",
-         "lasagne", "asynchronous", "nodes", "internals", "logging")
+         "lasagne", "asynchronous", "nodes", "internals", "logging", "checkpoints")
 API_IDS = (
     "synkhronos.fork",
     "synkhronos.api.functions.Function",
     "synkhronos.transport.shared_arrays.Data",
     "synkhronos.all_reduce",
+    "synkhronos.save",
     "synkhronos.extensions.train.make_train_function",
 )
 
