@@ -89,9 +89,9 @@ def test_environment_decides(measured, monkeypatch):
 
 def test_mpi_launcher_keeps_cpu(measured, monkeypatch):
     monkeypatch.setenv("PMI_RANK", "0")
-    assert launch._auto_cpu_backend() == "cpu"
+    assert launch.auto_cpu_backend()[0] == "cpu"
     monkeypatch.setenv(cpu_choice.CHOICE_VAR, "jax-cpu")
-    assert launch._auto_cpu_backend() == "jax-cpu"
+    assert launch.auto_cpu_backend()[0] == "jax-cpu"
     assert measured.runs == []
 
 

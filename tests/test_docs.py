@@ -12,7 +12,8 @@ pytest.importorskip("sphinx")
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks", "limitations",
-         "lasagne", "asynchronous", "nodes", "internals", "logging", "checkpoints")
+         "lasagne", "asynchronous", "nodes", "internals", "logging", "checkpoints",
+         "check")
 API_IDS = (
     "synkhronos.fork",
     "synkhronos.api.functions.Function",

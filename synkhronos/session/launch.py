@@ -32,7 +32,7 @@ import numpy as np
 
 from synkhronos.rank.backends import get_backend, gpu
 from synkhronos.rank.backends.cpu import xla_flags as cpu_xla_flags
-from synkhronos.rank.backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
+from synkhronos.rank.backends.cpu_choice import CHOICE_VAR, faster_cpu_backend, known_choice
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import pack
 from synkhronos.rank.heap import keep_freed_memory
@@ -73,26 +73,44 @@ _session: Session | None = None
 logger = logging.getLogger(__name__)
 
 
-def _auto_backend() -> str:
-    """"gpu" when GPUs are visible, JAX may use them and the GPU extra is installed, else
-    :func:`_auto_cpu_backend`'s choice."""
-    if gpu.on_cpu_devices() or not gpu.visible_gpus():
-        return _auto_cpu_backend()
-    missing = gpu.gpu_packages_missing()
-    if missing:
-        logger.warning("synkhronos: GPUs are visible but %s is missing, so running on CPU "
-                       "ranks; %s", " and ".join(missing), gpu.EXTRA_HINT)
-        return _auto_cpu_backend()
-    return "gpu"
+def auto_backend(deciding: bool = True) -> tuple[str | None, str]:
+    """The backend ``fork(backend="auto")`` takes, and why.
+
+    "gpu" when GPUs are visible, JAX may use them and the GPU extra is installed, else
+    :func:`auto_cpu_backend`'s choice. ``deciding``: as ``fork`` decides, warning when
+    GPUs are visible but the extra is missing, and measuring the CPU backends if this
+    machine never did; else only describing (the choice is None where ``fork`` would
+    measure).
+    """
+    if gpu.on_cpu_devices():
+        where = "JAX_PLATFORMS=cpu (GPU ranks on CPU devices only with backend='gpu')"
+    elif not gpu.visible_gpus():
+        where = "no GPU visible"
+    elif missing := gpu.gpu_packages_missing():
+        where = (f"GPUs are visible but {' and '.join(missing)} is missing, so CPU ranks; "
+                 f"{gpu.EXTRA_HINT}")
+        if deciding:
+            logger.warning("synkhronos: %s", where)
+    else:
+        return "gpu", "GPUs are visible, and JAX with its CUDA plugin is installed"
+    choice, why = auto_cpu_backend(deciding)
+    return choice, f"{where}; on CPU ranks: {why}"
 
 
-def _auto_cpu_backend() -> str:
+def auto_cpu_backend(deciding: bool = True) -> tuple[str | None, str]:
     """"jax-cpu" where PyTensor's JAX mode was measured faster on this machine, else "cpu"
     (:mod:`synkhronos.rank.backends.cpu_choice`); "cpu" under an MPI launcher, where nodes
-    measuring apart could choose apart."""
+    measuring apart could choose apart. With the reason; without ``deciding``, None where
+    it would measure."""
     if under_mpi_launcher() and not os.environ.get(CHOICE_VAR):
-        return "cpu"
-    return faster_cpu_backend()
+        return "cpu", "under an MPI launcher, where nodes measuring apart could choose apart"
+    known = known_choice()
+    if known is not None:
+        return known
+    if not deciding:
+        return None, ("not measured on this machine yet: the first fork with "
+                      "backend='auto' times PyTensor's default and JAX modes (seconds, once)")
+    return faster_cpu_backend(), "measured now"
 
 
 def _match_jax_precision() -> None:
@@ -589,9 +607,9 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if not use_gpu:
         if backend == "gpu":
             raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
-        backend = _auto_cpu_backend() if backend == "auto" else backend
+        backend = auto_cpu_backend()[0] if backend == "auto" else backend
     if backend == "auto":
-        backend = _auto_backend()
+        backend = auto_backend()[0]
     get_backend(backend)
     gpu_ids = None
     if backend == "gpu":
@@ -606,7 +624,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, got "
                          f"{timeout!r}")
-    _sweep_dead()
+    sweep_dead()
     _start_guardian()
     world = start_nodes(nodes, n_parallel, close)
     if world.n_nodes > 1:
@@ -629,12 +647,11 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     return n_parallel
 
 
-def _sweep_dead() -> None:
+def sweep_dead() -> list[tuple[str, list[int], list[str]]]:
     """End the workers, and remove the names, that this user's programs which died left
-    (where their guardian could not: it was ended too)."""
-    for prefix in dead_prefixes():
-        end_workers(prefix)
-        sweep(prefix)
+    (where their guardian could not: it was ended too); return, per dead program, its
+    name prefix, the pids of the workers ended and the names removed."""
+    return [(prefix, end_workers(prefix), sweep(prefix)) for prefix in dead_prefixes()]
 
 
 _guardian: subprocess.Popen | None = None
