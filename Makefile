@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,docs,demo]" ruff
+	$(PY) -m pip install -q -e ".[test,docs,demo,lint]"
 	touch $(STAMP)
 
 test: $(STAMP)

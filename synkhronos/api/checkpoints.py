@@ -30,7 +30,6 @@ and shape, and the number of variables, before it sets anything.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import os
@@ -45,6 +44,7 @@ from synkhronos.api.collectives import broadcast, registered
 from synkhronos.rank import checkpoint_part
 from synkhronos.rank.checkpoint_part import is_generator
 from synkhronos.rank.routine_part import from_text, text
+from synkhronos.rank.versions import versions
 from synkhronos.session import launch
 from synkhronos.transport.channel import MAX_ARRAYS
 from synkhronos.transport.nodes import current as current_nodes
@@ -159,7 +159,7 @@ def save(path: str | os.PathLike, extra: Mapping[str, Any] | None = None,
         if kind == "same":
             arrays[f"value_{index}"] = np.array(variables[index].get_value(borrow=True))
     manifest = {
-        "format": FORMAT, "version": VERSION, "synkhronos": _version(),
+        "format": FORMAT, "version": VERSION, "synkhronos": versions(["synkhronos"])["synkhronos"],
         "n_ranks": session.n_ranks, "backend": session.backend.name,
         "variables": [{"name": var.name, "type": str(var.type), "kind": kind}
                       for var, kind in zip(variables, kinds, strict=True)],
@@ -176,13 +176,6 @@ def _extra_value(key: str, value) -> np.ndarray:
         raise TypeError(f"extra[{key!r}] must be a number or an array of numbers (the file "
                         f"holds no pickles), not {type(value).__name__}")
     return array
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("synkhronos")
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
-        return "unknown"
 
 
 def _write_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:

@@ -16,7 +16,6 @@ self-test go through ``logging`` as always.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import platform
 import sys
@@ -28,6 +27,7 @@ import numpy as np
 from synkhronos.api.collectives import all_reduce, gather
 from synkhronos.api.functions import function
 from synkhronos.rank.backends import gpu
+from synkhronos.rank.versions import versions
 from synkhronos.session import launch
 from synkhronos.transport import names, shm
 from synkhronos.transport.nodes import LAUNCHER_VARS, under_mpi_launcher
@@ -52,13 +52,8 @@ def _say(text: str) -> None:
 
 
 def _versions() -> str:
-    found = []
-    for package in PACKAGES:
-        try:
-            found.append(f"{package} {importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            found.append(f"{package} -")
-    return ", ".join(found)
+    return ", ".join(f"{package} {version or '-'}" for package, version in versions(
+        PACKAGES).items())
 
 
 def _gpus() -> list[str]:
@@ -165,7 +160,7 @@ def self_test(backend: str = "cpu") -> float:
 def check(backend: str = "cpu", say: Callable[[str], None] = _say) -> int:
     """Report on this machine and run the self-test; return the exit status (0: works)."""
     problems = []
-    say(f"synkhronos {importlib.metadata.version('synkhronos')} on Python "
+    say(f"synkhronos {versions(['synkhronos'])['synkhronos'] or '(not installed)'} on Python "
         f"{platform.python_version()}, {platform.system()} {platform.machine()}")
     if not sys.platform.startswith("linux"):
         problems.append(f"synkhronos runs on Linux only, not {sys.platform}")

@@ -21,7 +21,6 @@ Run as ``python -m synkhronos.rank.backends.cpu_choice`` to print the two step t
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from synkhronos.rank.backends.cpu import xla_flags
+from synkhronos.rank.versions import versions
 
 MARGIN = 1.10
 """How much faster JAX mode must be before "auto" takes it: near a tie the default mode
@@ -74,15 +74,11 @@ def machine_key(float_x: str) -> str:
         cpu = "".join(sorted(set(lines))) or cpu
     except OSError:
         pass
-    versions = []
-    for package in ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba"):
-        try:
-            versions.append(f"{package}={importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{package}=none")
+    installed = [f"{package}={version or 'none'}" for package, version in versions(
+        ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba")).items()]
     flags = [os.environ.get(v, "") for v in ("PYTENSOR_FLAGS", "XLA_FLAGS",
                                               "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")]
-    text = "\n".join([platform.machine(), cpu, *versions, float_x, *flags])
+    text = "\n".join([platform.machine(), cpu, *installed, float_x, *flags])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
