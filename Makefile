@@ -9,11 +9,12 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,docs,demo]" ruff
+	$(PY) -m pip install -q -e ".[test,docs,demo,lint]"
 	touch $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check synkhronos tests demos bench
+	$(PY) -m synkhronos check
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile tests
 	$(PY) -m pytest -q --doctest-modules synkhronos
 

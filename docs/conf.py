@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 project = "synkhronos"
 author = "synkhronos contributors"
 copyright = "synkhronos contributors; original Synkhronos by A. Stooke and P. Abbeel"
-release = "0.1.0"
+release = __import__("synkhronos").__version__
 
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
 

@@ -12,6 +12,7 @@ formats) is ``docs/internals.rst``.
 """
 
 from synkhronos.api.chains import Chain, chain
+from synkhronos.api.checkpoints import load, save
 from synkhronos.api.collectives import (
     all_gather,
     all_reduce,
@@ -73,6 +74,6 @@ def data(value=None, var=None, dtype=None, ndim: int | None = None, shape=None,
 __all__ = [
     "Chain", "Data", "Function", "RemoteError", "WorkerDied", "WorkerHung", "all_gather",
     "all_reduce", "backend", "broadcast", "chain", "close", "data", "distribute", "fork",
-    "function", "gather", "get_lengths", "get_n_gpu", "get_shapes", "get_value", "reduce",
-    "scatter", "set_value",
+    "function", "gather", "get_lengths", "get_n_gpu", "get_shapes", "get_value", "load",
+    "reduce", "save", "scatter", "set_value",
 ]

@@ -1,6 +1,7 @@
 """backend="auto" on CPU ranks: the default mode or JAX mode, whichever measured faster."""
 
 import json
+import logging
 import subprocess
 
 import pytest
@@ -39,11 +40,16 @@ def test_choose_needs_the_margin(cpu_ms, jax_ms, expected):
     assert cpu_choice.choose({"cpu": cpu_ms, "jax-cpu": jax_ms}) == expected
 
 
-def test_measured_once_then_remembered(measured, monkeypatch, capsys):
+def test_measured_once_then_remembered(measured, monkeypatch, caplog):
     import pytensor
 
-    assert cpu_choice.faster_cpu_backend() == "jax-cpu"
-    assert "timing PyTensor's default and JAX modes" in capsys.readouterr().err
+    assert cpu_choice.known_choice() is None  # it would measure
+    with caplog.at_level(logging.INFO, logger="synkhronos"):
+        assert cpu_choice.faster_cpu_backend() == "jax-cpu"
+    assert "timing PyTensor's default and JAX modes" in caplog.text
+    assert "takes 'jax-cpu' on this CPU" in caplog.text
+    choice, why = cpu_choice.known_choice()
+    assert choice == "jax-cpu" and why.startswith("measured on this machine"), why
     (kept,) = json.loads(cpu_choice.cache_file().read_text()).values()  # one key so far
     assert kept == {"choice": "jax-cpu", "seconds": measured.seconds}
     measured.seconds = {"cpu": 1.0, "jax-cpu": 9.0}  # not asked again: the file answers
@@ -64,10 +70,11 @@ def test_measured_once_then_remembered(measured, monkeypatch, capsys):
     assert len(measured.runs) == 4
 
 
-def test_failed_measurement_gives_cpu_and_is_not_kept(measured, capsys):
+def test_failed_measurement_gives_cpu_and_is_not_kept(measured, caplog):
     measured.error = subprocess.SubprocessError("exit 1: boom")
     assert cpu_choice.faster_cpu_backend() == "cpu"
-    assert "the measurement failed (exit 1: boom)" in capsys.readouterr().err
+    assert "the measurement of the CPU backends failed (exit 1: boom)" in caplog.text
+    assert caplog.records[-1].levelno == logging.WARNING
     assert not cpu_choice.cache_file().exists()
 
 
@@ -82,9 +89,9 @@ def test_environment_decides(measured, monkeypatch):
 
 def test_mpi_launcher_keeps_cpu(measured, monkeypatch):
     monkeypatch.setenv("PMI_RANK", "0")
-    assert launch._auto_cpu_backend() == "cpu"
+    assert launch.auto_cpu_backend()[0] == "cpu"
     monkeypatch.setenv(cpu_choice.CHOICE_VAR, "jax-cpu")
-    assert launch._auto_cpu_backend() == "jax-cpu"
+    assert launch.auto_cpu_backend()[0] == "jax-cpu"
     assert measured.runs == []
 
 

@@ -12,12 +12,14 @@ pytest.importorskip("sphinx")
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks", "limitations",
-         "lasagne", "asynchronous", "nodes", "internals")
+         "lasagne", "asynchronous", "nodes", "internals", "logging", "checkpoints",
+         "check")
 API_IDS = (
     "synkhronos.fork",
     "synkhronos.api.functions.Function",
     "synkhronos.transport.shared_arrays.Data",
     "synkhronos.all_reduce",
+    "synkhronos.save",
     "synkhronos.extensions.train.make_train_function",
 )
 

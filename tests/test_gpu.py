@@ -269,15 +269,18 @@ def test_auto_takes_gpus_only_where_jax_may_use_them(monkeypatch, caplog):
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["JAX's CUDA plugin"])
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     with caplog.at_level(logging.WARNING):
-        assert launch._auto_backend() == "cpu"
+        assert launch.auto_backend()[0] == "cpu"
     assert "synkhronos[cuda]" in caplog.text
+    caplog.clear()
+    choice, why = launch.auto_backend(deciding=False)  # as `python -m synkhronos check` asks
+    assert choice == "cpu" and "CUDA plugin is missing" in why and not caplog.text
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: [])
-    assert launch._auto_backend() == "gpu"
+    assert launch.auto_backend()[0] == "gpu"
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # JAX told to leave the GPUs alone
-    assert launch._auto_backend() == "cpu"
+    assert launch.auto_backend()[0] == "cpu"
     monkeypatch.delenv("JAX_PLATFORMS")
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
-    assert launch._auto_backend() == "cpu"
+    assert launch.auto_backend()[0] == "cpu"
 
 
 def test_master_rank_puts_its_gpu_first(monkeypatch, caplog):

@@ -48,6 +48,18 @@ def test_walk_finds_the_modules():
     assert {"synkhronos.worker", "synkhronos.transport.comm.shm", EXTENSIONS} <= modules
 
 
+def test_every_module_path_imports_a_module():
+    """No name a package exports hides its module of that name (``import synkhronos.x as
+    m`` must give the module, not a function ``x``)."""
+    import importlib
+
+    for module in _modules() - {"synkhronos"}:
+        package, _, leaf = module.rpartition(".")
+        imported = importlib.import_module(module)
+        found = getattr(importlib.import_module(package), leaf, None)
+        assert found is imported, f"{package}.{leaf} is {found!r}"
+
+
 def test_core_modules_are_in_internals():
     core = {m for m in _modules() if not m.startswith(EXTENSIONS)}
     missing = core - _automodules("internals.rst")

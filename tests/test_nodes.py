@@ -27,6 +27,7 @@ pytestmark = pytest.mark.skipif(
            "mpich)")
 
 CHECKS = r"""
+import logging
 import sys
 
 import numpy as np
@@ -39,6 +40,8 @@ from synkhronos.transport import nodes
 from synkhronos.extensions import train as T
 from synkhronos.extensions import updates as U
 
+logging.basicConfig()
+logging.getLogger("synkhronos").setLevel(logging.INFO)  # the world's description is INFO
 synk.fork(int(sys.argv[1]), backend=sys.argv[2])
 world = nodes.current()
 N = world.n_global

@@ -180,7 +180,7 @@ def test_an_unprivileged_sweeper_skips_what_it_cannot_remove(other_user):
 
     def sweep_as_a_fork_does():
         _plant(*theirs)
-        launch._sweep_dead()
+        launch.sweep_dead()
         names.sweep(f"synk_{dead}_0e0e0e0e")  # as close() would, on names not its own
         assert shm_entries(f"synk_{dead}_0f0f0f0f") == []
 
@@ -203,7 +203,7 @@ def test_only_this_users_orphans_are_ended(other_user):
                              extra_groups=[], start_new_session=True)
     try:
         os.kill(mine.pid, signal.SIGSTOP)
-        launch._sweep_dead()
+        launch.sweep_dead()
         assert mine.wait(timeout=2) == -signal.SIGKILL
         assert other.poll() is None and shm_entries(prefix) == []
     finally:

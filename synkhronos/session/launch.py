@@ -26,19 +26,19 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 import weakref
 
 import numpy as np
 
 from synkhronos.rank.backends import get_backend, gpu
 from synkhronos.rank.backends.cpu import xla_flags as cpu_xla_flags
-from synkhronos.rank.backends.cpu_choice import CHOICE_VAR, faster_cpu_backend
+from synkhronos.rank.backends.cpu_choice import CHOICE_VAR, faster_cpu_backend, known_choice
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import pack
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
 from synkhronos.session.liveness import Watchdog
+from synkhronos.session.worker_output import WorkerOutput, prefix_wanted
 from synkhronos.transport import names
 from synkhronos.transport.channel import (
     Aborted,
@@ -60,6 +60,7 @@ from synkhronos.transport.names import (
     sweep,
 )
 from synkhronos.transport.nodes import LAYOUT_VAR, under_mpi_launcher
+from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.nodes import start as start_nodes
 from synkhronos.transport.nodes import stop as stop_nodes
 from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, Command
@@ -72,26 +73,44 @@ _session: Session | None = None
 logger = logging.getLogger(__name__)
 
 
-def _auto_backend() -> str:
-    """"gpu" when GPUs are visible, JAX may use them and the GPU extra is installed, else
-    :func:`_auto_cpu_backend`'s choice."""
-    if gpu.on_cpu_devices() or not gpu.visible_gpus():
-        return _auto_cpu_backend()
-    missing = gpu.gpu_packages_missing()
-    if missing:
-        logger.warning("synkhronos: GPUs are visible but %s is missing, so running on CPU "
-                       "ranks; %s", " and ".join(missing), gpu.EXTRA_HINT)
-        return _auto_cpu_backend()
-    return "gpu"
+def auto_backend(deciding: bool = True) -> tuple[str | None, str]:
+    """The backend ``fork(backend="auto")`` takes, and why.
+
+    "gpu" when GPUs are visible, JAX may use them and the GPU extra is installed, else
+    :func:`auto_cpu_backend`'s choice. ``deciding``: as ``fork`` decides, warning when
+    GPUs are visible but the extra is missing, and measuring the CPU backends if this
+    machine never did; else only describing (the choice is None where ``fork`` would
+    measure).
+    """
+    if gpu.on_cpu_devices():
+        where = "JAX_PLATFORMS=cpu (GPU ranks on CPU devices only with backend='gpu')"
+    elif not gpu.visible_gpus():
+        where = "no GPU visible"
+    elif missing := gpu.gpu_packages_missing():
+        where = (f"GPUs are visible but {' and '.join(missing)} is missing, so CPU ranks; "
+                 f"{gpu.EXTRA_HINT}")
+        if deciding:
+            logger.warning("synkhronos: %s", where)
+    else:
+        return "gpu", "GPUs are visible, and JAX with its CUDA plugin is installed"
+    choice, why = auto_cpu_backend(deciding)
+    return choice, f"{where}; on CPU ranks: {why}"
 
 
-def _auto_cpu_backend() -> str:
+def auto_cpu_backend(deciding: bool = True) -> tuple[str | None, str]:
     """"jax-cpu" where PyTensor's JAX mode was measured faster on this machine, else "cpu"
     (:mod:`synkhronos.rank.backends.cpu_choice`); "cpu" under an MPI launcher, where nodes
-    measuring apart could choose apart."""
+    measuring apart could choose apart. With the reason; without ``deciding``, None where
+    it would measure."""
     if under_mpi_launcher() and not os.environ.get(CHOICE_VAR):
-        return "cpu"
-    return faster_cpu_backend()
+        return "cpu", "under an MPI launcher, where nodes measuring apart could choose apart"
+    known = known_choice()
+    if known is not None:
+        return known
+    if not deciding:
+        return None, ("not measured on this machine yet: the first fork with "
+                      "backend='auto' times PyTensor's default and JAX modes (seconds, once)")
+    return faster_cpu_backend(), "measured now"
 
 
 def _match_jax_precision() -> None:
@@ -228,7 +247,7 @@ class Session:
     """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
 
     def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None,
-                 timeout: float | None = DEFAULT_TIMEOUT_S):
+                 timeout: float | None = DEFAULT_TIMEOUT_S, rank_prefix: bool = True):
         self.n_ranks = n_ranks
         self.backend = get_backend(backend_name)
         self.broken = False
@@ -250,6 +269,7 @@ class Session:
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
         # by forget_lengths() whenever a call or collective may have changed them.
         self.lengths_cache: dict[tuple, list[int]] = {}
+        self.output = WorkerOutput(rank_prefix, current_nodes().offset)
         try:
             self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
                                                 backend_name)
@@ -285,9 +305,9 @@ class Session:
     def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
         for rank in range(1, self.n_ranks):
             gpu = gpus[rank] if gpus else None
-            self.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
-                 str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
+            self.processes.append(self.output.spawn(
+                rank, [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
+                       str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
                 env=_worker_env(self.threads, backend_name, gpu),
                 stdin=subprocess.DEVNULL, start_new_session=True))
             if self.cores is not None:
@@ -296,6 +316,7 @@ class Session:
                 with contextlib.suppress(ProcessLookupError):
                     os.sched_setaffinity(self.processes[-1].pid, self.cores[rank])
             self.watchdog.pids.append(self.processes[-1].pid)
+        self.output.start()
         self.state.comm.start()
         failures = self.channel.wait_done()  # each worker reports once it is ready
         if failures:
@@ -411,7 +432,7 @@ class Session:
         """
         # JAX's runtime, which holds GPU ranks' device arrays, goes with the communicator:
         # the backend first gives shared variables host values.
-        _run_all([self._stop_workers,
+        _run_all([self._stop_workers, self.output.close,
                   lambda: self.backend.close(self.state.registry.variables),
                   self.state.comm.close, self.control.segment.close_fd,
                   lambda: sweep(self.name), self._restore_limits,
@@ -439,8 +460,8 @@ class Session:
                 try:
                     process.wait(STOP_GRACE_S)
                 except subprocess.TimeoutExpired:  # e.g. stuck in a driver call
-                    warnings.warn(f"synkhronos worker pid {process.pid} did not exit "
-                                  f"after SIGKILL; leaving it", stacklevel=2)
+                    logger.warning("synkhronos: worker pid %d did not exit after SIGKILL; "
+                                   "leaving it", process.pid)
         if unsent is not None:
             raise unsent
 
@@ -513,7 +534,8 @@ def get_n_gpu() -> int:
 def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int = 0,
          profile_workers: bool = False, max_n_var: int = 1000, max_dim: int = 16,
          backend: str = "auto", gpus: list[int] | None = None,
-         timeout: float | None = DEFAULT_TIMEOUT_S, nodes: bool | None = None) -> int:
+         timeout: float | None = DEFAULT_TIMEOUT_S, nodes: bool | None = None,
+         rank_prefix: bool | None = None) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
     Parameters
@@ -555,6 +577,12 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         MPI launcher (``mpiexec``, ``srun``) with more than one process; True to require
         MPI (``mpi4py``); False for this machine only. Under MPI the ranks started here
         are this node's local ranks, and the count returned is theirs.
+    rank_prefix : bool, optional
+        Tag each line the workers print with their rank, ``[rank 1] ...``, written out
+        by this process (default: yes, unless the environment variable
+        ``SYNK_RANK_PREFIX`` is ``0``); False lets the workers write to this process's
+        terminal directly. Either way the workers' log records reach this process's
+        ``logging`` with their rank (see :doc:`logging`).
 
     Notes
     -----
@@ -580,9 +608,9 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if not use_gpu:
         if backend == "gpu":
             raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
-        backend = _auto_cpu_backend() if backend == "auto" else backend
+        backend = auto_cpu_backend()[0] if backend == "auto" else backend
     if backend == "auto":
-        backend = _auto_backend()
+        backend = auto_backend()[0]
     get_backend(backend)
     gpu_ids = None
     if backend == "gpu":
@@ -597,7 +625,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, got "
                          f"{timeout!r}")
-    _sweep_dead()
+    sweep_dead()
     _start_guardian()
     world = start_nodes(nodes, n_parallel, close)
     if world.n_nodes > 1:
@@ -607,7 +635,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
         os.environ[COORDINATOR_VAR] = world.from_node_0(
             free_address(host) if world.node == 0 else None)
     try:
-        session = Session(n_parallel, backend, gpu_ids, timeout)
+        session = Session(n_parallel, backend, gpu_ids, timeout, prefix_wanted(rank_prefix))
     except BaseException:
         stop_nodes()
         raise
@@ -620,12 +648,11 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     return n_parallel
 
 
-def _sweep_dead() -> None:
+def sweep_dead() -> list[tuple[str, list[int], list[str]]]:
     """End the workers, and remove the names, that this user's programs which died left
-    (where their guardian could not: it was ended too)."""
-    for prefix in dead_prefixes():
-        end_workers(prefix)
-        sweep(prefix)
+    (where their guardian could not: it was ended too); return, per dead program, its
+    name prefix, the pids of the workers ended and the names removed."""
+    return [(prefix, end_workers(prefix), sweep(prefix)) for prefix in dead_prefixes()]
 
 
 _guardian: subprocess.Popen | None = None

@@ -210,18 +210,15 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def end_workers(prefix: str) -> list[int]:
-    """SIGKILL this user's worker processes of the program whose names start with
-    ``prefix`` (found by their command lines), a stopped one too; return their pids.
-
-    Each process is held by a pidfd while its command line is read, so that a pid reused
-    meanwhile is never signalled.
-    """
-    uid, ended = os.geteuid(), []
+def _each_worker(prefix: str):
+    """Yield ``(pid, pidfd or None)`` for each of this user's worker processes of the
+    program whose names start with ``prefix`` (found by their command lines), each while
+    its pidfd is held, so that a pid reused meanwhile is never signalled."""
+    uid = os.geteuid()
     try:
         pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
-        return ended
+        return
     for pid in pids:
         handle = _pidfd(pid)
         try:
@@ -231,16 +228,33 @@ def end_workers(prefix: str) -> list[int]:
                 argv = cmdline.read().split(b"\0")
             if WORKER_MODULE not in argv or prefix.encode() not in argv:
                 continue
-            if handle is None:
-                os.kill(pid, signal.SIGKILL)
-            else:
-                signal.pidfd_send_signal(handle, signal.SIGKILL)
-            ended.append(pid)
+            yield pid, handle
         except OSError:
             continue  # gone meanwhile
         finally:
             if handle is not None:
                 os.close(handle)
+
+
+def workers_of(prefix: str) -> list[int]:
+    """The pids of this user's worker processes of the program whose names start with
+    ``prefix``."""
+    return [pid for pid, _ in _each_worker(prefix)]
+
+
+def end_workers(prefix: str) -> list[int]:
+    """SIGKILL this user's worker processes of the program whose names start with
+    ``prefix``, a stopped one too; return their pids."""
+    ended = []
+    for pid, handle in _each_worker(prefix):
+        try:
+            if handle is None:
+                os.kill(pid, signal.SIGKILL)
+            else:
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+        except OSError:
+            continue  # gone meanwhile
+        ended.append(pid)
     return ended
 
 

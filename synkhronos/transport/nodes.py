@@ -15,9 +15,9 @@ on one machine, so the split is the one a single machine with every global rank 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -29,6 +29,7 @@ from synkhronos.transport.reduction import combine
 # without one of them there is no MPI world, and mpi4py is not imported at all.
 LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 LAYOUT_VAR = "SYNK_NODES"  # "offset,n_global" for the workers' communicators
+logger = logging.getLogger(__name__)
 
 
 def under_mpi_launcher() -> bool:
@@ -119,17 +120,18 @@ class World:
         return combined
 
     def abort(self, what: str, error: BaseException) -> None:
-        """Print ``error`` naming this node, close the session, remove this process's
-        shared memory, and end every node's process (``MPI_Abort``, which skips exit
-        hooks): the other nodes may be waiting for this one in MPI."""
-        text = "".join(traceback.format_exception(error))
-        print(f"synkhronos: node {self.node} of {self.n_nodes} (global ranks "
-              f"{self.offset}..{self.offset + self.local_ranks[self.node] - 1}) failed in "
-              f"{what}; aborting every node:\n{text}", file=sys.stderr, flush=True)
+        """Log ``error`` (critical) naming this node, close the session, remove this
+        process's shared memory, and end every node's process (``MPI_Abort``, which skips
+        exit hooks): the other nodes may be waiting for this one in MPI."""
+        logger.critical("synkhronos: node %d of %d (global ranks %d..%d) failed in %s; "
+                        "aborting every node", self.node, self.n_nodes, self.offset,
+                        self.offset + self.local_ranks[self.node] - 1, what,
+                        exc_info=(type(error), error, error.__traceback__))
         try:
             self.on_abort()
             sweep(process_prefix())
         finally:
+            logging.shutdown()  # flushes every handler: MPI_Abort ends the process at once
             self.mpi.Abort(1)
 
 
@@ -176,7 +178,7 @@ def start(nodes: bool | None, n_local: int, on_abort: Callable[[], None]) -> Wor
     else:
         _world = World(comm.Get_rank(), comm.Get_size(), comm.allgather(n_local), comm,
                        on_abort)
-        print(_world.describe(), flush=True)
+        logger.info("%s", _world.describe())
         if _world.n_nodes > 1:
             sys.excepthook = _abort_on_uncaught
     return _world

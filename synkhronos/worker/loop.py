@@ -13,6 +13,7 @@ import sys
 
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.transport.channel import Aborted, Channel, ControlBlock
+from synkhronos.transport.log_records import forward_records
 from synkhronos.transport.names import sweep
 
 
@@ -38,6 +39,11 @@ def main(argv: list[str]) -> None:
     session, prefix, rank, n_ranks, master_pid, backend_name = argv
     rank, n_ranks, master_pid = int(rank), int(n_ranks), int(master_pid)
     _die_with_parent(master_pid, prefix)
+    forward_records()  # this worker's log records go to rank 0's logging
+    # Line by line: rank 0 passes whole lines on, and a line held back is lost if the
+    # worker is killed.
+    if sys.stdout is not None:
+        sys.stdout.reconfigure(line_buffering=True)
     keep_freed_memory()  # as rank 0 does at fork; this process ends with the session
     sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
                     if p not in sys.path]

@@ -21,9 +21,9 @@ Run as ``python -m synkhronos.rank.backends.cpu_choice`` to print the two step t
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from synkhronos.rank.backends.cpu import xla_flags
+from synkhronos.rank.versions import versions
 
 MARGIN = 1.10
 """How much faster JAX mode must be before "auto" takes it: near a tie the default mode
@@ -42,6 +43,7 @@ CHOICE_VAR = "SYNK_CPU_BACKEND"
 CACHE_VAR = "SYNK_CACHE_DIR"
 PROBE_TIMEOUT_S = 300
 CHOICES = ("cpu", "jax-cpu")
+logger = logging.getLogger(__name__)
 _SIZES, _ROWS, _STEPS, _ROUNDS = (784, 512, 512, 10), 128, 20, 3
 
 
@@ -72,15 +74,11 @@ def machine_key(float_x: str) -> str:
         cpu = "".join(sorted(set(lines))) or cpu
     except OSError:
         pass
-    versions = []
-    for package in ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba"):
-        try:
-            versions.append(f"{package}={importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{package}=none")
+    installed = [f"{package}={version or 'none'}" for package, version in versions(
+        ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba")).items()]
     flags = [os.environ.get(v, "") for v in ("PYTENSOR_FLAGS", "XLA_FLAGS",
                                               "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")]
-    text = "\n".join([platform.machine(), cpu, *versions, float_x, *flags])
+    text = "\n".join([platform.machine(), cpu, *installed, float_x, *flags])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -101,47 +99,69 @@ def faster_cpu_backend() -> str:
     """"cpu" or "jax-cpu": the environment's choice, else the remembered or new measurement.
 
     Without JAX installed the answer is "cpu", unmeasured. A measurement that fails
-    prints why and gives "cpu" (and is not remembered).
+    logs why (a warning) and gives "cpu" (and is not remembered).
     """
-    forced = os.environ.get(CHOICE_VAR)
-    if forced:
-        if forced not in CHOICES:
-            raise ValueError(f"{CHOICE_VAR}={forced!r}; use one of {CHOICES}")
-        return forced
-    if importlib.util.find_spec("jax") is None:
-        return "cpu"
+    known = known_choice()
+    if known is not None:
+        return known[0]
     import pytensor
 
     float_x = pytensor.config.floatX
     path, key = cache_file(), machine_key(float_x)
-    try:  # one entry per key: machines may share a home directory
-        kept = json.loads(path.read_text())
-        if not isinstance(kept, dict):
-            kept = {}
-    except (OSError, ValueError):
-        kept = {}
-    entry = kept.get(key)
-    if isinstance(entry, dict) and entry.get("choice") in CHOICES:
-        return entry["choice"]
-    print(f"synkhronos: backend='auto' is timing PyTensor's default and JAX modes on this "
-          f"CPU, once (the answer is kept in {path})", file=sys.stderr)
+    logger.info("synkhronos: backend='auto' is timing PyTensor's default and JAX modes on "
+                "this CPU, once (the answer is kept in %s)", path)
     try:
         seconds = _measure_in_child(float_x)
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as error:
-        print(f"synkhronos: the measurement failed ({error}); using backend 'cpu'",
-              file=sys.stderr)
+        logger.warning("synkhronos: the measurement of the CPU backends failed (%s); using "
+                       "backend 'cpu'", error)
         return "cpu"
     choice = choose(seconds)
+    logger.info("synkhronos: backend='auto' takes %r on this CPU (a step took %.3g ms in the "
+                "default mode, %.3g ms in JAX mode)", choice, 1e3 * seconds["cpu"],
+                1e3 * seconds["jax-cpu"])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written aside and renamed, so that a program starting meanwhile reads all or none.
         partial = path.with_name(f"{path.name}.{os.getpid()}")
+        kept = _kept(path)
         kept[key] = {"choice": choice, "seconds": seconds}
         partial.write_text(json.dumps(kept, indent=1))
         os.replace(partial, path)
     except OSError:
         pass  # not remembered: measured again next time
     return choice
+
+
+def known_choice() -> tuple[str, str] | None:
+    """The choice :func:`faster_cpu_backend` makes without measuring, and why: the
+    environment's, JAX missing, or the remembered measurement; None if it would measure."""
+    forced = os.environ.get(CHOICE_VAR)
+    if forced:
+        if forced not in CHOICES:
+            raise ValueError(f"{CHOICE_VAR}={forced!r}; use one of {CHOICES}")
+        return forced, f"{CHOICE_VAR}={forced}"
+    if importlib.util.find_spec("jax") is None:
+        return "cpu", "JAX is not installed"
+    import pytensor
+
+    path = cache_file()
+    entry = _kept(path).get(machine_key(pytensor.config.floatX))
+    if isinstance(entry, dict) and entry.get("choice") in CHOICES:
+        seconds = entry.get("seconds") or {}
+        timed = ", ".join(f"{name} {1e3 * float(s):.3g} ms" for name, s in seconds.items())
+        return entry["choice"], f"measured on this machine ({timed}; kept in {path})"
+    return None
+
+
+def _kept(path: Path) -> dict:
+    """The measurements kept in ``path``, one per :func:`machine_key` (machines may share
+    a home directory)."""
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
 
 
 def _measure_in_child(float_x: str) -> dict[str, float]:
@@ -159,8 +179,8 @@ def _measure_in_child(float_x: str) -> dict[str, float]:
         raise subprocess.SubprocessError(f"exit {done.returncode}: {tail[0]}")
     lines = done.stdout.strip().splitlines()
     if not lines:
-        raise subprocess.SubprocessError("the measurement printed nothing")
-    seconds = json.loads(lines[-1])
+        raise subprocess.SubprocessError("the measurement answered nothing")
+    seconds = json.loads(lines[-1])  # the child's answer (see _answer_parent)
     return {name: float(seconds[name]) for name in CHOICES}
 
 
@@ -209,5 +229,12 @@ def _step_seconds() -> dict[str, float]:
     return {name: float(np.median(times)) for name, times in rounds.items()}
 
 
+def _answer_parent(seconds: dict[str, float]) -> None:
+    """(Child) Give the parent the step times: one line of JSON on stdout, which the
+    parent captures and reads (:func:`_measure_in_child`). This is the child's answer, not
+    a message: the library's messages go through ``logging``."""
+    sys.stdout.write(json.dumps(seconds) + "\n")
+
+
 if __name__ == "__main__":
-    print(json.dumps(_step_seconds()))
+    _answer_parent(_step_seconds())
