@@ -61,8 +61,9 @@ def main() -> None:
     y_data = synk.data(rng.integers(0, 10, n_rows).astype(np.int32))
     x, y = pt.matrix("x"), pt.ivector("y")
     loss, params = build(x, y)
-    sync = make_step_function(loss, params, [x, y], lasagne_updates.sgd,
-                              learning_rate=LEARNING_RATE)
+    sync = make_step_function(
+        loss, params, [x, y], lasagne_updates.sgd, learning_rate=LEARNING_RATE
+    )
     local = LocalStep(loss, params, [x, y], lasagne_updates.sgd, learning_rate=LEARNING_RATE)
     synk.distribute()
 
@@ -76,8 +77,10 @@ def main() -> None:
 
     sync_steps()  # warm-up
     sync_rate = args.steps * global_batch / best_of(sync_steps, args.repeat, 1)
-    print(f"{n_ranks} ranks, {args.batch} rows per rank per step, {args.steps} steps per "
-          f"round, best of {args.repeat}")
+    print(
+        f"{n_ranks} ranks, {args.batch} rows per rank per step, {args.steps} steps per "
+        f"round, best of {args.repeat}"
+    )
     print(f"{'algorithm':28s} {'samples/s':>10s} {'vs sync':>8s}")
     print(f"{'sync (make_step_function)':28s} {sync_rate:10.0f} {1.0:8.2f}")
     for name, make in TRAINERS.items():

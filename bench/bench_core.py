@@ -142,27 +142,61 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     t_plain, t_one = call_overhead(1)
-    rows.append(("call overhead, 1 rank (us over pytensor)", (t_one - t_plain) * 1e6,
-                 f"{t_one * 1e6:.1f} us vs {t_plain * 1e6:.1f} us"))
+    rows.append(
+        (
+            "call overhead, 1 rank (us over pytensor)",
+            (t_one - t_plain) * 1e6,
+            f"{t_one * 1e6:.1f} us vs {t_plain * 1e6:.1f} us",
+        )
+    )
     _, t_many = call_overhead(args.ranks)
-    rows.append((f"call, {args.ranks} ranks (us over pytensor)", (t_many - t_plain) * 1e6,
-                 f"{t_many * 1e6:.1f} us"))
+    rows.append(
+        (
+            f"call, {args.ranks} ranks (us over pytensor)",
+            (t_many - t_plain) * 1e6,
+            f"{t_many * 1e6:.1f} us",
+        )
+    )
     t_updates, t_no_updates = call_with_updates(args.ranks)
-    rows.append((f"call updating 2 shared variables, {args.ranks} ranks (us over none)",
-                 (t_updates - t_no_updates) * 1e6,
-                 f"{t_updates * 1e6:.1f} us vs {t_no_updates * 1e6:.1f} us"))
+    rows.append(
+        (
+            f"call updating 2 shared variables, {args.ranks} ranks (us over none)",
+            (t_updates - t_no_updates) * 1e6,
+            f"{t_updates * 1e6:.1f} us vs {t_no_updates * 1e6:.1f} us",
+        )
+    )
     t_call, t_chain = large_update_call_vs_chain(args.ranks, args.size)
-    rows.append((f"update of {args.size / 1e6:g}M float32: call / chain (in place)",
-                 t_call / t_chain, f"{t_call * 1e3:.1f} ms vs {t_chain * 1e3:.1f} ms"))
+    rows.append(
+        (
+            f"update of {args.size / 1e6:g}M float32: call / chain (in place)",
+            t_call / t_chain,
+            f"{t_call * 1e3:.1f} ms vs {t_chain * 1e3:.1f} ms",
+        )
+    )
     t_copy, t_reduce = all_reduce_vs_copy(args.ranks, args.size)
-    rows.append((f"all_reduce {args.size / 1e6:g}M float32 / numpy copy", t_reduce / t_copy,
-                 f"{t_reduce * 1e3:.1f} ms vs {t_copy * 1e3:.1f} ms"))
+    rows.append(
+        (
+            f"all_reduce {args.size / 1e6:g}M float32 / numpy copy",
+            t_reduce / t_copy,
+            f"{t_reduce * 1e3:.1f} ms vs {t_copy * 1e3:.1f} ms",
+        )
+    )
     t_small, t_large = scatter_zero_copy(args.ranks)
-    rows.append(("1000-row call: in 200k-row Data / in 1000-row Data", t_large / t_small,
-                 f"{t_large * 1e6:.0f} us vs {t_small * 1e6:.0f} us"))
+    rows.append(
+        (
+            "1000-row call: in 200k-row Data / in 1000-row Data",
+            t_large / t_small,
+            f"{t_large * 1e6:.0f} us vs {t_small * 1e6:.0f} us",
+        )
+    )
     t_chain, t_separate = chained_vs_separate(args.ranks)
-    rows.append(("function, all_reduce, function: chained / 3 commands", t_chain / t_separate,
-                 f"{t_chain * 1e6:.0f} us vs {t_separate * 1e6:.0f} us"))
+    rows.append(
+        (
+            "function, all_reduce, function: chained / 3 commands",
+            t_chain / t_separate,
+            f"{t_chain * 1e6:.0f} us vs {t_separate * 1e6:.0f} us",
+        )
+    )
     print(f"{'measure':58s} {'value':>9s}  detail")
     for name, value, detail in rows:
         print(f"{name:58s} {value:9.2f}  {detail}")

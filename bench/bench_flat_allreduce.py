@@ -40,7 +40,7 @@ def build_mlp(layers: int, width: int, seed: int = 0):
     x, y = pt.matrix("x"), pt.matrix("y")
     h = x
     for i in range(layers):
-        w = pytensor.shared(rng.normal(scale=width ** -0.5, size=(width, width)), name=f"W{i}")
+        w = pytensor.shared(rng.normal(scale=width**-0.5, size=(width, width)), name=f"W{i}")
         b = pytensor.shared(np.zeros(width), name=f"b{i}")
         params += [w, b]
         h = pt.tanh(h @ w + b)
@@ -66,8 +66,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parent / "out" / "flat_allreduce.json")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "flat_allreduce.json"
+    )
     args = parser.parse_args()
 
     n_ranks = synk.fork(args.ranks, backend="cpu")
@@ -103,6 +104,7 @@ def main() -> None:
             grad_fn(x_data, y_data)
             reduce()
             update_fn()
+
         return run
 
     steps = {
@@ -111,8 +113,11 @@ def main() -> None:
         "per_tensor_list": step(per_grad_fn, reduce_list, per_update_fn),
         "train": lambda: train(x_data, y_data),
     }
-    reduces = {"flat": reduce_flat, "per_tensor_calls": reduce_calls,
-               "per_tensor_list": reduce_list}
+    reduces = {
+        "flat": reduce_flat,
+        "per_tensor_calls": reduce_calls,
+        "per_tensor_list": reduce_list,
+    }
     t0 = time.perf_counter()
     for run in steps.values():  # distributes, compiles (Numba: on first call) and warms up
         for _ in range(args.warmup):
@@ -121,26 +126,35 @@ def main() -> None:
     step_times = time_interleaved(steps, args.steps)
     reduce_times = time_interleaved(reduces, args.steps)
     synk.close()
-    results = {name: {"step_ms": 1e3 * median(step_times[name]),
-                      "all_reduce_ms": (1e3 * median(reduce_times[name])
-                                        if name in reduce_times else None)}
-               for name in steps}
+    results = {
+        name: {
+            "step_ms": 1e3 * median(step_times[name]),
+            "all_reduce_ms": (1e3 * median(reduce_times[name]) if name in reduce_times else None),
+        }
+        for name in steps
+    }
 
     flat_step = results["flat"]["step_ms"]
     flat_reduce = results["flat"]["all_reduce_ms"]
     record = {
-        "ranks": n_ranks, "tensors": n_tensors, "elements": U.vars_flat_size(params),
-        "batch": args.batch, "steps": args.steps, "compile_s": compile_s,
+        "ranks": n_ranks,
+        "tensors": n_tensors,
+        "elements": U.vars_flat_size(params),
+        "batch": args.batch,
+        "steps": args.steps,
+        "compile_s": compile_s,
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
-        "date": time.strftime("%Y-%m-%d"), "results": results,
-        "step_ratio_per_tensor_calls_over_flat":
-            results["per_tensor_calls"]["step_ms"] / flat_step,
-        "all_reduce_ratio_per_tensor_calls_over_flat":
-            results["per_tensor_calls"]["all_reduce_ms"] / flat_reduce,
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+        "step_ratio_per_tensor_calls_over_flat": results["per_tensor_calls"]["step_ms"] / flat_step,
+        "all_reduce_ratio_per_tensor_calls_over_flat": results["per_tensor_calls"]["all_reduce_ms"]
+        / flat_reduce,
     }
-    print(f"{n_ranks} ranks, {n_tensors} tensors, {record['elements']} elements, "
-          f"batch {args.batch}, median of {args.steps} steps "
-          f"(compile and warm-up {compile_s:.1f} s)")
+    print(
+        f"{n_ranks} ranks, {n_tensors} tensors, {record['elements']} elements, "
+        f"batch {args.batch}, median of {args.steps} steps "
+        f"(compile and warm-up {compile_s:.1f} s)"
+    )
     print(f"{'case':<18}{'step ms':>10}{'all_reduce ms':>15}{'step / flat':>13}")
     for name, r in results.items():
         reduce_ms = "" if r["all_reduce_ms"] is None else f"{r['all_reduce_ms']:.3f}"

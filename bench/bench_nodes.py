@@ -54,9 +54,12 @@ def run_node(local: int, size: int, steps: int, warmup: int) -> None:
     if world.node == 0:
         ms = {name: 1e3 * median(t) for name, t in times.items()}
         mine, theirs = ms["synk.all_reduce"], ms["mpi4py Allreduce"]
-        print(f"RESULT 2 nodes x {local} local ranks, {size * 4 / 2**20:.2f} MiB: "
-              f"synk.all_reduce {mine:.3f} ms, mpi4py Allreduce {theirs:.3f} ms, "
-              f"ratio {mine / theirs:.2f}x (medians of {steps})", flush=True)
+        print(
+            f"RESULT 2 nodes x {local} local ranks, {size * 4 / 2**20:.2f} MiB: "
+            f"synk.all_reduce {mine:.3f} ms, mpi4py Allreduce {theirs:.3f} ms, "
+            f"ratio {mine / theirs:.2f}x (medians of {steps})",
+            flush=True,
+        )
     synk.close()
 
 
@@ -74,11 +77,32 @@ def main() -> None:
     mpiexec = Path(sys.executable).parent / "mpiexec"
     for local in args.local:
         out = subprocess.run(
-            [str(mpiexec), "-n", "2", sys.executable, __file__, "--node", "--local",
-             str(local), "--size", str(args.size), "--steps", str(args.steps), "--warmup",
-             str(args.warmup)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
-        print(*(line[len("RESULT "):] for line in out.splitlines()
-                if line.startswith("RESULT ")), sep="\n", flush=True)
+            [
+                str(mpiexec),
+                "-n",
+                "2",
+                sys.executable,
+                __file__,
+                "--node",
+                "--local",
+                str(local),
+                "--size",
+                str(args.size),
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
+        print(
+            *(line[len("RESULT ") :] for line in out.splitlines() if line.startswith("RESULT ")),
+            sep="\n",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -117,11 +117,19 @@ class Column:
 
 def missing(column: str) -> str | None:
     """Why ``column`` cannot run here, or None."""
-    need = {"ddp": "torch", "torch2": "torch", "mpi": "mpi4py", "jax": "jax",
-            "synk_jax": "jax"}.get(column)
+    need = {
+        "ddp": "torch",
+        "torch2": "torch",
+        "mpi": "mpi4py",
+        "jax": "jax",
+        "synk_jax": "jax",
+    }.get(column)
     if need and importlib.util.find_spec(need) is None:
-        return f"{need} is not installed (pip install " + {
-            "torch": "torch==2.13.0", "mpi4py": "mpi4py mpich", "jax": "jax"}[need] + ")"
+        return (
+            f"{need} is not installed (pip install "
+            + {"torch": "torch==2.13.0", "mpi4py": "mpi4py mpich", "jax": "jax"}[need]
+            + ")"
+        )
     if column == "mpi" and mpiexec() is None:
         return "no mpiexec next to the Python executable (pip install mpich)"
     return None
@@ -143,8 +151,7 @@ def child_env(column: str, key: str) -> dict:
     env = dict(os.environ, **{KEY_VAR: key})
     root = str(HERE.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    env["PYTENSOR_FLAGS"] = ",".join(
-        p for p in (env.get("PYTENSOR_FLAGS"), "floatX=float32") if p)
+    env["PYTENSOR_FLAGS"] = ",".join(p for p in (env.get("PYTENSOR_FLAGS"), "floatX=float32") if p)
     if column in ("pytensor", "jax", "mpi", "ddp", "pair", "floor"):  # 1 thread a process
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
@@ -172,8 +179,10 @@ def start(column: str, address: str, key: str) -> Column:
         if column == "floor":
             files.append(exchange_file(key))
         extra = [str(free_port())] if column == "ddp" else [str(path) for path in files]
-        procs = [subprocess.Popen([*script, str(rank), str(WORLD), *extra], **quiet)
-                 for rank in range(WORLD)]
+        procs = [
+            subprocess.Popen([*script, str(rank), str(WORLD), *extra], **quiet)
+            for rank in range(WORLD)
+        ]
     else:
         procs = [subprocess.Popen(script, **quiet)]
     return Column(column, procs, files=files)
@@ -230,12 +239,16 @@ def stop(columns: dict[str, Column]) -> None:
 
 def check(columns: dict[str, Column]) -> dict[str, list[float]]:
     """Each column's losses over the same first steps from the same initial values."""
-    return {name: column.ask("check", CHECK_BATCH, CHECK_STEPS)[0]
-            for name, column in columns.items() if name not in ("pair", "floor")}
+    return {
+        name: column.ask("check", CHECK_BATCH, CHECK_STEPS)[0]
+        for name, column in columns.items()
+        if name not in ("pair", "floor")
+    }
 
 
-def measure(points: list[tuple[str, int]], columns: dict[str, Column], repeats: int,
-            block_s: float) -> dict[tuple[str, int], list[float]]:
+def measure(
+    points: list[tuple[str, int]], columns: dict[str, Column], repeats: int, block_s: float
+) -> dict[tuple[str, int], list[float]]:
     """Samples/s in each block of each (column, rows) point, the points taking turns."""
     steps = {}
     for name, rows in points:
@@ -286,83 +299,136 @@ def results(args, by_batch: dict, losses: dict, skipped: dict) -> dict:
     ``by_batch[B]`` is :func:`measure`'s result for the points measured together: every
     column at global batch B, and column 1 and its JAX mode at B/2.
     """
+
     def rate(group: dict, name: str, rows: int) -> float | None:
         return median(group[name, rows]) if (name, rows) in group else None
 
-    table = {name: {b: rate(by_batch[b], name, b) for b in args.batches}
-             for name in LABELS if name != "jax"}
+    table = {
+        name: {b: rate(by_batch[b], name, b) for b in args.batches}
+        for name in LABELS
+        if name != "jax"
+    }
     table["limit"] = {b: 2 * rate(by_batch[b], "pytensor", b // 2) for b in args.batches}
-    table["limit_jax"] = {b: 2 * j if (j := rate(by_batch[b], "jax", b // 2)) else None
-                          for b in args.batches}
+    table["limit_jax"] = {
+        b: 2 * j if (j := rate(by_batch[b], "jax", b // 2)) else None for b in args.batches
+    }
     synk, synk_jax, limit, limit_jax, mpi, ddp, pair, floor = (
-        table[k] for k in ("synk", "synk_jax", "limit", "limit_jax", "mpi", "ddp", "pair",
-                           "floor"))
+        table[k] for k in ("synk", "synk_jax", "limit", "limit_jax", "mpi", "ddp", "pair", "floor")
+    )
 
     def ratio(a, b):
         return a / b if a and b else None
 
     ratios = {}
     for label, column in (("synk", synk), ("synk jax-cpu", synk_jax)):
-        ratios |= {f"{label}/limit": {b: ratio(column[b], limit[b]) for b in args.batches},
-                   f"{label}/mpi4py": {b: ratio(column[b], mpi[b]) for b in args.batches},
-                   f"{label}/DDP": {b: ratio(column[b], ddp[b]) for b in args.batches}}
+        ratios |= {
+            f"{label}/limit": {b: ratio(column[b], limit[b]) for b in args.batches},
+            f"{label}/mpi4py": {b: ratio(column[b], mpi[b]) for b in args.batches},
+            f"{label}/DDP": {b: ratio(column[b], ddp[b]) for b in args.batches},
+        }
     ratios["synk/concurrent"] = {b: ratio(synk[b], pair[b]) for b in args.batches}
     ratios["floor/limit"] = {b: ratio(floor[b], limit[b]) for b in args.batches}
     ratios["synk/floor"] = {b: ratio(synk[b], floor[b]) for b in args.batches}
-    ratios["synk jax-cpu/JAX limit"] = {b: ratio(synk_jax[b], limit_jax[b])
-                                        for b in args.batches}
-    jax = {b // 2: {"default_ms": 1e3 * (b // 2) / rate(group, "pytensor", b // 2),
-                    "jax_ms": 1e3 * (b // 2) / rate(group, "jax", b // 2)}
-           for b, group in sorted(by_batch.items()) if ("jax", b // 2) in group}
-    blocks = {f"batch {b}: {name} at {rows} rows": values
-              for b, group in by_batch.items() for (name, rows), values in group.items()}
+    ratios["synk jax-cpu/JAX limit"] = {b: ratio(synk_jax[b], limit_jax[b]) for b in args.batches}
+    jax = {
+        b // 2: {
+            "default_ms": 1e3 * (b // 2) / rate(group, "pytensor", b // 2),
+            "jax_ms": 1e3 * (b // 2) / rate(group, "jax", b // 2),
+        }
+        for b, group in sorted(by_batch.items())
+        if ("jax", b // 2) in group
+    }
+    blocks = {
+        f"batch {b}: {name} at {rows} rows": values
+        for b, group in by_batch.items()
+        for (name, rows), values in group.items()
+    }
     reference = np.array(losses["pytensor"])
-    check_dev = {name: float(np.max(np.abs(np.array(v) - reference) / np.abs(reference)))
-                 for name, v in losses.items()}
-    return {"batches": list(args.batches), "samples_per_s": table, "ratios": ratios,
-            "jax_vs_default": jax, "check_losses": losses, "check_max_rel_dev": check_dev,
-            "samples_per_s_of_each_block": blocks, "skipped": skipped,
-            "repeats": args.repeats, "block_s": args.block_s,
-            "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
-                        "python": platform.python_version(), "openblas": blas_kernels()},
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    check_dev = {
+        name: float(np.max(np.abs(np.array(v) - reference) / np.abs(reference)))
+        for name, v in losses.items()
+    }
+    return {
+        "batches": list(args.batches),
+        "samples_per_s": table,
+        "ratios": ratios,
+        "jax_vs_default": jax,
+        "check_losses": losses,
+        "check_max_rel_dev": check_dev,
+        "samples_per_s_of_each_block": blocks,
+        "skipped": skipped,
+        "repeats": args.repeats,
+        "block_s": args.block_s,
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "openblas": blas_kernels(),
+        },
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 # The issue's goals; "jax-cpu" is held to the limit of its own (JAX-mode) compute.
-GOALS = tuple((f"{synk}/{peer}", batch, goal)
-              for synk, limit in (("synk", "limit"), ("synk jax-cpu", "JAX limit"))
-              for peer, batch, goal in ((limit, 256, 0.90), ("mpi4py", 256, 1.15),
-                                        ("DDP", 2048, 1.0), (limit, 2048, 0.90)))
+GOALS = tuple(
+    (f"{synk}/{peer}", batch, goal)
+    for synk, limit in (("synk", "limit"), ("synk jax-cpu", "JAX limit"))
+    for peer, batch, goal in (
+        (limit, 256, 0.90),
+        ("mpi4py", 256, 1.15),
+        ("DDP", 2048, 1.0),
+        (limit, 2048, 0.90),
+    )
+)
 
 
 def report(res: dict, tolerance: float) -> bool:
     """Print the tables; return whether the columns' losses agree."""
+
     def fmt(v, spec=",.0f"):
         return "—" if v is None else format(v, spec)
 
     names = ["pytensor", "synk", "synk_jax", "mpi", "ddp", "torch2", "pair", "floor"]
-    shown = ("synk/limit", "synk/mpi4py", "synk/DDP", "synk/concurrent", "floor/limit",
-             "synk/floor",
-             "synk jax-cpu/limit", "synk jax-cpu/JAX limit", "synk jax-cpu/mpi4py",
-             "synk jax-cpu/DDP")
-    print(f"\nLoss after each of the first {CHECK_STEPS} steps at batch {CHECK_BATCH}, "
-          "same init and data (max relative deviation from PyTensor 1 thread):")
+    shown = (
+        "synk/limit",
+        "synk/mpi4py",
+        "synk/DDP",
+        "synk/concurrent",
+        "floor/limit",
+        "synk/floor",
+        "synk jax-cpu/limit",
+        "synk jax-cpu/JAX limit",
+        "synk jax-cpu/mpi4py",
+        "synk jax-cpu/DDP",
+    )
+    print(
+        f"\nLoss after each of the first {CHECK_STEPS} steps at batch {CHECK_BATCH}, "
+        "same init and data (max relative deviation from PyTensor 1 thread):"
+    )
     agree = True
     for name, values in res["check_losses"].items():
         dev = res["check_max_rel_dev"][name]
         agree &= dev <= tolerance
-        print(f"  {LABELS[name]:28s} " + " ".join(f"{v:.6f}" for v in values)
-              + f"   {dev:.1e}" + ("" if dev <= tolerance else "  MISMATCH"))
+        print(
+            f"  {LABELS[name]:28s} "
+            + " ".join(f"{v:.6f}" for v in values)
+            + f"   {dev:.1e}"
+            + ("" if dev <= tolerance else "  MISMATCH")
+        )
     table, ratios = res["samples_per_s"], res["ratios"]
     print(f"\nOpenBLAS kernels: {res['machine']['openblas']}")
-    print("samples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2, "
-          "JAX limit = the same in JAX mode\n")
-    print("| global batch | " + " | ".join(LABELS[n] for n in names)
-          + " | limit | JAX limit |")
+    print(
+        "samples/s (median of blocks); limit = 2 x PyTensor 1 thread at batch/2, "
+        "JAX limit = the same in JAX mode\n"
+    )
+    print("| global batch | " + " | ".join(LABELS[n] for n in names) + " | limit | JAX limit |")
     print("|---" * (len(names) + 3) + "|")
     for b in res["batches"]:
-        print(f"| {b} | " + " | ".join(fmt(table[n][b]) for n in names)
-              + f" | {fmt(table['limit'][b])} | {fmt(table['limit_jax'][b])} |")
+        print(
+            f"| {b} | "
+            + " | ".join(fmt(table[n][b]) for n in names)
+            + f" | {fmt(table['limit'][b])} | {fmt(table['limit_jax'][b])} |"
+        )
     print("\n| global batch | " + " | ".join(shown) + " |")
     print("|---" * (len(shown) + 1) + "|")
     for b in res["batches"]:
@@ -371,18 +437,24 @@ def report(res: dict, tolerance: float) -> bool:
     for name, batch, goal in GOALS:
         value = ratios[name].get(batch)
         if value is not None:
-            print(f"goal {name} at batch {batch} >= {goal:.2f}: {value:.3f} "
-                  + ("met" if value >= goal else "NOT met"))
+            print(
+                f"goal {name} at batch {batch} >= {goal:.2f}: {value:.3f} "
+                + ("met" if value >= goal else "NOT met")
+            )
     for b in sorted({batch for _, batch, _ in GOALS} & set(res["batches"])):
         if (floor := ratios["floor/limit"].get(b)) is not None:
-            print(f"at batch {b} the floor (2 x PyTensor + least all-reduce) is {floor:.2f} "
-                  f"of the limit, and synk reaches {ratios['synk/floor'][b]:.2f} of the floor")
+            print(
+                f"at batch {b} the floor (2 x PyTensor + least all-reduce) is {floor:.2f} "
+                f"of the limit, and synk reaches {ratios['synk/floor'][b]:.2f} of the floor"
+            )
     if res["jax_vs_default"]:
         print("\nPyTensor step, 1 thread: default mode vs JAX mode (XLA on one thread)")
         print("| rows | default ms | JAX ms | default / JAX |\n|---|---|---|---|")
         for rows, t in res["jax_vs_default"].items():
-            print(f"| {rows} | {t['default_ms']:.2f} | {t['jax_ms']:.2f} | "
-                  f"{t['default_ms'] / t['jax_ms']:.2f} |")
+            print(
+                f"| {rows} | {t['default_ms']:.2f} | {t['jax_ms']:.2f} | "
+                f"{t['default_ms'] / t['jax_ms']:.2f} |"
+            )
     return agree
 
 
@@ -397,10 +469,15 @@ def plot(res: dict, path: Path) -> None:
     for name, values in res["samples_per_s"].items():
         if all(values[b] is None for b in batches):
             continue
-        style = ({"linestyle": "--", "color": "gray" if name == "limit" else "black"}
-                 if name.startswith("limit") else {"marker": "o"})
-        label = {"limit": "limit: 2 x 1 thread at batch/2",
-                 "limit_jax": "JAX limit: the same in JAX mode"}.get(name) or LABELS[name]
+        style = (
+            {"linestyle": "--", "color": "gray" if name == "limit" else "black"}
+            if name.startswith("limit")
+            else {"marker": "o"}
+        )
+        label = {
+            "limit": "limit: 2 x 1 thread at batch/2",
+            "limit_jax": "JAX limit: the same in JAX mode",
+        }.get(name) or LABELS[name]
         ax.plot(batches, [values[b] for b in batches], label=label, **style)
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches, [str(b) for b in batches])
@@ -415,15 +492,31 @@ def plot(res: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES),
-                        help="global batch sizes (even, at most 8192)")
+    parser.add_argument(
+        "--batches",
+        type=int,
+        nargs="+",
+        default=list(BATCHES),
+        help="global batch sizes (even, at most 8192)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed blocks per point")
-    parser.add_argument("--block-s", type=float, default=0.5,
-                        help="least seconds of a timed block (and at least 5 steps)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: batches 256 and 2048, 2 repeats of 0.1 s blocks")
-    parser.add_argument("--tolerance", type=float, default=1e-4,
-                        help="largest relative loss deviation between columns")
+    parser.add_argument(
+        "--block-s",
+        type=float,
+        default=0.5,
+        help="least seconds of a timed block (and at least 5 steps)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: batches 256 and 2048, 2 repeats of 0.1 s blocks",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="largest relative loss deviation between columns",
+    )
     parser.add_argument("--json", type=Path, default=HERE / "out" / "step.json")
     parser.add_argument("--plot", type=Path, default=HERE / "out" / "step.png")
     args = parser.parse_args()

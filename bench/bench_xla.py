@@ -24,8 +24,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 670_000, 4_000_000])
-    parser.add_argument("--rows", type=int, nargs="+", default=[128, 1024],
-                        help="MLP rows per rank")
+    parser.add_argument(
+        "--rows", type=int, nargs="+", default=[128, 1024], help="MLP rows per rank"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -40,15 +41,18 @@ def main() -> None:
     try:
         print(f"{'collective':12s} {'floats':>10s} {'XLA (ms)':>10s} {'shm (ms)':>10s}")
         for size in args.sizes:
-            times = routines.run(xla_timing.collective_seconds, np.array([size]),
-                                 np.array([args.rounds]))[0][0]
+            times = routines.run(
+                xla_timing.collective_seconds, np.array([size]), np.array([args.rounds])
+            )[0][0]
             for kind, (xla, shm) in zip(xla_timing.KINDS, times, strict=True):
                 print(f"{kind:12s} {size:10d} {xla * 1e3:10.3f} {shm * 1e3:10.3f}")
         for rows in args.rows:
             fused, unfused = _steps(synk, args.ranks * rows, args.steps, args.rounds)
-            print(f"MLP step, {rows} rows per rank: fused {fused * 1e3:.2f} ms, step by step "
-                  f"{unfused * 1e3:.2f} ms (medians of {args.rounds} rounds of "
-                  f"{args.steps} steps)")
+            print(
+                f"MLP step, {rows} rows per rank: fused {fused * 1e3:.2f} ms, step by step "
+                f"{unfused * 1e3:.2f} ms (medians of {args.rounds} rounds of "
+                f"{args.steps} steps)"
+            )
     finally:
         synk.close()
 
@@ -59,8 +63,13 @@ def _steps(synk, total: int, steps: int, rounds: int) -> tuple[float, float]:
 
     x, y, loss, params = mlp()
     step = train.make_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
-    unfused = synk.chain(step.grad_function, ("all_reduce", step.phases.flat_grad, "sum"),
-                         step.update_function, every_rank_rows=True, fuse=False)
+    unfused = synk.chain(
+        step.grad_function,
+        ("all_reduce", step.phases.flat_grad, "sum"),
+        step.update_function,
+        every_rank_rows=True,
+        fuse=False,
+    )
     rng = np.random.default_rng(0)
     xd = synk.data(rng.random((total, 784)).astype("float32"))
     yd = synk.data(rng.integers(0, 10, total).astype("int32"))

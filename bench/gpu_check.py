@@ -40,14 +40,18 @@ from timing import best_of
 
 def _args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes; no test suite, conv bench or ResNet-50")
-    parser.add_argument("--ranks", type=int, default=None,
-                        help="default: one per GPU, or 2 on CPU devices")
-    parser.add_argument("--size", type=int, default=None,
-                        help="floats all-reduced (default 25.6M, quick 256k)")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="MLP rows per rank (default 512, quick 32)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes; no test suite, conv bench or ResNet-50"
+    )
+    parser.add_argument(
+        "--ranks", type=int, default=None, help="default: one per GPU, or 2 on CPU devices"
+    )
+    parser.add_argument(
+        "--size", type=int, default=None, help="floats all-reduced (default 25.6M, quick 256k)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="MLP rows per rank (default 512, quick 32)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 20)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--resnet-batch", type=int, default=64, help="images per GPU")
@@ -75,23 +79,43 @@ def main() -> None:
 
     rows = []
     if not args.quick:
-        tests = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py",
-                      "tests/test_gpu_faults.py"])
+        tests = _run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-m",
+                "gpu",
+                "tests/test_gpu.py",
+                "tests/test_gpu_faults.py",
+            ]
+        )
         rows.append(("GPU-marked tests", (tests.strip().splitlines() or ["?"])[-1]))
         conv = _run([sys.executable, "bench/bench_conv.py", "--mode", "JAX"]).splitlines()
-        rows += [(f"{op.split(',')[0]}: JAX mode / hand-written lax", ratio.split(":")[-1])
-                 for op, ratio in zip(conv, conv[3:], strict=False) if "ratio" in ratio]
+        rows += [
+            (f"{op.split(',')[0]}: JAX mode / hand-written lax", ratio.split(":")[-1])
+            for op, ratio in zip(conv, conv[3:], strict=False)
+            if "ratio" in ratio
+        ]
     n = synk.fork(args.ranks or (2 if on_cpu_devices() else None), backend="gpu")
     try:
         rows += _call_overhead(synk)
-        first, best = routines.run(xla_timing.all_reduce_seconds, np.array([args.size]),
-                                   np.array([3]))[0][0]
+        first, best = routines.run(
+            xla_timing.all_reduce_seconds, np.array([args.size]), np.array([3])
+        )[0][0]
         gigabytes = 4 * args.size / 1e9
-        rows += [(f"first all_reduce, {args.size / 1e6:g}M float32, with compiling (ms)",
-                  f"{first * 1e3:.1f}"),
-                 (f"all_reduce {args.size / 1e6:g}M float32 (ms)", f"{best * 1e3:.2f}"),
-                 ("all_reduce bus bandwidth (GB/s)",
-                  f"{2 * (n - 1) / n * gigabytes / best:.2f}" if n > 1 else "one rank")]
+        rows += [
+            (
+                f"first all_reduce, {args.size / 1e6:g}M float32, with compiling (ms)",
+                f"{first * 1e3:.1f}",
+            ),
+            (f"all_reduce {args.size / 1e6:g}M float32 (ms)", f"{best * 1e3:.2f}"),
+            (
+                "all_reduce bus bandwidth (GB/s)",
+                f"{2 * (n - 1) / n * gigabytes / best:.2f}" if n > 1 else "one rank",
+            ),
+        ]
         sizes = (784, 128, 10) if args.quick else (784, 1024, 1024, 10)
         rows += _mlp_steps(synk, n, sizes, args.batch_size, args.steps)
         if not args.quick:
@@ -125,8 +149,13 @@ def _mlp_steps(synk, n: int, sizes: tuple, batch: int, steps: int) -> list[tuple
 
     x, y, loss, params = mlp(sizes=sizes)
     step = train.make_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
-    unfused = synk.chain(step.grad_function, ("all_reduce", step.phases.flat_grad, "sum"),
-                         step.update_function, every_rank_rows=True, fuse=False)
+    unfused = synk.chain(
+        step.grad_function,
+        ("all_reduce", step.phases.flat_grad, "sum"),
+        step.update_function,
+        every_rank_rows=True,
+        fuse=False,
+    )
     rng = np.random.default_rng(0)
     total = batch * n
     xd = synk.data(rng.random((4 * total, 784)).astype(x.dtype))
@@ -141,9 +170,12 @@ def _mlp_steps(synk, n: int, sizes: tuple, batch: int, steps: int) -> list[tuple
     for label, chain in (("fused", step.chain), ("step by step", unfused)):
         run(chain)  # compiled
         seconds = best_of(lambda chain=chain: run(chain), 3, steps)
-        rows.append((f"MLP step {'-'.join(map(str, sizes))}, {label}, {batch} rows per rank "
-                     f"(samples/s)",
-                     f"{total / seconds:,.0f}"))
+        rows.append(
+            (
+                f"MLP step {'-'.join(map(str, sizes))}, {label}, {batch} rows per rank (samples/s)",
+                f"{total / seconds:,.0f}",
+            )
+        )
     return rows
 
 
@@ -161,8 +193,9 @@ def _resnet(synk, routines, n: int, args) -> list[tuple[str, str]]:
     net = resnet50(L.InputLayer((None, 3, size, size), input_var=x), num_classes=classes)
     loss = objectives.categorical_crossentropy(L.get_output(net), y).mean()
     params = L.get_all_params(net, trainable=True)
-    step = make_step_function(loss, params, [x, y], updates.momentum, learning_rate=0.01,
-                              momentum=0.9)
+    step = make_step_function(
+        loss, params, [x, y], updates.momentum, learning_rate=0.01, momentum=0.9
+    )
     rng = np.random.default_rng(0)
     images = synk.data(rng.random((batch * n, 3, size, size), dtype=np.float32))
     labels = synk.data(rng.integers(0, classes, batch * n, dtype=np.int32))
@@ -175,14 +208,18 @@ def _resnet(synk, routines, n: int, args) -> list[tuple[str, str]]:
         step(images, labels)
         times.append(time.perf_counter() - start)
     ours = float(np.median(times))
-    jax_first, theirs = routines.run(xla_timing.jax_resnet_seconds,
-                                     np.array([batch, size, classes]),
-                                     np.array([args.steps]))[0][0]
-    return [(f"ResNet-50 {size}px, {batch} per rank: first step, synk / JAX (s)",
-             f"{first:.1f} / {jax_first:.1f}"),
-            ("ResNet-50 samples/s per rank: synkhronos (fused step)", f"{batch / ours:.1f}"),
-            ("ResNet-50 samples/s per rank: hand-written JAX loop", f"{batch / theirs:.1f}"),
-            ("ResNet-50 synkhronos / JAX", f"{theirs / ours:.2f}")]
+    jax_first, theirs = routines.run(
+        xla_timing.jax_resnet_seconds, np.array([batch, size, classes]), np.array([args.steps])
+    )[0][0]
+    return [
+        (
+            f"ResNet-50 {size}px, {batch} per rank: first step, synk / JAX (s)",
+            f"{first:.1f} / {jax_first:.1f}",
+        ),
+        ("ResNet-50 samples/s per rank: synkhronos (fused step)", f"{batch / ours:.1f}"),
+        ("ResNet-50 samples/s per rank: hand-written JAX loop", f"{batch / theirs:.1f}"),
+        ("ResNet-50 synkhronos / JAX", f"{theirs / ours:.2f}"),
+    ]
 
 
 if __name__ == "__main__":

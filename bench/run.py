@@ -45,8 +45,10 @@ def data(n: int, seed: int = 0):
     import pytensor
 
     rng = np.random.default_rng(seed)
-    return (rng.random((n, SIZES[0])).astype(pytensor.config.floatX),
-            rng.integers(0, SIZES[-1], n).astype("int32"))
+    return (
+        rng.random((n, SIZES[0])).astype(pytensor.config.floatX),
+        rng.integers(0, SIZES[-1], n).astype("int32"),
+    )
 
 
 def synk_throughput(n_ranks: int, batch: int, steps: int) -> float:
@@ -80,8 +82,7 @@ def pytensor_throughput(batch: int, steps: int, threads: int) -> float:
     from synkhronos.extensions.lasagne import updates
 
     x, y, loss, params = mlp()
-    step = train.make_pytensor_step_function(loss, params, [x, y], updates.sgd,
-                                             learning_rate=0.01)
+    step = train.make_pytensor_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
     xs, ys = data(batch)
     with threadpool_limits(limits=threads):
         step(xs, ys)
@@ -121,8 +122,13 @@ def plot(ranks: list[int], rates: list[float], single: float, path: Path) -> Non
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot(ranks, rates, "o-", label="synkhronos")
-    ax.plot(ranks, [single * r for r in ranks], "--", color="gray",
-            label="linear from 1-thread PyTensor")
+    ax.plot(
+        ranks,
+        [single * r for r in ranks],
+        "--",
+        color="gray",
+        label="linear from 1-thread PyTensor",
+    )
     ax.set_xlabel("ranks (CPU cores)")
     ax.set_ylabel("samples / s")
     ax.set_title("MNIST MLP training throughput")
@@ -160,10 +166,12 @@ def main() -> None:
     ranks = list(range(1, args.max_ranks + 1))
     rates = [synk_throughput(n, args.batch, args.steps) for n in ranks]
     for n, rate in zip(ranks, rates, strict=True):
-        rows.append((f"MLP samples/s, synkhronos {n} rank(s), {args.max_ranks // n} thread(s) each",
-                     rate))
-        rows.append((f"  / plain 1 thread (scaling efficiency {rate / (single * n):.2f})",
-                     rate / single))
+        rows.append(
+            (f"MLP samples/s, synkhronos {n} rank(s), {args.max_ranks // n} thread(s) each", rate)
+        )
+        rows.append(
+            (f"  / plain 1 thread (scaling efficiency {rate / (single * n):.2f})", rate / single)
+        )
         rows.append((f"  / plain {args.max_ranks} BLAS threads", rate / threaded))
     torch_rate = torch_throughput(args.batch, args.steps, args.max_ranks)
     if torch_rate is None:

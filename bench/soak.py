@@ -53,7 +53,8 @@ def leftovers(prefix: str, workers: list[int]) -> str:
     names = [e for e in os.listdir("/dev/shm") if e.startswith((prefix, f"sem.{prefix}"))]
     alive = [p for p in workers if process_state(p)[0] != "X"]
     parts = ([f"{len(alive)} worker(s)"] if alive else []) + (
-        [f"{len(names)} name(s)"] if names else [])
+        [f"{len(names)} name(s)"] if names else []
+    )
     return ", ".join(parts) or "none"
 
 
@@ -88,8 +89,14 @@ def cycles(n: int) -> list:
         samples.append((rss_mib(me), fds(me)))
     per_cycle = (time.monotonic() - start) / n
     (r0, f0), (r1, f1) = samples[0], samples[-1]
-    row(table, f"{n} fork/close cycles", "rank 0", f"{r0:.1f} -> {r1:.1f} MiB (+{r1 - r0:.1f})",
-        f"{f0} -> {f1}", f"{per_cycle:.2f} s per cycle; {unclean} cycles left something")
+    row(
+        table,
+        f"{n} fork/close cycles",
+        "rank 0",
+        f"{r0:.1f} -> {r1:.1f} MiB (+{r1 - r0:.1f})",
+        f"{f0} -> {f1}",
+        f"{per_cycle:.2f} s per cycle; {unclean} cycles left something",
+    )
     return table
 
 
@@ -112,8 +119,14 @@ def calls(n: int) -> list:
     table = []
     for k, who in enumerate(("rank 0", "worker")):
         (r0, f0), (r1, f1) = samples[0][k], samples[-1][k]
-        row(table, f"{n} calls", who, f"{r0:.1f} -> {r1:.1f} MiB (+{r1 - r0:.1f})",
-            f"{f0} -> {f1}", f"{per_call * 1e6:.0f} us per call" if k == 0 else "")
+        row(
+            table,
+            f"{n} calls",
+            who,
+            f"{r0:.1f} -> {r1:.1f} MiB (+{r1 - r0:.1f})",
+            f"{f0} -> {f1}",
+            f"{per_call * 1e6:.0f} us per call" if k == 0 else "",
+        )
     return table
 
 
@@ -147,14 +160,27 @@ def failures() -> list:
     ones = lambda f: f(np.ones((4, 3)))  # noqa: E731
     table = [
         in_session("worker stopped, timeout=1", 1.0, stop, ones),
-        in_session("worker killed while idle", None,
-                   lambda pid: (os.kill(pid, signal.SIGKILL), time.sleep(0.5)), ones),
-        in_session("worker killed during a call (0.5 s in)", None,
-                   lambda pid: (stop(pid), after(0.5, lambda: pid, signal.SIGKILL)), ones),
-        in_session("Ctrl-C during a call (0.5 s in)", None,
-                   lambda pid: (stop(pid), after(0.5, os.getpid, signal.SIGINT)), ones),
-        in_session("exception on rank 1 only", None, lambda pid: None,
-                   lambda f: f(np.ones((7, 3)))),
+        in_session(
+            "worker killed while idle",
+            None,
+            lambda pid: (os.kill(pid, signal.SIGKILL), time.sleep(0.5)),
+            ones,
+        ),
+        in_session(
+            "worker killed during a call (0.5 s in)",
+            None,
+            lambda pid: (stop(pid), after(0.5, lambda: pid, signal.SIGKILL)),
+            ones,
+        ),
+        in_session(
+            "Ctrl-C during a call (0.5 s in)",
+            None,
+            lambda pid: (stop(pid), after(0.5, os.getpid, signal.SIGINT)),
+            ones,
+        ),
+        in_session(
+            "exception on rank 1 only", None, lambda pid: None, lambda f: f(np.ones((7, 3)))
+        ),
     ]
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
         table.append(rank0_killed(signum))
@@ -166,8 +192,12 @@ def failures() -> list:
 def rank0_killed(signum, stop_worker: bool = False, long_calls: bool = False) -> tuple:
     """Rank 0 (a ``--rank0`` run) ended by ``signum`` during calls (with ``stop_worker``,
     its worker stopped first; with ``long_calls``, calls of about 2 s)."""
-    proc = subprocess.Popen([sys.executable, __file__, "--rank0", *(["--long"] * long_calls)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--rank0", *(["--long"] * long_calls)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     worker = int(proc.stdout.readline())
     time.sleep(0.3)
     if stop_worker:
@@ -177,14 +207,23 @@ def rank0_killed(signum, stop_worker: bool = False, long_calls: bool = False) ->
     proc.wait()
     prefix = f"synk_{proc.pid}_"
     while (process_state(worker)[0] not in ("X", "Z") or leftovers(prefix, []) != "none") and (
-            time.monotonic() - start < 10):
+        time.monotonic() - start < 10
+    ):
         time.sleep(0.002)
     exited = time.monotonic() - start
     left = settle(prefix, [worker])
-    case = f"rank 0 ended by {signal.Signals(signum).name} during calls" + (
-        ", its worker stopped" if stop_worker else "") + (" of 2 s" if long_calls else "")
-    return (case, f"exit {proc.returncode}",
-            f"{exited:.3f} s, reaped {time.monotonic() - start:.2f} s", "-", left)
+    case = (
+        f"rank 0 ended by {signal.Signals(signum).name} during calls"
+        + (", its worker stopped" if stop_worker else "")
+        + (" of 2 s" if long_calls else "")
+    )
+    return (
+        case,
+        f"exit {proc.returncode}",
+        f"{exited:.3f} s, reaped {time.monotonic() - start:.2f} s",
+        "-",
+        left,
+    )
 
 
 def rank0(long_calls: bool) -> None:
@@ -213,11 +252,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.rank0:
         return rank0(args.long)
-    print_table("Growth", ("run", "process", "RSS first -> last", "open fds", "note"),
-                cycles(args.cycles) + calls(args.calls))
-    print_table("Failures (time: from the fault, or from the signal to rank 0, until the "
-                "error / until nothing is left)",
-                ("case", "error seen", "time", "session", "left after close"), failures())
+    print_table(
+        "Growth",
+        ("run", "process", "RSS first -> last", "open fds", "note"),
+        cycles(args.cycles) + calls(args.calls),
+    )
+    print_table(
+        "Failures (time: from the fault, or from the signal to rank 0, until the "
+        "error / until nothing is left)",
+        ("case", "error seen", "time", "session", "left after close"),
+        failures(),
+    )
 
 
 if __name__ == "__main__":

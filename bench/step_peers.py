@@ -36,8 +36,7 @@ from multiprocessing.connection import Client
 import numpy as np
 
 SIZES = (784, 512, 512, 10)
-GRADIENT_SIZE = sum(n_in * n_out + n_out
-                    for n_in, n_out in zip(SIZES[:-1], SIZES[1:], strict=True))
+GRADIENT_SIZE = sum(n_in * n_out + n_out for n_in, n_out in zip(SIZES[:-1], SIZES[1:], strict=True))
 """The number of parameters: the length of the flat gradient."""
 LEARNING_RATE = 0.01
 DATA_ROWS = 8192
@@ -61,8 +60,10 @@ def init_params(seed: int = 0) -> list[np.ndarray]:
 def dataset(rows: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Synthetic MNIST-shaped inputs in [0, 1) and int32 labels."""
     rng = np.random.default_rng(seed)
-    return (rng.random((rows, SIZES[0]), dtype="float32"),
-            rng.integers(0, SIZES[-1], rows).astype("int32"))
+    return (
+        rng.random((rows, SIZES[0]), dtype="float32"),
+        rng.integers(0, SIZES[-1], rows).astype("int32"),
+    )
 
 
 def global_rows(step_index: int, batch: int, data_rows: int = DATA_ROWS) -> slice:
@@ -113,8 +114,9 @@ def torch_mlp(params: list[np.ndarray]):
     return torch.nn.Sequential(*layers[:-1])
 
 
-def pytensor_column(mode: str | None, rank: int = 0, world: int = 1,
-                    exchange: str | None = None) -> tuple[Step, Callable[[], None]]:
+def pytensor_column(
+    mode: str | None, rank: int = 0, world: int = 1, exchange: str | None = None
+) -> tuple[Step, Callable[[], None]]:
     """Plain single-process step: one ``pytensor.function`` with the SGD updates, on rank
     ``rank``'s share of each batch (``world`` such processes, independent of each other).
 
@@ -139,8 +141,9 @@ def pytensor_column(mode: str | None, rank: int = 0, world: int = 1,
     fn = pytensor.function([x, y], loss, updates=updates, mode=mode)
     xs, ys = dataset(DATA_ROWS)
 
-    all_reduce = (least_all_reduce(exchange, rank, world, GRADIENT_SIZE) if exchange
-                  else lambda: None)
+    all_reduce = (
+        least_all_reduce(exchange, rank, world, GRADIENT_SIZE) if exchange else lambda: None
+    )
 
     def step(rows: slice, want_loss: bool):
         mine = rank_rows(rows, rank, world)
@@ -179,8 +182,7 @@ def least_all_reduce(path: str, rank: int, world: int, size: int) -> Callable[[]
     """
     posted = np.memmap(path, mode="r+", dtype=np.float32, shape=(world + 1, size))
     result = posted[world]
-    counters = np.memmap(path, mode="r+", dtype=np.int64, shape=(world,),
-                         offset=posted.nbytes)
+    counters = np.memmap(path, mode="r+", dtype=np.int64, shape=(world,), offset=posted.nbytes)
     bounds = [size * r // world for r in range(world + 1)]
     chunk = [slice(bounds[r], bounds[r + 1]) for r in range(world)]
     others = [r for r in range(world) if r != rank]
@@ -217,8 +219,9 @@ def synk_column(backend: str) -> Step:
 
     synk.fork(2, backend=backend)
     x, y, loss, params = pytensor_mlp(init_params())
-    train_step = train.make_step_function(loss, params, [x, y], updates.sgd,
-                                          learning_rate=LEARNING_RATE)
+    train_step = train.make_step_function(
+        loss, params, [x, y], updates.sgd, learning_rate=LEARNING_RATE
+    )
     xs, ys = dataset(DATA_ROWS)
     xd, yd = synk.data(xs), synk.data(ys)
 
@@ -249,7 +252,7 @@ def mpi_column() -> Step:
         shape = p.get_value(borrow=True).shape
         size = int(np.prod(shape))
         # The sum over ranks of per-rank mean gradients, divided by world: the global mean.
-        updates.append((p, p - (LEARNING_RATE / world) * g[offset:offset + size].reshape(shape)))
+        updates.append((p, p - (LEARNING_RATE / world) * g[offset : offset + size].reshape(shape)))
         offset += size
     f_update = pytensor.function([pytensor.In(g, borrow=True)], [], updates=updates)
     xs, ys = dataset(DATA_ROWS)
@@ -271,8 +274,9 @@ def ddp_column(rank: int, world: int, port: int) -> Step:
 
     pin(rank)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     model = torch.nn.parallel.DistributedDataParallel(torch_mlp(init_params()))
     return torch_step(model, rank, world)
 

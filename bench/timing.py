@@ -28,8 +28,19 @@ def blas_kernels() -> str:
     import scipy.linalg  # noqa: F401 - loads SciPy's OpenBLAS, the one Numba graphs call
     from threadpoolctl import threadpool_info
 
-    kernels = sorted({str(lib.get("architecture")) for lib in threadpool_info()
-                      if lib.get("internal_api") == "openblas"}) or ["no OpenBLAS"]
-    chosen = ", ".join(f"{v}={os.environ[v]}" for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-                       if v in os.environ) or "OpenBLAS's own choice"
+    kernels = sorted(
+        {
+            str(lib.get("architecture"))
+            for lib in threadpool_info()
+            if lib.get("internal_api") == "openblas"
+        }
+    ) or ["no OpenBLAS"]
+    chosen = (
+        ", ".join(
+            f"{v}={os.environ[v]}"
+            for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+            if v in os.environ
+        )
+        or "OpenBLAS's own choice"
+    )
     return f"{'/'.join(kernels)} ({chosen})"

@@ -19,8 +19,11 @@ KINDS = ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter")
 def _calls(comm, arrays, parts, shm: bool) -> dict:
     """Each collective once, on the XLA communicator (device arrays) or its shared-memory
     methods (host arrays)."""
-    call = (lambda name: lambda *a: getattr(ShmCommunicator, name)(comm, *a)) if shm else (
-        lambda name: getattr(comm, name))
+    call = (
+        (lambda name: lambda *a: getattr(ShmCommunicator, name)(comm, *a))
+        if shm
+        else (lambda name: getattr(comm, name))
+    )
     root = comm.rank == 0
     return {
         "all_reduce": lambda: call("all_reduce")(arrays, "sum"),
@@ -42,12 +45,16 @@ def collective_seconds(state, size, repeat) -> list[np.ndarray]:
     device = comm.to_device(host)
     rows = [[np.ones(size, np.float32)] for _ in range(comm.n_ranks)]
     times = []
-    for shm, arrays, parts in ((False, device, [comm.to_device(p) for p in rows]),
-                               (True, host, rows)):
+    for shm, arrays, parts in (
+        (False, device, [comm.to_device(p) for p in rows]),
+        (True, host, rows),
+    ):
         calls = _calls(comm, arrays, parts, shm)
         for kind in KINDS:
+
             def once(fn=calls[kind]):
                 jax.block_until_ready(fn())
+
             once()  # compiled, and every rank here
             times.append(best_of(once, repeat, 5))
     return [np.array(times).reshape(2, len(KINDS)).T]
@@ -61,8 +68,7 @@ def all_reduce_seconds(state, size, repeat) -> list[np.ndarray]:
     start = time.perf_counter()
     comm.all_reduce(arrays, "sum")
     first = time.perf_counter() - start
-    return [np.array([first, best_of(lambda: comm.all_reduce(arrays, "sum"), int(repeat[0]),
-                                   5)])]
+    return [np.array([first, best_of(lambda: comm.all_reduce(arrays, "sum"), int(repeat[0]), 5)])]
 
 
 def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
@@ -80,17 +86,14 @@ def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
 
     def whole(local, spec):  # this rank's part of a global array
         shape = (local.shape[0] * comm.n_ranks, *local.shape[1:]) if spec != P() else local.shape
-        return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, spec),
-                                                        [local])
+        return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, spec), [local])
 
     params = jax.device_put(jax_resnet.init(jax.random.key(0), classes), comm.device)
     params = jax.tree.map(lambda a: whole(a, P()), params)
     velocity = jax.tree.map(lambda a: a * 0, params)
     rng = np.random.default_rng(comm.rank)
-    x = whole(jax.device_put(rng.random((rows, 3, size, size), np.float32), comm.device),
-              P(axis))
-    y = whole(jax.device_put(rng.integers(0, classes, rows).astype(np.int32), comm.device),
-              P(axis))
+    x = whole(jax.device_put(rng.random((rows, 3, size, size), np.float32), comm.device), P(axis))
+    y = whole(jax.device_put(rng.integers(0, classes, rows).astype(np.int32), comm.device), P(axis))
     step = jax_resnet.data_parallel_step(mesh, axis)
     start = time.perf_counter()
     params, velocity, loss = step(params, velocity, x, y)

@@ -106,8 +106,10 @@ def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_di
     # Parameters are identical on all ranks after every step, so rank 0 validates alone.
     val_fn = theano.function([input_var, target_var], [test_loss, test_acc])
 
-    print(f"{lasagne.layers.count_params(network, trainable=True)} trainable parameters, "
-          f"{ranks} rank{'s' if ranks > 1 else ''}")
+    print(
+        f"{lasagne.layers.count_params(network, trainable=True)} trainable parameters, "
+        f"{ranks} rank{'s' if ranks > 1 else ''}"
+    )
     val_acc = 0.0
     for epoch in range(num_epochs):
         train_err, train_batches, start_time = 0.0, 0, time.time()

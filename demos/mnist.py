@@ -131,8 +131,14 @@ def shared_mode(
     # selected rows of each rank's own copy.
     loss, _ = loss_and_accuracy(L.get_output(net, x_s), y_s)
     params = L.get_all_params(net, trainable=True)
-    train = make_step_function(loss, params, [], lasagne_updates.adam,
-                               sliceable_shareds=[x_s, y_s], learning_rate=args.learning_rate)
+    train = make_step_function(
+        loss,
+        params,
+        [],
+        lasagne_updates.adam,
+        sliceable_shareds=[x_s, y_s],
+        learning_rate=args.learning_rate,
+    )
     synk.scatter([x_s, y_s], [x_train, y_train])
     part_lengths = synk.get_lengths(x_s)
     # Each rank contributes its share of the global batch size, drawn from its own part.

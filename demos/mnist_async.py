@@ -47,8 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--algorithm", choices=ALGORITHMS, default="easgd-async")
     parser.add_argument("--all", action="store_true", help="run every algorithm and compare")
     parser.add_argument("--epochs", type=float, default=4, help="of sync (the others: x factor)")
-    parser.add_argument("--sample-factor", type=float, default=1.5,
-                        help="with --all: samples of the others, in multiples of sync's")
+    parser.add_argument(
+        "--sample-factor",
+        type=float,
+        default=1.5,
+        help="with --all: samples of the others, in multiples of sync's",
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="rows per rank per step")
     parser.add_argument("--learning-rate", type=float, default=0.1, help="SGD step size")
     parser.add_argument("--evals", type=int, default=4, help="evaluations per epoch")
@@ -61,8 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--backend", choices=("auto", "cpu", "jax-cpu", "gpu"), default="cpu")
     parser.add_argument("--data-dir", default="data/mnist")
-    parser.add_argument("--no-download", action="store_true",
-                        help="never use the network for MNIST")
+    parser.add_argument(
+        "--no-download", action="store_true", help="never use the network for MNIST"
+    )
     parser.add_argument("--train-size", type=int, default=None, help="use only this many")
     parser.add_argument("--out", default="demos/out", help="directory for the plot")
     parser.add_argument("--seed", type=int, default=0)
@@ -88,12 +93,15 @@ class Model:
         prob = L.get_output(net)
         loss = objectives.categorical_crossentropy(prob, self.y).mean()
         inputs = [self.x, self.y]
-        self.sync_step = make_step_function(loss, self.params, inputs, lasagne_updates.sgd,
-                                            learning_rate=args.learning_rate)
-        self.local_step = LocalStep(loss, self.params, inputs, lasagne_updates.sgd,
-                                    learning_rate=args.learning_rate)
+        self.sync_step = make_step_function(
+            loss, self.params, inputs, lasagne_updates.sgd, learning_rate=args.learning_rate
+        )
+        self.local_step = LocalStep(
+            loss, self.params, inputs, lasagne_updates.sgd, learning_rate=args.learning_rate
+        )
         accuracy = objectives.categorical_accuracy(
-            L.get_output(net, deterministic=True), self.y).mean()
+            L.get_output(net, deterministic=True), self.y
+        ).mean()
         # Rank 0 alone evaluates: the ranks' own parameters are left as they are.
         self.accuracy = pytensor.function(inputs, accuracy)
 
@@ -126,8 +134,9 @@ def make_trainer(name: str, model: Model, args: argparse.Namespace):
     return Gossip(step, b, p=args.p, seed=args.seed)
 
 
-def train(name: str, model: Model, data: dict, args: argparse.Namespace, n_ranks: int,
-          epochs: float) -> dict[str, list]:
+def train(
+    name: str, model: Model, data: dict, args: argparse.Namespace, n_ranks: int, epochs: float
+) -> dict[str, list]:
     """Train one algorithm for ``epochs``; the history of (wall time, samples, accuracy).
 
     One step first, untimed: Numba compiles the kernels on each rank's first call."""
@@ -143,8 +152,7 @@ def train(name: str, model: Model, data: dict, args: argparse.Namespace, n_ranks
     trainer = None if name == "sync" else make_trainer(name, model, args)
     steps_per_eval = max(1, len(x_data) // global_batch // args.evals)
     n_evals = max(1, math.ceil(epochs * args.evals))
-    history = {"time": [0.0], "samples": [0],
-               "accuracy": [model.evaluate(None, *data["val"])]}
+    history = {"time": [0.0], "samples": [0], "accuracy": [model.evaluate(None, *data["val"])]}
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(x_data))
     position = 0
@@ -154,7 +162,7 @@ def train(name: str, model: Model, data: dict, args: argparse.Namespace, n_ranks
             for _ in range(steps_per_eval):
                 if position + global_batch > len(order):
                     order, position = rng.permutation(len(x_data)), 0
-                model.sync_step(x_data, y_data, batch=order[position:position + global_batch])
+                model.sync_step(x_data, y_data, batch=order[position : position + global_batch])
                 position += global_batch
             samples, centre = steps_per_eval * global_batch, None
         else:
@@ -165,9 +173,11 @@ def train(name: str, model: Model, data: dict, args: argparse.Namespace, n_ranks
         history["accuracy"].append(model.evaluate(centre, *data["val"]))
     if trainer is not None:
         trainer.close()
-    tqdm.write(f"{name}: validation accuracy {history['accuracy'][-1]:.2%} after "
-               f"{history['samples'][-1]} samples, {history['time'][-1]:.1f} s "
-               f"({history['samples'][-1] / history['time'][-1]:.0f} samples/s)")
+    tqdm.write(
+        f"{name}: validation accuracy {history['accuracy'][-1]:.2%} after "
+        f"{history['samples'][-1]} samples, {history['time'][-1]:.1f} s "
+        f"({history['samples'][-1] / history['time'][-1]:.0f} samples/s)"
+    )
     return history
 
 
@@ -198,13 +208,14 @@ def save_plot(histories: dict[str, dict], path: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     pytensor.config.floatX = "float32"  # set before fork: the workers follow
-    x_train, y_train, x_val, y_val, _, _ = load_mnist(args.data_dir,
-                                                       download=not args.no_download)
+    x_train, y_train, x_val, y_val, _, _ = load_mnist(args.data_dir, download=not args.no_download)
     if args.train_size is not None:
-        x_train, y_train = x_train[:args.train_size], y_train[:args.train_size]
+        x_train, y_train = x_train[: args.train_size], y_train[: args.train_size]
     n_ranks = synk.fork(args.ranks, backend=args.backend)
-    print(f"{n_ranks} ranks (backend {synk.backend()}); {len(x_train)} training, "
-          f"{len(x_val)} validation images; {args.batch_size} rows per rank per step")
+    print(
+        f"{n_ranks} ranks (backend {synk.backend()}); {len(x_train)} training, "
+        f"{len(x_val)} validation images; {args.batch_size} rows per rank per step"
+    )
     model = Model(args, x_train.dtype)
     start = time.perf_counter()
     synk.distribute()
@@ -219,15 +230,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.all:
         sync = histories["sync"]
         target = sync["accuracy"][-1] - 0.01
-        print(f"sync: {sync['accuracy'][-1]:.2%} after {sync['samples'][-1]} samples; "
-              f"samples each needed to reach {target:.2%}:")
+        print(
+            f"sync: {sync['accuracy'][-1]:.2%} after {sync['samples'][-1]} samples; "
+            f"samples each needed to reach {target:.2%}:"
+        )
         for name in names[1:]:
             reached = samples_to_reach(histories[name], target)
             ratio = "never" if reached is None else f"{reached / sync['samples'][-1]:.2f}x sync"
             print(f"  {name}: {reached} ({ratio}); best {max(histories[name]['accuracy']):.2%}")
     path = Path(args.out) / ("mnist_async_all.png" if args.all else f"mnist_{names[0]}.png")
-    save_plot(histories, path, f"MLP, {n_ranks} ranks, {args.batch_size} rows per rank "
-                               f"per step")
+    save_plot(histories, path, f"MLP, {n_ranks} ranks, {args.batch_size} rows per rank per step")
     print(f"plot saved to {path}")
     synk.close()
 

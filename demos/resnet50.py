@@ -95,8 +95,10 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.warmup):
         train(images, labels)
     if args.warmup:  # the first step compiles the step on every rank
-        print(f"{args.warmup} untimed step(s), compiling included: "
-              f"{time.perf_counter() - start:.1f} s")
+        print(
+            f"{args.warmup} untimed step(s), compiling included: "
+            f"{time.perf_counter() - start:.1f} s"
+        )
     times = []
     for i in range(args.steps):
         start = time.perf_counter()

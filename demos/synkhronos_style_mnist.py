@@ -30,10 +30,12 @@ from synkhronos.extensions.train import make_train_function
 
 def build_mlp(input_var):
     network = lasagne.layers.InputLayer(shape=(None, 1, 28, 28), input_var=input_var)
-    network = lasagne.layers.DenseLayer(network, num_units=128,
-                                        nonlinearity=lasagne.nonlinearities.rectify)
-    return lasagne.layers.DenseLayer(network, num_units=10,
-                                     nonlinearity=lasagne.nonlinearities.softmax)
+    network = lasagne.layers.DenseLayer(
+        network, num_units=128, nonlinearity=lasagne.nonlinearities.rectify
+    )
+    return lasagne.layers.DenseLayer(
+        network, num_units=10, nonlinearity=lasagne.nonlinearities.softmax
+    )
 
 
 def iterate_minibatch_indices(data_len, batchsize, shuffle=False):
@@ -41,7 +43,7 @@ def iterate_minibatch_indices(data_len, batchsize, shuffle=False):
     if shuffle:
         np.random.shuffle(indices)
     for start_idx in range(0, data_len - batchsize + 1, batchsize):
-        yield indices[start_idx:start_idx + batchsize]
+        yield indices[start_idx : start_idx + batchsize]
 
 
 def main(n_parallel=None, batch_size=64, num_epochs=5, data_dir="data/mnist", download=True):
@@ -61,12 +63,14 @@ def main(n_parallel=None, batch_size=64, num_epochs=5, data_dir="data/mnist", do
     loss = lasagne.objectives.categorical_crossentropy(prediction, target_var).mean()
     params = lasagne.layers.get_all_params(network, trainable=True)
     grad_updates, param_updates, grad_shared = updates.nesterov_momentum(
-        loss, params, learning_rate=0.05, momentum=0.9)
+        loss, params, learning_rate=0.05, momentum=0.9
+    )
 
     test_prediction = lasagne.layers.get_output(network, deterministic=True)
     test_loss = lasagne.objectives.categorical_crossentropy(test_prediction, target_var).mean()
-    test_acc = T.mean(T.eq(T.argmax(test_prediction, axis=1), target_var),
-                      dtype=theano.config.floatX)
+    test_acc = T.mean(
+        T.eq(T.argmax(test_prediction, axis=1), target_var), dtype=theano.config.floatX
+    )
 
     train_grad_fn = synk.function([input_var, target_var], outputs=loss, updates=grad_updates)
     train_update_fn = synk.function([], updates=param_updates)
@@ -93,10 +97,19 @@ def main(n_parallel=None, batch_size=64, num_epochs=5, data_dir="data/mnist", do
         print(f"  validation accuracy:\t\t{float(val_acc) * 100:.2f} %")
 
     # One more epoch with the original's helper, which runs the same three steps.
-    train = make_train_function(loss, params, input_var, target_var,
-                                updates.nesterov_momentum, learning_rate=0.01, momentum=0.9)
-    train_err = [float(train(X_train, y_train, batch=batch))
-                 for batch in iterate_minibatch_indices(len(y_train), batch_size, shuffle=True)]
+    train = make_train_function(
+        loss,
+        params,
+        input_var,
+        target_var,
+        updates.nesterov_momentum,
+        learning_rate=0.01,
+        momentum=0.9,
+    )
+    train_err = [
+        float(train(X_train, y_train, batch=batch))
+        for batch in iterate_minibatch_indices(len(y_train), batch_size, shuffle=True)
+    ]
     print(f"make_train_function epoch: training loss {np.mean(train_err):.6f}")
 
     test_err, test_acc = val_fn(X_test, y_test, num_slices=2)

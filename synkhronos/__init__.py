@@ -33,9 +33,17 @@ from synkhronos.transport.shared_arrays import Data
 __version__ = "0.1.0"
 
 
-def data(value=None, var=None, dtype=None, ndim: int | None = None, shape=None,
-         minibatch: bool = False, force_cast: bool = False, oversize: float = 1.0,
-         name: str | None = None) -> Data:
+def data(
+    value=None,
+    var=None,
+    dtype=None,
+    ndim: int | None = None,
+    shape=None,
+    minibatch: bool = False,
+    force_cast: bool = False,
+    oversize: float = 1.0,
+    name: str | None = None,
+) -> Data:
     """An array in OS shared memory that every rank reads without copying.
 
     Parameters
@@ -72,8 +80,30 @@ def data(value=None, var=None, dtype=None, ndim: int | None = None, shape=None,
 
 
 __all__ = [
-    "Chain", "Data", "Function", "RemoteError", "WorkerDied", "WorkerHung", "all_gather",
-    "all_reduce", "backend", "broadcast", "chain", "close", "data", "distribute", "fork",
-    "function", "gather", "get_lengths", "get_n_gpu", "get_shapes", "get_value", "load",
-    "reduce", "save", "scatter", "set_value",
+    "Chain",
+    "Data",
+    "Function",
+    "RemoteError",
+    "WorkerDied",
+    "WorkerHung",
+    "all_gather",
+    "all_reduce",
+    "backend",
+    "broadcast",
+    "chain",
+    "close",
+    "data",
+    "distribute",
+    "fork",
+    "function",
+    "gather",
+    "get_lengths",
+    "get_n_gpu",
+    "get_shapes",
+    "get_value",
+    "load",
+    "reduce",
+    "save",
+    "scatter",
+    "set_value",
 ]

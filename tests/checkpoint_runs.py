@@ -47,8 +47,7 @@ def build(kind: str):
         w = pytensor.shared(rng.normal(size=(3, 2)).astype(dtype), name="w")
         b = pytensor.shared(np.zeros(2, dtype), name="b")
         loss = pt.mean(pt.sqr(pt.tanh(x @ w) + b - pt.cast(y, dtype)[:, None]))
-        train = make_step_function(loss, [w, b], [x, y], lasagne.updates.adam,
-                                   learning_rate=0.05)
+        train = make_step_function(loss, [w, b], [x, y], lasagne.updates.adam, learning_rate=0.05)
         return lambda i: train(*_data(i, dtype))
     network = _network(x, dropout=kind == "lasagne")
     prediction = lasagne.layers.get_output(network)
@@ -59,7 +58,8 @@ def build(kind: str):
         return lambda i: train(*_data(i, dtype))
     # The original's two phases by hand; the running averages stay per rank.
     grad_updates, param_updates, grad_shared = updates.nesterov_momentum(
-        loss, params, learning_rate=0.1, momentum=0.9)
+        loss, params, learning_rate=0.1, momentum=0.9
+    )
     f_grad = synk.function([x, y], loss, updates=grad_updates)
     f_update = synk.function([], updates=param_updates)
 
@@ -76,8 +76,11 @@ def _state() -> list[np.ndarray]:
     """Every rank's value of every shared tensor of the session, rank 0's first."""
     from synkhronos.session import launch
 
-    variables = [v for v in launch.current().state.registry.variables
-                 if not isinstance(v.get_value(borrow=True), np.random.Generator)]
+    variables = [
+        v
+        for v in launch.current().state.registry.variables
+        if not isinstance(v.get_value(borrow=True), np.random.Generator)
+    ]
     return [np.asarray(value) for value in synk.gather(variables, nd_up=1)]
 
 

@@ -46,5 +46,6 @@ def rng(request):
 
 def shm_entries(prefix: str = "synk_") -> list[str]:
     """Names in /dev/shm made by synkhronos (segments and semaphores)."""
-    return [e for e in os.listdir("/dev/shm") if e.startswith(prefix)
-            or e.startswith("sem." + prefix)]
+    return [
+        e for e in os.listdir("/dev/shm") if e.startswith(prefix) or e.startswith("sem." + prefix)
+    ]

@@ -22,9 +22,8 @@ def test_ranks_pinned_to_their_own_cores_and_restored(monkeypatch):
         session = launch.current()
         k = len(CORES) // 2
         assert os.sched_getaffinity(0) == set(CORES[:k])
-        assert os.sched_getaffinity(session.processes[0].pid) == set(CORES[k:2 * k])
-        assert all(p["num_threads"] == k for p in threadpool_info()
-                   if p["user_api"] == "blas")
+        assert os.sched_getaffinity(session.processes[0].pid) == set(CORES[k : 2 * k])
+        assert all(p["num_threads"] == k for p in threadpool_info() if p["user_api"] == "blas")
     finally:
         synk.close()
     assert os.sched_getaffinity(0) == before
@@ -43,4 +42,5 @@ def test_xla_gets_one_thread_on_one_core(monkeypatch):
     assert "XLA_FLAGS" not in launch._worker_env(2, "jax-cpu", None)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
     assert launch._worker_env(1, "jax-cpu", None)["XLA_FLAGS"] == (
-        "--xla_cpu_multi_thread_eigen=true")  # the user's choice stands
+        "--xla_cpu_multi_thread_eigen=true"
+    )  # the user's choice stands

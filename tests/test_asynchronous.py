@@ -63,6 +63,7 @@ def build_step(w0, rule=one_phase.sgd, mode="FAST_COMPILE"):
 
 # ---- numpy formulas ----------------------------------------------------------------------
 
+
 def shares(n_ranks):
     return np.array_split(np.arange(N_ROWS), n_ranks)
 
@@ -70,13 +71,13 @@ def shares(n_ranks):
 def batch_rows(share, step):
     n_batches = max(1, len(share) // BATCH)
     k = step % n_batches
-    return share[k * BATCH:(k + 1) * BATCH]
+    return share[k * BATCH : (k + 1) * BATCH]
 
 
 def sgd(w, x, y):
     """One SGD step; returns the new w and the loss before it."""
     residual = x @ w - y
-    return w - LR * 2 / len(x) * (x.T @ residual), np.mean(residual ** 2)
+    return w - LR * 2 / len(x) * (x.T @ residual), np.mean(residual**2)
 
 
 def local_steps(w0, x, y, n_ranks, exchange):
@@ -111,8 +112,8 @@ def run_phases(trainer, data):
 
 # ---- exact trajectories ------------------------------------------------------------------
 
-@pytest.mark.parametrize("n_ranks, backend", [(1, "cpu"), (2, "cpu"), (3, "cpu"),
-                                              (2, "jax-cpu")])
+
+@pytest.mark.parametrize("n_ranks, backend", [(1, "cpu"), (2, "cpu"), (3, "cpu"), (2, "jax-cpu")])
 def test_sync_easgd_matches_formula_step_for_step(n_ranks, backend, rng):
     """(jax-cpu: parameters on the device, copied to the host only at exchanges.)"""
     x, y, w0 = problem(rng)
@@ -200,13 +201,14 @@ def test_gossip_without_messages_is_local_sgd_and_mean(n_ranks, p, rng):
 
 # ---- asynchronous invariants ---------------------------------------------------------------
 
+
 def check_centre_is_running_sum(logs, centre0, centre_end, n_params):
     """Logged exchanges ``[sequence, ..., centre before, added]`` in sequence order: each
     one saw the centre the previous ones left, and the last leaves the final centre."""
     rows = np.concatenate([log for log in logs if log.size])
     rows = rows[np.argsort(rows[:, 0])]
     np.testing.assert_array_equal(rows[:, 0], np.arange(len(rows)))  # none lost, none twice
-    before, added = rows[:, -2 * n_params:-n_params], rows[:, -n_params:]
+    before, added = rows[:, -2 * n_params : -n_params], rows[:, -n_params:]
     expected = centre0 + np.concatenate([np.zeros((1, n_params)), np.cumsum(added, axis=0)])
     np.testing.assert_allclose(before, expected[:-1], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(centre_end, expected[-1], rtol=1e-10, atol=1e-12)
@@ -228,8 +230,9 @@ def test_async_easgd_centre_is_the_running_formula_of_the_exchanges(two_ranks, r
     logs = [r[0] for r in result.replies]
     assert [len(log) for log in logs] == [20, 20]
     rows = check_centre_is_running_sum(logs, w0, result.centre[0], N_FEATURES)
-    params, centre, added = (rows[:, 1 + i * N_FEATURES:1 + (i + 1) * N_FEATURES]
-                             for i in range(3))
+    params, centre, added = (
+        rows[:, 1 + i * N_FEATURES : 1 + (i + 1) * N_FEATURES] for i in range(3)
+    )
     np.testing.assert_allclose(added, alpha * (params - centre), rtol=1e-12)
 
 
@@ -256,24 +259,30 @@ def test_gossip_conserves_weight_and_delivers_every_message(two_ranks, rng):
     assert sum(weights) == 1.0  # halvings and sums of powers of two are exact
     logs = np.concatenate([r[1] for r in result.replies + second.replies if r[1].size])
     n = N_FEATURES
-    weight, own, x_before, mass, x_after = (logs[:, 2], logs[:, 3], logs[:, 4:4 + n],
-                                            logs[:, 4 + n:4 + 2 * n], logs[:, 4 + 2 * n:])
+    weight, own, x_before, mass, x_after = (
+        logs[:, 2],
+        logs[:, 3],
+        logs[:, 4 : 4 + n],
+        logs[:, 4 + n : 4 + 2 * n],
+        logs[:, 4 + 2 * n :],
+    )
     sends, receives = logs[:, 0] == 0, logs[:, 0] == 1
     assert sends.sum() > 0 and receives.sum() > 0
     # A send halves the sender's weight and carries w * x; a receive merges (GoSGD):
     # x <- (w x + sum_s w_s x_s) / (w + sum_s w_s).
     np.testing.assert_array_equal(weight[sends], own[sends] / 2)
     np.testing.assert_allclose(mass[sends], weight[sends, None] * x_before[sends], rtol=1e-12)
-    expected = ((own[receives, None] * x_before[receives] + mass[receives])
-                / (own[receives] + weight[receives])[:, None])
+    expected = (own[receives, None] * x_before[receives] + mass[receives]) / (
+        own[receives] + weight[receives]
+    )[:, None]
     np.testing.assert_allclose(x_after[receives], expected, rtol=1e-12)
     # Every message is delivered, weight and parameters alike, none twice.
     assert weight[sends].sum() == weight[receives].sum()
-    np.testing.assert_allclose(mass[sends].sum(axis=0), mass[receives].sum(axis=0),
-                               rtol=1e-10)
+    np.testing.assert_allclose(mass[sends].sum(axis=0), mass[receives].sum(axis=0), rtol=1e-10)
 
 
 # ---- the routine command and the lock -------------------------------------------------------
+
 
 def rank_sum(state, values, scale):
     """A routine for the test below: this rank's number and a sum."""
@@ -284,10 +293,12 @@ def test_bad_hyperparameters_are_refused_on_rank_0_before_any_block_exists(one_r
     step, _ = build_step(problem(rng)[2])
     name = launch.current().name
     before = shm_entries(name)
-    for make, match in ((lambda: EASGD(step, BATCH, tau=0), "tau"),
-                        (lambda: AsyncEASGD(step, BATCH, tau=2.5), "tau"),
-                        (lambda: Downpour(step, BATCH, n_push=1, n_pull=0), "n_pull"),
-                        (lambda: Gossip(step, BATCH, p=1.5), "probability")):
+    for make, match in (
+        (lambda: EASGD(step, BATCH, tau=0), "tau"),
+        (lambda: AsyncEASGD(step, BATCH, tau=2.5), "tau"),
+        (lambda: Downpour(step, BATCH, n_push=1, n_pull=0), "n_pull"),
+        (lambda: Gossip(step, BATCH, p=1.5), "probability"),
+    ):
         with pytest.raises(ValueError, match=match):
             make()
     assert shm_entries(name) == before
@@ -297,6 +308,7 @@ def test_routine_runs_on_every_rank_with_data_and_arrays(two_ranks):
     values = synk.data(np.arange(5.0))
     replies = routines.run(rank_sum, values, np.array([2.0]))
     assert [r[0].tolist() for r in replies] == [[0.0, 20.0], [1.0, 20.0]]
+
     def nested(state):
         return []
 
@@ -347,7 +359,8 @@ class AsyncEASGDFailingOnRank1(AsyncEASGD):
 
 
 def test_a_rank_failing_in_an_asynchronous_phase_stops_the_others_at_their_next_step(
-        two_ranks, rng):
+    two_ranks, rng
+):
     """Without the abort check between local steps rank 0 would run its 10**7 steps."""
     x, y, w0 = problem(rng)
     step, _ = build_step(w0)

@@ -54,18 +54,25 @@ def plans(draw):
     n_ranks = draw(st.integers(1, 4))
     n_scatter = draw(st.integers(0, 3))
     kinds = draw(st.lists(st.sampled_from([Arg.DATA, Arg.VALUE]), max_size=4))
-    bcast = [FakeData(draw(words)) if k == Arg.DATA else
-             np.array(draw(st.lists(st.floats(-1e6, 1e6), max_size=5)), np.float32)
-             for k in kinds]
+    bcast = [
+        FakeData(draw(words))
+        if k == Arg.DATA
+        else np.array(draw(st.lists(st.floats(-1e6, 1e6), max_size=5)), np.float32)
+        for k in kinds
+    ]
     plan = CallPlan(
-        fid=draw(st.integers(0, 1000)), num_slices=draw(st.integers(1, 8)),
+        fid=draw(st.integers(0, 1000)),
+        num_slices=draw(st.integers(1, 8)),
         subset=np.array(draw(st.lists(st.integers(0, 20), max_size=6)), np.int64),
         scatter=[FakeData(draw(words)) for _ in range(n_scatter)],
-        by_position=np.array(draw(st.lists(st.integers(0, 1), min_size=n_scatter,
-                                           max_size=n_scatter)), np.int64),
+        by_position=np.array(
+            draw(st.lists(st.integers(0, 1), min_size=n_scatter, max_size=n_scatter)), np.int64
+        ),
         rows=draw(rank_rows(n_ranks)) if n_scatter and draw(st.booleans()) else None,
-        bcast=bcast, bcast_kinds=np.array(kinds, np.int64),
-        s_rows=draw(rank_rows(n_ranks)) if draw(st.booleans()) else None)
+        bcast=bcast,
+        bcast_kinds=np.array(kinds, np.int64),
+        s_rows=draw(rank_rows(n_ranks)) if draw(st.booleans()) else None,
+    )
     return plan, n_ranks
 
 
@@ -94,8 +101,9 @@ def test_split_gives_every_row_once_in_order(sel, n_ranks):
     rows = RankRows.split(sel, n_ranks)
     parts = [rows.for_rank(r) for r in range(n_ranks)]
     whole = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else sel
-    joined = np.concatenate([np.arange(p.start, p.stop) if isinstance(p, slice) else p
-                             for p in parts])
+    joined = np.concatenate(
+        [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in parts]
+    )
     assert joined.tolist() == whole.tolist()
     sizes = [selection_length(p) for p in parts]
     assert max(sizes) - min(sizes) <= 1
@@ -103,9 +111,17 @@ def test_split_gives_every_row_once_in_order(sel, n_ranks):
 
 def test_decoded_arrays_do_not_alias_the_message():
     # The mailbox is overwritten by the next command: decode must copy what it keeps.
-    plan = CallPlan(0, 1, np.array([0]), [], np.array([], np.int64),
-                    None, [np.ones(3)], np.array([Arg.VALUE]),
-                    RankRows.split(np.array([4, 1, 3], np.int64), 2))
+    plan = CallPlan(
+        0,
+        1,
+        np.array([0]),
+        [],
+        np.array([], np.int64),
+        None,
+        [np.ones(3)],
+        np.array([Arg.VALUE]),
+        RankRows.split(np.array([4, 1, 3], np.int64), 2),
+    )
     arrays = plan.encode()
     back = CallPlan.decode(arrays)
     for a in arrays[1:]:
@@ -115,7 +131,15 @@ def test_decoded_arrays_do_not_alias_the_message():
 
 
 def test_word_layout_marks_rows():
-    plan = CallPlan(5, 2, np.array([1]), [], np.array([], np.int64), None, [],
-                    np.array([], np.int64), RankRows.per_rank([slice(0, 3), slice(2, 4)]))
-    assert plan.encode()[0].tolist() == [5, 2, 1, 0, 0, 1, Rows.NONE, Rows.RANGES, 2,
-                                         0, 3, 2, 4]
+    plan = CallPlan(
+        5,
+        2,
+        np.array([1]),
+        [],
+        np.array([], np.int64),
+        None,
+        [],
+        np.array([], np.int64),
+        RankRows.per_rank([slice(0, 3), slice(2, 4)]),
+    )
+    assert plan.encode()[0].tolist() == [5, 2, 1, 0, 0, 1, Rows.NONE, Rows.RANGES, 2, 0, 3, 2, 4]

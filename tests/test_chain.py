@@ -20,7 +20,7 @@ MODE = "FAST_COMPILE"  # the default (Numba) mode compiles for seconds per graph
 
 def per_rank_rows(rows, n_ranks):
     bounds = split_bounds(len(rows), n_ranks)
-    return [rows[bounds[r]:bounds[r + 1]] for r in range(n_ranks)]
+    return [rows[bounds[r] : bounds[r + 1]] for r in range(n_ranks)]
 
 
 def test_step_matches_numpy_on_uneven_splits(ranks, rng):
@@ -29,8 +29,12 @@ def test_step_matches_numpy_on_uneven_splits(ranks, rng):
     x = pt.matrix("x")
     acc = pytensor.shared(np.zeros(3), name="acc")
     scale = pytensor.shared(np.ones(3), name="scale")
-    first = synk.function([x], [x.mean(), (x.max(axis=1), "gather"), (x.sum(), "sum")],
-                          updates=[(acc, x.sum(axis=0), "sum")], mode=MODE)
+    first = synk.function(
+        [x],
+        [x.mean(), (x.max(axis=1), "gather"), (x.sum(), "sum")],
+        updates=[(acc, x.sum(axis=0), "sum")],
+        mode=MODE,
+    )
     second = synk.function([], [(acc.sum(), "max")], updates=[(scale, acc * 0.5)], mode=MODE)
     step = synk.chain(first, ("all_reduce", acc, "sum"), second)
     data = rng.normal(size=(11, 3))
@@ -46,8 +50,9 @@ def test_step_matches_numpy_on_uneven_splits(ranks, rng):
     # Per rank, before the all-reduce: what the first function alone computes there.
     first(data, batch=7)
     parts = per_rank_rows(data[:7], ranks)
-    np.testing.assert_allclose(synk.gather(acc, nd_up=1), [p.sum(axis=0) for p in parts],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        synk.gather(acc, nd_up=1), [p.sum(axis=0) for p in parts], rtol=1e-12
+    )
 
 
 def test_outputs_match_plain_pytensor_and_output_subset(ranks, rng):
@@ -58,16 +63,20 @@ def test_outputs_match_plain_pytensor_and_output_subset(ranks, rng):
     g = pytensor.shared(np.zeros(3), name="g")
     # Row-weighted gradient (loss * rows) and the row count, summed over ranks.
     rows = pytensor.shared(np.float64(0), name="rows")
-    f_grad = synk.function([x, y], [loss, (x.shape[0], "sum")],
-                           updates=[(g, grad * x.shape[0]), (rows, pt.cast(x.shape[0], "float64"))],
-                           mode=MODE)
+    f_grad = synk.function(
+        [x, y],
+        [loss, (x.shape[0], "sum")],
+        updates=[(g, grad * x.shape[0]), (rows, pt.cast(x.shape[0], "float64"))],
+        mode=MODE,
+    )
     f_update = synk.function([], updates=[(w, w - 0.1 * g / rows)], mode=MODE)
     step = synk.chain(f_grad, ("all_reduce", [g, rows], "sum"), f_update)
     ref_w = pytensor.shared(w.get_value().copy())
     ref_x, ref_y = pt.matrix("x"), pt.vector("y")
     ref_loss = pt.mean((ref_x @ ref_w - ref_y) ** 2)
-    ref = pytensor.function([ref_x, ref_y], ref_loss,
-                            updates=[(ref_w, ref_w - 0.1 * pytensor.grad(ref_loss, ref_w))])
+    ref = pytensor.function(
+        [ref_x, ref_y], ref_loss, updates=[(ref_w, ref_w - 0.1 * pytensor.grad(ref_loss, ref_w))]
+    )
     for _ in range(3):
         xs, ys = rng.normal(size=(7, 3)), rng.normal(size=7)
         (got_loss, got_rows), none = step(xs, ys)
@@ -114,13 +123,16 @@ def test_failing_step_names_rank_and_step(ranks, bad_rank):
     if rank == 0:
         with pytest.raises(AssertionError, match="values below 100") as info:
             step(data)
-        assert (f"in step 0 (function {f._spec.fid}) of a synkhronos chain, on rank 0"
-                in info.value.__notes__)
+        assert (
+            f"in step 0 (function {f._spec.fid}) of a synkhronos chain, on rank 0"
+            in info.value.__notes__
+        )
     else:
         with pytest.raises(synk.RemoteError, match=f"worker rank {rank} failed") as info:
             step(data)
         assert f"in step 0 (function {f._spec.fid}) of a synkhronos chain, on rank {rank}" in (
-            str(info.value))
+            str(info.value)
+        )
     assert not launch.current().broken
     step(np.arange(7.0))
     np.testing.assert_allclose(synk.gather(total, nd_up=1), [22.0] * ranks)
@@ -135,8 +147,9 @@ def test_failing_collective_step(ranks):
     synk.set_value(ranks - 1, v, np.zeros(3))
     with pytest.raises(ValueError, match="equal shapes") as info:
         step(np.ones(7))
-    assert ("in step 1 (all_reduce of 1 variable(s), op 'sum') of a synkhronos chain, on "
-            "rank 0") in info.value.__notes__
+    assert (
+        "in step 1 (all_reduce of 1 variable(s), op 'sum') of a synkhronos chain, on rank 0"
+    ) in info.value.__notes__
     synk.set_value(ranks - 1, v, np.zeros(2))
     step(np.ones(7))
     np.testing.assert_allclose(synk.gather(v, nd_up=1), np.full((ranks, 2), 7.0))
@@ -170,8 +183,11 @@ def test_every_rank_rows_refuses_a_rank_without_rows(ranks):
     data = np.ones((ranks + 1, 3))
     strict(data)
     assert float(total.get_value()) == data.sum()
-    with pytest.raises(ValueError, match=rf"batch gives 1 row\(s\) to {ranks} ranks, none to "
-                                         rf"rank\(s\) \[1"):
+    with pytest.raises(
+        ValueError,
+        match=rf"batch gives 1 row\(s\) to {ranks} ranks, none to "
+        rf"rank\(s\) \[1",
+    ):
         strict(data, batch=[0])
     assert float(total.get_value()) == data.sum()  # nothing ran
     loose = synk.chain(add, ("all_reduce", total, "sum"))
@@ -191,6 +207,9 @@ def test_every_rank_rows_with_batch_s(ranks):
     with pytest.raises(ValueError, match=rf"batch_s gives .* none to rank\(s\) \[{ranks - 1}\]"):
         strict(batch_s=per_rank)
     synk.scatter(rows, np.ones((ranks - 1, 2)))  # the last rank holds no rows
-    with pytest.raises(ValueError, match=rf"sliceable shared data gives {ranks - 1} row\(s\) "
-                                         rf"to {ranks} ranks, none to rank\(s\) \[{ranks - 1}\]"):
+    with pytest.raises(
+        ValueError,
+        match=rf"sliceable shared data gives {ranks - 1} row\(s\) "
+        rf"to {ranks} ranks, none to rank\(s\) \[{ranks - 1}\]",
+    ):
         strict()

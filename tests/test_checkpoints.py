@@ -24,13 +24,23 @@ def _resumed(backend: str, runs: dict[str, Path]) -> dict[str, tuple[list[float]
     out = next(iter(runs.values())).with_name("resumed.npz")
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTENSOR_FLAGS=FLAGS)
     args = [str(a) for kind, path in runs.items() for a in (kind, path)]
-    done = subprocess.run([sys.executable, checkpoint_runs.__file__, backend, str(out), *args],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, checkpoint_runs.__file__, backend, str(out), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-5000:]
     with np.load(out) as saved:
-        return {kind: (saved[f"{kind}_losses"].tolist(),
-                       [saved[key] for key in saved.files if key.startswith(f"{kind}_state_")])
-                for kind in runs}
+        return {
+            kind: (
+                saved[f"{kind}_losses"].tolist(),
+                [saved[key] for key in saved.files if key.startswith(f"{kind}_state_")],
+            )
+            for kind in runs
+        }
 
 
 def _check_same(first: tuple, resumed: tuple) -> None:
@@ -91,8 +101,13 @@ def session():
     rows = pytensor.shared(np.zeros((4, 3)), name="rows")
     rng = pytensor.shared(np.random.default_rng(0), name="noise_rng")
     next_rng, noise = pt.random.normal(size=(), rng=rng, return_next_rng=True)
-    f = synk.function([x], (x @ w).sum() + rows.sum() + noise, updates=[
-        (acc, acc + x.sum()), (rng, next_rng)], sliceable_shareds=[rows], mode="FAST_COMPILE")
+    f = synk.function(
+        [x],
+        (x @ w).sum() + rows.sum() + noise,
+        updates=[(acc, acc + x.sum()), (rng, next_rng)],
+        sliceable_shareds=[rows],
+        mode="FAST_COMPILE",
+    )
     yield synk, f, w, acc, rng
     synk.close()
 
@@ -113,8 +128,7 @@ def test_what_must_agree_is_checked(session, tmp_path, rng):
     assert not path.exists() and os.listdir(tmp_path) == []
     synk.save(path, extra={"epoch": 3, "seen": [1, 2]}, per_rank=["acc"])
     kinds = {v["name"]: v["kind"] for v in _manifest(path)["variables"]}
-    assert kinds == {"w": "same", "acc": "per_rank", "rows": "data",
-                     "noise_rng": "generator"}
+    assert kinds == {"w": "same", "acc": "per_rank", "rows": "data", "noise_rng": "generator"}
     saved_acc = [synk.get_value(r, acc) for r in range(2)]
     saved_w = w.get_value()
     draws = [float(f(np.zeros((2, 3)))) for _ in range(2)]  # moves the generators
@@ -143,8 +157,11 @@ def test_load_refuses_what_does_not_match(session, tmp_path):
     with pytest.raises(ValueError, match="is not a synkhronos checkpoint"):
         synk.load(tmp_path / "other.npz")
     w.set_value(np.zeros(4))  # another shape than the file's
-    with pytest.raises(ValueError, match=r"shared variable \d, w .* has shape \(4,\) here, "
-                                         r"\(3,\) in the checkpoint"):
+    with pytest.raises(
+        ValueError,
+        match=r"shared variable \d, w .* has shape \(4,\) here, "
+        r"\(3,\) in the checkpoint",
+    ):
         synk.load(path)
     synk.broadcast(w, np.zeros(3))
     with pytest.raises(TypeError, match="numbers"):

@@ -22,8 +22,9 @@ def shipped(ranks):
 
 
 def per_rank(rng, n):
-    return [rng.normal(size=(4, 3)) for _ in range(n)], \
-        [rng.integers(-9, 9, size=5).astype("int32") for _ in range(n)]
+    return [rng.normal(size=(4, 3)) for _ in range(n)], [
+        rng.integers(-9, 9, size=5).astype("int32") for _ in range(n)
+    ]
 
 
 def set_each(values_a, values_b):

@@ -34,8 +34,10 @@ def measured(monkeypatch, tmp_path):
     return fake
 
 
-@pytest.mark.parametrize(("cpu_ms", "jax_ms", "expected"), [
-    (4.0, 2.0, "jax-cpu"), (4.5, 4.0, "jax-cpu"), (4.3, 4.0, "cpu"), (3.0, 4.0, "cpu")])
+@pytest.mark.parametrize(
+    ("cpu_ms", "jax_ms", "expected"),
+    [(4.0, 2.0, "jax-cpu"), (4.5, 4.0, "jax-cpu"), (4.3, 4.0, "cpu"), (3.0, 4.0, "cpu")],
+)
 def test_choose_needs_the_margin(cpu_ms, jax_ms, expected):
     assert cpu_choice.choose({"cpu": cpu_ms, "jax-cpu": jax_ms}) == expected
 
@@ -59,8 +61,9 @@ def test_measured_once_then_remembered(measured, monkeypatch, caplog):
     monkeypatch.setattr(pytensor.config, "floatX", other)  # another key: measured anew
     assert cpu_choice.faster_cpu_backend() == "cpu"
     assert measured.runs == [measured.runs[0], other]
-    assert sorted(e["choice"] for e in json.loads(cpu_choice.cache_file().read_text())
-                  .values()) == ["cpu", "jax-cpu"]  # both keys kept
+    assert sorted(
+        e["choice"] for e in json.loads(cpu_choice.cache_file().read_text()).values()
+    ) == ["cpu", "jax-cpu"]  # both keys kept
     monkeypatch.setenv("PYTENSOR_FLAGS", "linker=py")  # flags change the timing: a new key
     cpu_choice.faster_cpu_backend()
     assert len(measured.runs) == 3
@@ -126,8 +129,11 @@ def test_jax_mode_with_float32_warns_of_64_bit_values(monkeypatch):
     synk.fork(2, backend="jax-cpu")
     try:
         wide, narrow = pt.matrix("wide", dtype="float64"), pt.matrix("narrow", dtype="float32")
-        with pytest.warns(UserWarning, match=r"wide \(float64\), output 0 \(float64\) are "
-                                              r"computed as 32-bit"):
+        with pytest.warns(
+            UserWarning,
+            match=r"wide \(float64\), output 0 \(float64\) are "
+            r"computed as 32-bit",
+        ):
             f = synk.function([wide], (wide.sum(), "sum"))
         assert f(np.array([[1e8], [1.0], [1.0], [1.0]])) == np.float32(1e8)  # as warned
         with warnings.catch_warnings():

@@ -11,9 +11,23 @@ import pytest
 pytest.importorskip("sphinx")
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ("index", "install", "tutorial", "model", "porting", "api", "benchmarks", "limitations",
-         "lasagne", "asynchronous", "nodes", "internals", "logging", "checkpoints",
-         "check")
+PAGES = (
+    "index",
+    "install",
+    "tutorial",
+    "model",
+    "porting",
+    "api",
+    "benchmarks",
+    "limitations",
+    "lasagne",
+    "asynchronous",
+    "nodes",
+    "internals",
+    "logging",
+    "checkpoints",
+    "check",
+)
 API_IDS = (
     "synkhronos.fork",
     "synkhronos.api.functions.Function",

@@ -24,24 +24,27 @@ def unchanged(check):
     np.testing.assert_array_equal(synk.gather(w, nd_up=1), before)
 
 
-@pytest.mark.parametrize("args, kwargs, error, match", [
-    ((np.ones((4, 3)),), {}, TypeError, "expected 2 arguments"),
-    ((np.ones((4, 3)), np.ones(4), 1), {}, TypeError, "expected 2 arguments"),
-    ((np.ones((4, 3), "float32") + 0.5, np.ones(4)), {"batch": "x"}, TypeError, "batch"),
-    ((np.ones(4), np.ones(4)), {}, TypeError, "input 0 \\('x'\\).*dimensions"),
-    ((np.ones((4, 3)), np.ones(5)), {}, ValueError, "different lengths"),
-    ((np.ones((4, 3)).astype("complex128"), np.ones(4)), {}, TypeError, "'x'.*complex128"),
-    ((np.ones((4, 3)), np.ones(4)), {"batch": 5}, ValueError, "batch=5"),
-    ((np.ones((4, 3)), np.ones(4)), {"batch": [0, 4]}, ValueError, "out of range"),
-    ((np.ones((4, 3)), np.ones(4)), {"batch": [-1]}, ValueError, "negative"),
-    ((np.ones((4, 3)), np.ones(4)), {"batch": slice(0, 9)}, ValueError, "outside"),
-    ((np.ones((4, 3)), np.ones(4)), {"batch": []}, ValueError, "no rows"),
-    ((np.ones((4, 3)), np.ones(4)), {"batch": [[0, 1]]}, TypeError, "1-D"),
-    ((np.ones((4, 3)), np.ones(4)), {"num_slices": 0}, ValueError, "num_slices"),
-    ((np.ones((4, 3)), np.ones(4)), {"num_slices": 1.5}, TypeError, "num_slices"),
-    ((np.ones((4, 3)), np.ones(4)), {"batch_s": slice(0, 1)}, ValueError, "sliceable"),
-    ((np.ones((4, 3)), np.ones(4)), {"output_subset": [2]}, ValueError, "output_subset"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((np.ones((4, 3)),), {}, TypeError, "expected 2 arguments"),
+        ((np.ones((4, 3)), np.ones(4), 1), {}, TypeError, "expected 2 arguments"),
+        ((np.ones((4, 3), "float32") + 0.5, np.ones(4)), {"batch": "x"}, TypeError, "batch"),
+        ((np.ones(4), np.ones(4)), {}, TypeError, "input 0 \\('x'\\).*dimensions"),
+        ((np.ones((4, 3)), np.ones(5)), {}, ValueError, "different lengths"),
+        ((np.ones((4, 3)).astype("complex128"), np.ones(4)), {}, TypeError, "'x'.*complex128"),
+        ((np.ones((4, 3)), np.ones(4)), {"batch": 5}, ValueError, "batch=5"),
+        ((np.ones((4, 3)), np.ones(4)), {"batch": [0, 4]}, ValueError, "out of range"),
+        ((np.ones((4, 3)), np.ones(4)), {"batch": [-1]}, ValueError, "negative"),
+        ((np.ones((4, 3)), np.ones(4)), {"batch": slice(0, 9)}, ValueError, "outside"),
+        ((np.ones((4, 3)), np.ones(4)), {"batch": []}, ValueError, "no rows"),
+        ((np.ones((4, 3)), np.ones(4)), {"batch": [[0, 1]]}, TypeError, "1-D"),
+        ((np.ones((4, 3)), np.ones(4)), {"num_slices": 0}, ValueError, "num_slices"),
+        ((np.ones((4, 3)), np.ones(4)), {"num_slices": 1.5}, TypeError, "num_slices"),
+        ((np.ones((4, 3)), np.ones(4)), {"batch_s": slice(0, 1)}, ValueError, "sliceable"),
+        ((np.ones((4, 3)), np.ones(4)), {"output_subset": [2]}, ValueError, "output_subset"),
+    ],
+)
 def test_bad_call_raises_before_anything_runs(f, args, kwargs, error, match):
     def check():
         with pytest.raises(error, match=match):
@@ -67,8 +70,11 @@ def test_unknown_reduce_op_at_build(ranks):
 
 def test_row_dependent_output_shapes_name_the_ranks(ranks):
     per_row = synk.function([x], (x[:, 0] * 2, "sum"))
-    with pytest.raises(ValueError, match=r"output 0 has shapes rank 0: \(3,\), rank 1: "
-                                         r"\(2,\).*same shape on every rank"):
+    with pytest.raises(
+        ValueError,
+        match=r"output 0 has shapes rank 0: \(3,\), rank 1: "
+        r"\(2,\).*same shape on every rank",
+    ):
         per_row(np.ones((5, 3)))
     np.testing.assert_array_equal(per_row(np.ones((4, 3))), [4.0, 4.0])  # still usable
 

@@ -67,8 +67,9 @@ SCRIPT = textwrap.dedent("""
 
 def _leftovers(pid: int) -> tuple[list, str]:
     prefix = f"synk_{pid}_"
-    procs = subprocess.run(["pgrep", "-f", f"synkhronos.worker {prefix}"],
-                           capture_output=True, text=True).stdout
+    procs = subprocess.run(
+        ["pgrep", "-f", f"synkhronos.worker {prefix}"], capture_output=True, text=True
+    ).stdout
     return shm_entries(prefix), procs
 
 
@@ -76,8 +77,13 @@ def _leftovers(pid: int) -> tuple[list, str]:
 def test_no_leftovers_after_script_ends(tmp_path, how):
     script = tmp_path / "user.py"
     script.write_text(SCRIPT)
-    proc = subprocess.Popen([sys.executable, str(script), how], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.stdout.readline().strip() == "ready"
     if how == "sigint":
         proc.send_signal(signal.SIGINT)

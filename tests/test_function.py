@@ -66,8 +66,9 @@ def test_workers_unmap_released_data(fns, rng):
     check_ops(f(xd, yv[:3], 1.0), ref(xv[:3], yv[:3], 1.0))
 
 
-@pytest.mark.parametrize("batch", [4, slice(2, 9), slice(1, None, 3), [8, 0, 3, 3, 5],
-                                   np.array([True, False] * 5)])
+@pytest.mark.parametrize(
+    "batch", [4, slice(2, 9), slice(1, None, 3), [8, 0, 3, 3, 5], np.array([True, False] * 5)]
+)
 def test_batch(fns, rng, batch):
     f, ref = fns
     xv, yv = random_xy(rng, 10)
@@ -106,10 +107,15 @@ def test_output_subset(fns, rng):
     np.testing.assert_allclose(got[1], want[0])
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(n=st.integers(1, 40), num_slices=st.integers(1, 5), seed=st.integers(0, 2**16),
-       use_batch=st.booleans())
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    n=st.integers(1, 40),
+    num_slices=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    use_batch=st.booleans(),
+)
 def test_random_lengths_slices_and_batches(fns, n, num_slices, seed, use_batch):
     f, ref = fns
     rng = np.random.default_rng(seed)
@@ -144,8 +150,13 @@ def test_as_pytensor_and_introspection(fns, rng):
 @pytest.fixture(scope="module")
 def sliced(ranks):
     data = pytensor.shared(np.zeros((1, 3)), name="data_s")
-    f = synk.function([], [((data ** 2).mean(), "avg"), (data.sum(axis=1), "gather")],
-                      bcast_inputs=[s], sliceable_shareds=[data], name="sliced")
+    f = synk.function(
+        [],
+        [((data**2).mean(), "avg"), (data.sum(axis=1), "gather")],
+        bcast_inputs=[s],
+        sliceable_shareds=[data],
+        name="sliced",
+    )
     return data, f
 
 
@@ -156,19 +167,19 @@ class TestSliceableShareds:
         synk.scatter(data, full)  # rank 0 gets rows 0..6, rank 1 rows 7..12
         parts = [full[:7], full[7:]]
         got = f(0.0)
-        np.testing.assert_allclose(got[0], (full ** 2).mean())
+        np.testing.assert_allclose(got[0], (full**2).mean())
         np.testing.assert_allclose(got[1], full.sum(axis=1))
         got = f(0.0, batch_s=slice(1, 4))
         both = np.concatenate([p[1:4] for p in parts])
-        np.testing.assert_allclose(got[0], (both ** 2).mean())
+        np.testing.assert_allclose(got[0], (both**2).mean())
         np.testing.assert_allclose(got[1], both.sum(axis=1))
         got = f(0.0, batch_s=[[4, 0, 2], slice(5, 6)])
         both = np.concatenate([parts[0][[4, 0, 2]], parts[1][5:6]])
-        np.testing.assert_allclose(got[0], (both ** 2).mean())
+        np.testing.assert_allclose(got[0], (both**2).mean())
         np.testing.assert_allclose(got[1], both.sum(axis=1))
         got = f(0.0, batch_s=[1, 5, 0], num_slices=2)
         both = np.concatenate([p[[1, 5, 0]] for p in parts])
-        np.testing.assert_allclose(got[0], (both ** 2).mean())
+        np.testing.assert_allclose(got[0], (both**2).mean())
         np.testing.assert_allclose(got[1], both.sum(axis=1))
 
     def test_batch_s_out_of_range_raises_before_running(self, sliced):
@@ -192,8 +203,12 @@ def test_givens_onto_sliceable_shareds(ranks, rng):
     """The paper's GPU-data pattern: inputs replaced by sliceable shared variables."""
     x_all = pytensor.shared(np.zeros((1, 3)), name="x_all")
     y_all = pytensor.shared(np.zeros(1), name="y_all")
-    f = synk.function([], [((x.sum(axis=1) * y) ** 2).mean(), (y, "gather")],
-                      givens=[(x, x_all), (y, y_all)], sliceable_shareds=[x_all, y_all])
+    f = synk.function(
+        [],
+        [((x.sum(axis=1) * y) ** 2).mean(), (y, "gather")],
+        givens=[(x, x_all), (y, y_all)],
+        sliceable_shareds=[x_all, y_all],
+    )
     xv, yv = rng.normal(size=(8, 3)), rng.normal(size=8)
     synk.scatter([x_all, y_all], [xv, yv])
     got = f(batch_s=slice(1, 3))
@@ -227,8 +242,9 @@ def test_deep_graph_ships(ranks, rng):
     add_default_update(scale, 1.0 + 0.01 * out)
     f = synk.function([], (out, "per_rank"), bcast_inputs=[v], mode="FAST_COMPILE")
     scale_value = pt.vector("scale_value")
-    ref = pytensor.function([v, scale_value], clone_replace(out, {scale: scale_value}),
-                            mode="FAST_COMPILE")
+    ref = pytensor.function(
+        [v, scale_value], clone_replace(out, {scale: scale_value}), mode="FAST_COMPILE"
+    )
     vv = rng.normal(size=7)
     for _ in range(2):  # the second call sees the first's default update
         want = ref(vv, scale.get_value())

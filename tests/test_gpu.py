@@ -54,17 +54,18 @@ def test_outputs_reduced_on_the_devices_match_pytensor(gpu_ranks, rng):
         check_ops(got + [[20]], ref(xv[idx], yv[idx], 1.5)[:6] + [20], rtol=1e-5)
         reduce_ops.clear()
         got = f(xv, yv, 2.0, batch=[7])  # rank 1 gets no rows: every output by the host
-        check_ops(got, ref(xv[[7]], yv[[7]], 2.0), rows_per_rank=[1] + [0] * (gpu_ranks - 1),
-                  rtol=1e-5)
+        check_ops(
+            got, ref(xv[[7]], yv[[7]], 2.0), rows_per_rank=[1] + [0] * (gpu_ranks - 1), rtol=1e-5
+        )
         assert reduce_ops == []
     finally:
         del _comm().reduce
     x = pt.matrix("x")
     with pytest.raises(ValueError, match="same shape on every rank"):  # refused on every rank
         synk.function([x], (x[:, 0] * 2, "sum"))(np.ones((5, 3), "float32"))
-    any_positive, n_rows = synk.function([x], [((x > 0).any(), "max"),
-                                               (pt.cast(x.shape[0], "int16"), "sum")])(
-        xv.astype("float32"))
+    any_positive, n_rows = synk.function(
+        [x], [((x > 0).any(), "max"), (pt.cast(x.shape[0], "int16"), "sum")]
+    )(xv.astype("float32"))
     assert any_positive.dtype == bool and bool(any_positive)  # by the host: no such dtype
     assert n_rows.dtype == np.int16 and int(n_rows) == 37
 
@@ -76,25 +77,25 @@ def test_collectives_keep_shared_variables_on_the_devices(gpu_ranks, rng):
     n = gpu_ranks
     w = pytensor.shared(np.zeros(1000, dtype="float32"), name="w_gpu")
     data = pytensor.shared(np.zeros((1, 4), dtype="float32"), name="d_gpu")
-    f = synk.function([], (data.sum(), "sum"), updates={w: w + data.sum()},
-                      sliceable_shareds=[data])
+    f = synk.function(
+        [], (data.sum(), "sum"), updates={w: w + data.sum()}, sliceable_shareds=[data]
+    )
     whole = rng.normal(size=(10 * n + 1, 4)).astype("float32")  # 11 and 10 rows
     synk.scatter(data, whole)
     parts = np.array_split(whole, n)
-    np.testing.assert_allclose(f(batch_s=slice(0, 5)), sum(p[:5].sum() for p in parts),
-                               rtol=1e-5)
+    np.testing.assert_allclose(f(batch_s=slice(0, 5)), sum(p[:5].sum() for p in parts), rtol=1e-5)
     assert isinstance(w.get_value(borrow=True), jax.Array)  # stayed on the device
     per_rank = synk.gather(w, nd_up=1)
     np.testing.assert_allclose(per_rank[:, 0], [p[:5].sum() for p in parts], rtol=1e-5)
     before = _comm().dispatches
     synk.all_reduce(w, op="avg")
     assert _comm().dispatches == before + 1  # one XLA program
-    np.testing.assert_allclose(synk.gather(w, nd_up=1), np.stack([per_rank.mean(0)] * n),
-                               rtol=1e-5)
+    np.testing.assert_allclose(synk.gather(w, nd_up=1), np.stack([per_rank.mean(0)] * n), rtol=1e-5)
     synk.broadcast(w, np.arange(1000, dtype="float32"))
     synk.set_value(n - 1, w, np.full(1000, 2000, "float32"))
-    np.testing.assert_array_equal(synk.reduce(w, op="min", nccl=False, in_place=False),
-                                  np.arange(1000))  # by the host
+    np.testing.assert_array_equal(
+        synk.reduce(w, op="min", nccl=False, in_place=False), np.arange(1000)
+    )  # by the host
     np.testing.assert_array_equal(synk.get_value(0, w), np.arange(1000))
     np.testing.assert_array_equal(synk.reduce(w, op="max"), np.full(1000, 2000))
     np.testing.assert_array_equal(synk.get_value(0, w), np.full(1000, 2000))  # in place
@@ -179,7 +180,8 @@ def test_every_collective_and_op_on_device_arrays(gpu_ranks):
     # 2, and on the reduce's root 10 more; then 3 by the host.
     n, per_dtype = gpu_ranks, 14 + 2 * gpu_ranks
     assert [r[0].tolist()[1] for r in replies] == [
-        len(DTYPES) * (per_dtype + 10 * (r == n - 1)) + n + 1 for r in range(n)]
+        len(DTYPES) * (per_dtype + 10 * (r == n - 1)) + n + 1 for r in range(n)
+    ]
 
 
 def _model(rng, float_x):
@@ -200,23 +202,25 @@ def test_a_training_step_is_one_xla_program(gpu_ranks, rng, monkeypatch):
     from synkhronos.extensions.lasagne import updates
 
     float_x, rows = pytensor.config.floatX, 8 * gpu_ranks  # every rank gets 8 rows
-    data = (rng.normal(size=(4 * rows, 6)).astype(float_x),
-            rng.normal(size=4 * rows).astype(float_x))
+    data = (
+        rng.normal(size=(4 * rows, 6)).astype(float_x),
+        rng.normal(size=4 * rows).astype(float_x),
+    )
     runs = []
     monkeypatch.setattr(RankFunction, "run", _counting(RankFunction.run, runs))
     batches = [slice(rows * (i % 4), rows * (i % 4) + rows) for i in range(20)]
     steps, params = {}, {}
     for kind in ("fused", "unfused", "pytensor"):
         inputs, params[kind], loss = _model(np.random.default_rng(3), float_x)
-        make = (train.make_pytensor_step_function if kind == "pytensor"
-                else train.make_step_function)
+        make = train.make_pytensor_step_function if kind == "pytensor" else train.make_step_function
         steps[kind] = make(loss, params[kind], inputs, updates.adam, learning_rate=0.05)
     steps["unfused"] = _unfused(steps["unfused"])
     trajectories = {}
     for kind, step in steps.items():
         before, runs[:] = _comm().dispatches, []
-        trajectories[kind] = np.array([
-            [float(step(*data, batch=batch)), *_flat(params[kind])] for batch in batches])
+        trajectories[kind] = np.array(
+            [[float(step(*data, batch=batch)), *_flat(params[kind])] for batch in batches]
+        )
         if kind == "fused":
             assert runs == [] and _comm().dispatches - before == len(batches)
             fused = launch.current().state.fused
@@ -224,15 +228,17 @@ def test_a_training_step_is_one_xla_program(gpu_ranks, rng, monkeypatch):
         elif kind == "unfused":
             assert len(runs) == 2 * len(batches)
     for kind in ("fused", "unfused"):
-        np.testing.assert_allclose(trajectories[kind], trajectories["pytensor"], rtol=2e-5,
-                                   atol=1e-6, err_msg=kind)
+        np.testing.assert_allclose(
+            trajectories[kind], trajectories["pytensor"], rtol=2e-5, atol=1e-6, err_msg=kind
+        )
     # Rows split 8 and 7: no one program for every rank, so step by step, still exact.
     runs[:] = []
     for kind in ("fused", "pytensor"):
         steps[kind](*data, batch=slice(0, rows - 1))
     assert len(runs) == 2
-    np.testing.assert_allclose(_flat(params["fused"]), _flat(params["pytensor"]), rtol=2e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        _flat(params["fused"]), _flat(params["pytensor"]), rtol=2e-5, atol=1e-6
+    )
 
 
 def _flat(params) -> np.ndarray:
@@ -249,8 +255,13 @@ def _counting(method, calls: list):
 
 def _unfused(step):
     """``step``'s chain, run step by step."""
-    chain = synk.chain(step.grad_function, ("all_reduce", step.phases.flat_grad, "sum"),
-                       step.update_function, every_rank_rows=True, fuse=False)
+    chain = synk.chain(
+        step.grad_function,
+        ("all_reduce", step.phases.flat_grad, "sum"),
+        step.update_function,
+        every_rank_rows=True,
+        fuse=False,
+    )
     return lambda *data, batch: chain(*data, batch=batch)[0]
 
 
@@ -288,8 +299,7 @@ def test_master_rank_puts_its_gpu_first(monkeypatch, caplog):
 
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     monkeypatch.setattr(gpu, "_require_gpu_packages", lambda: None)
-    monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB")
-                                                   for i in range(4)])
+    monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(4)])
     monkeypatch.setattr(gpu, "_default_float32", lambda: None)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "")  # prepare_gpus sets it
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")

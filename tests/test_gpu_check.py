@@ -16,10 +16,20 @@ pytest.importorskip("jax")
 
 @pytest.mark.gpu
 def test_gpu_check_quick_prints_every_figure():
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--quick"], cwd=ROOT,
-                          env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "bench/gpu_check.py", "--quick"],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
-    for row in ("call: synk / plain PyTensor JAX (us)", "all_reduce bus bandwidth (GB/s)",
-                ", fused, ", ", step by step, "):
+    for row in (
+        "call: synk / plain PyTensor JAX (us)",
+        "all_reduce bus bandwidth (GB/s)",
+        ", fused, ",
+        ", step by step, ",
+    ):
         assert row in done.stdout, out

@@ -18,9 +18,21 @@ LARGE = 8 << 20  # float64 elements: 64 MiB, above glibc's largest automatic mma
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def _glibc_version() -> tuple[int, ...]:
@@ -58,8 +70,11 @@ def rank_mapped(state):
 
 def _clean_env() -> dict:
     """This environment without the user's malloc settings, which keep_freed_memory obeys."""
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" or k == heap.KEEP_VAR)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" or k == heap.KEEP_VAR)
+    }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
 
@@ -73,18 +88,25 @@ def test_keep_freed_memory_serves_large_arrays_from_the_heap_until_undone():
         "undo = heap.keep_freed_memory()\n"
         "kept = mapped()\n"
         "undo()\n"
-        "print(before, kept, mapped())\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         cwd=ROOT, env=_clean_env())
+        "print(before, kept, mapped())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=_clean_env()
+    )
     assert out.returncode == 0, out.stderr
     before, kept, after = map(int, out.stdout.split())
     assert before >= LARGE * 8 and after >= LARGE * 8  # glibc's own way: mmap'ed
     assert kept == 0  # from the heap, where freeing keeps it
 
 
-@pytest.mark.parametrize("setting", [{heap.KEEP_VAR: "0"},
-                                     {"MALLOC_TRIM_THRESHOLD_": "1000000"},
-                                     {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1000000"}])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {heap.KEEP_VAR: "0"},
+        {"MALLOC_TRIM_THRESHOLD_": "1000000"},
+        {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1000000"},
+    ],
+)
 def test_switched_off_by_the_environment(monkeypatch, setting):
     for name, value in setting.items():
         monkeypatch.setenv(name, value)

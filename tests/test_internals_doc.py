@@ -69,8 +69,11 @@ def test_core_modules_are_in_internals():
 def test_extension_modules_are_documented():
     api = _automodules(*USER_PAGES)
     named = api | _automodules("internals.rst")
-    missing = {m for m in _modules() if m.startswith(EXTENSIONS) and m not in named
-               and not _documented_through_package(m, api)}
+    missing = {
+        m
+        for m in _modules()
+        if m.startswith(EXTENSIONS) and m not in named and not _documented_through_package(m, api)
+    }
     assert not missing, f"document {missing} with automodule in docs/api.rst or lasagne.rst"
 
 
@@ -121,8 +124,7 @@ def test_tree_follows_the_audience_table():
     packages = {f"synkhronos.{p}" for p in LAYERS if p}
     assert packages <= listed, "every audience package is a row of the table"
     # every module outside the rank backends and communicators is named in its package's row
-    leaves = {m for m in core - packages - {"synkhronos"}
-              if m.count(".") == 2}
+    leaves = {m for m in core - packages - {"synkhronos"} if m.count(".") == 2}
     assert leaves <= listed, f"name {leaves - listed} in internals.rst's table"
 
 
@@ -131,14 +133,16 @@ def test_imports_go_down_the_layers():
         for target in imported:
             if target.startswith(EXTENSIONS):
                 assert _package(module) in IMPORTS_EXTENSIONS, (
-                    f"{module} imports the extension {target}")
+                    f"{module} imports the extension {target}"
+                )
                 continue
             own, theirs = _package(module), _package(target)
             if own == theirs:
                 continue
             assert LAYERS[theirs] < LAYERS[own], (
                 f"{module} (layer {own or 'synkhronos'}) imports {target} (layer "
-                f"{theirs or 'synkhronos'}): imports go down internals.rst's table")
+                f"{theirs or 'synkhronos'}): imports go down internals.rst's table"
+            )
 
 
 def test_core_imports_have_no_cycles():
@@ -149,7 +153,7 @@ def test_core_imports_have_no_cycles():
         state[module] = 1
         for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
-                cycle = path[path.index(target):] + [target]
+                cycle = path[path.index(target) :] + [target]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if target in graph and not state.get(target):
                 visit(target, path + [target])

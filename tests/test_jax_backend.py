@@ -30,16 +30,18 @@ def test_reduce_ops_batch_and_slices(jax_ranks, rng):
 def test_updates_stay_per_rank_and_all_reduce(jax_ranks, rng):
     w = pytensor.shared(np.zeros(3), name="w_jax")
     data = pytensor.shared(np.zeros((1, 3)), name="rows_jax")
-    f = synk.function([], (data.sum(), "sum"), updates={w: w + data.sum(axis=0)},
-                      sliceable_shareds=[data])
+    f = synk.function(
+        [], (data.sum(), "sum"), updates={w: w + data.sum(axis=0)}, sliceable_shareds=[data]
+    )
     whole = rng.normal(size=(6, 3))
     synk.scatter(data, whole)
     np.testing.assert_allclose(f(batch_s=slice(0, 2)), whole[[0, 1, 3, 4]].sum())
     per_rank = synk.gather(w, nd_up=1)
     np.testing.assert_allclose(per_rank[1], whole[3:5].sum(axis=0))
     synk.all_reduce(w, op="sum")
-    np.testing.assert_allclose(synk.gather(w, nd_up=1),
-                               np.stack([whole[[0, 1, 3, 4]].sum(axis=0)] * 2))
+    np.testing.assert_allclose(
+        synk.gather(w, nd_up=1), np.stack([whole[[0, 1, 3, 4]].sum(axis=0)] * 2)
+    )
 
 
 def test_mode_is_jax(jax_ranks):

@@ -1433,7 +1433,6 @@ LASAGNE_RECURRENT_API = [
 ]
 
 
-
 def _resolve(module: str, name: str):
     package = importlib.import_module("synkhronos.extensions.lasagne." + module)
     if not hasattr(package, name):

@@ -27,10 +27,16 @@ def test_convolution_arguments():
     raises(ValueError, "evenly divide", lambda: L.Conv1DLayer((2, 3, 9), 2, 3, num_groups=2))
     raises(ValueError, "must be positive", lambda: L.Conv1DLayer((2, 3, 9), 3, 3, num_groups=-3))
     raises(TypeError, "iterable of int", lambda: L.Conv2DLayer((1, 2, 5, 5), 1, 3, pad="wide"))
-    raises(NotImplementedError, "odd filter size", lambda: L.Conv2DLayer((1, 2, 5, 5), 1, 2,
-                                                                       pad="same"))
-    raises(NotImplementedError, "not implement the convolve",
-           lambda: L.BaseConvLayer((2, 3, 9), 1, 3).convolve(pt.tensor3()))
+    raises(
+        NotImplementedError,
+        "odd filter size",
+        lambda: L.Conv2DLayer((1, 2, 5, 5), 1, 2, pad="same"),
+    )
+    raises(
+        NotImplementedError,
+        "not implement the convolve",
+        lambda: L.BaseConvLayer((2, 3, 9), 1, 3).convolve(pt.tensor3()),
+    )
     layer = L.Conv2DLayer((1, 2, 9, 9), 4, np.int64(3), stride=np.empty((2, 2)).shape, pad="same")
     assert layer.pad == "same" and layer.output_shape == (1, 4, 5, 5)  # the mode is kept
     assert L.Conv2DLayer((1, 2, 9, 9), 4, 3, pad="valid").pad == (0, 0)
@@ -40,7 +46,12 @@ def test_convolution_arguments():
 def test_conv_length_helpers():
     # output: ceil((in + 2 pad - filter + 1) / stride); input: the smallest such in
     assert [conv.conv_output_length(13, 5, 3, p) for p in ("valid", 0, "full", "same", 2)] == [
-        3, 3, 6, 5, 5]
+        3,
+        3,
+        6,
+        5,
+        5,
+    ]
     assert conv.conv_output_length(None, 5, 3) is None
     assert [conv.conv_input_length(3, 3, 2, p) for p in (0, 1, "full", "same")] == [7, 5, 3, 5]
     assert conv.conv_input_length(None, 3, 2) is None
@@ -50,19 +61,35 @@ def test_conv_length_helpers():
 
 def test_special_convolutions_refuse_what_lasagne_refuses():
     for pad in ("same", "full", 1):
-        raises(NotImplementedError, "requires pad=0",
-               lambda pad=pad: L.DilatedConv2DLayer((1, 2, 9, 9), 2, 3, pad=pad))
-    raises(NotImplementedError, "requires flip_filters=False",
-           lambda: L.DilatedConv2DLayer((1, 2, 9, 9), 2, 3, flip_filters=True))
+        raises(
+            NotImplementedError,
+            "requires pad=0",
+            lambda pad=pad: L.DilatedConv2DLayer((1, 2, 9, 9), 2, 3, pad=pad),
+        )
+    raises(
+        NotImplementedError,
+        "requires flip_filters=False",
+        lambda: L.DilatedConv2DLayer((1, 2, 9, 9), 2, 3, flip_filters=True),
+    )
     local = (None, 2, 5, 5)
-    raises(NotImplementedError, "requires pad='same'",
-           lambda: L.LocallyConnected2DLayer(local, 2, 3, pad="valid"))
-    raises(NotImplementedError, "requires stride=1 / (1, 1)",
-           lambda: L.LocallyConnected2DLayer(local, 2, 3, stride=2))
-    raises(ValueError, "should match", lambda: L.LocallyConnected2DLayer(local, 3, 3,
-                                                                        channelwise=True))
-    raises(ValueError, "(except for the batch size)",
-           lambda: L.LocallyConnected2DLayer((None, 2, None, 5), 2, 3))
+    raises(
+        NotImplementedError,
+        "requires pad='same'",
+        lambda: L.LocallyConnected2DLayer(local, 2, 3, pad="valid"),
+    )
+    raises(
+        NotImplementedError,
+        "requires stride=1 / (1, 1)",
+        lambda: L.LocallyConnected2DLayer(local, 2, 3, stride=2),
+    )
+    raises(
+        ValueError, "should match", lambda: L.LocallyConnected2DLayer(local, 3, 3, channelwise=True)
+    )
+    raises(
+        ValueError,
+        "(except for the batch size)",
+        lambda: L.LocallyConnected2DLayer((None, 2, None, 5), 2, 3),
+    )
     transposed = L.TransposedConv2DLayer((None, 2, 4, 4), 3, 3, crop="same")
     assert transposed.crop == "same" and not hasattr(transposed, "pad")
     symbolic = L.TransposedConv2DLayer((None, 2, 4, 4), 3, 3, output_size=pt.ivector())
@@ -73,16 +100,26 @@ def test_pooling_arguments():
     raises(ValueError, "Expected 3 input dimensions", lambda: L.MaxPool1DLayer((10, 20), 2))
     raises(ValueError, "Expected 4 input dimensions", lambda: L.Pool2DLayer((10, 20, 30), 2))
     raises(ValueError, "Expected 5 input dimensions", lambda: L.MaxPool3DLayer((1, 2, 3, 4), 2))
-    raises(ValueError, "Expected 4 input dimensions",
-           lambda: L.SpatialPyramidPoolingLayer((10, 20, 30)))
-    spp = L.SpatialPyramidPoolingLayer((None, None, None, None), [1, 2], mode="other",
-                                       implementation="kaiming")
+    raises(
+        ValueError,
+        "Expected 4 input dimensions",
+        lambda: L.SpatialPyramidPoolingLayer((10, 20, 30)),
+    )
+    spp = L.SpatialPyramidPoolingLayer(
+        (None, None, None, None), [1, 2], mode="other", implementation="kaiming"
+    )
     assert spp.output_shape == (None, None, 5)  # any size may be unknown
-    raises(ValueError, "Mode must be either 'max', 'average_inc_pad' or 'average_exc_pad'",
-           lambda: spp.get_output_for(pt.tensor4()))
+    raises(
+        ValueError,
+        "Mode must be either 'max', 'average_inc_pad' or 'average_exc_pad'",
+        lambda: spp.get_output_for(pt.tensor4()),
+    )
     raises(ValueError, "Scale factor must be >= 1", lambda: L.Upscale2DLayer((1, 2, 3, 4), 0))
-    raises(ValueError, "Mode must be either 'repeat' or 'dilate'",
-           lambda: L.Upscale1DLayer((1, 2, 3), 2, mode="nearest"))
+    raises(
+        ValueError,
+        "Mode must be either 'repeat' or 'dilate'",
+        lambda: L.Upscale1DLayer((1, 2, 3), 2, mode="nearest"),
+    )
     raises(ValueError, "not a multiple of the pool size", lambda: L.FeaturePoolLayer((1, 5), 2))
     assert L.GlobalPoolLayer((None,)).get_output_shape_for((2, 3, 4, 5)) == (2, 3)
     assert pool.pool_output_length(None, 2, 2, 0, True) is None
@@ -92,8 +129,15 @@ def test_pooling_arguments():
 def test_shape_layers_arguments():
     five = (16, 3, None, None, 10)
     raises(ValueError, "total size mismatches", lambda: L.ReshapeLayer(five, (17, 3, [2], [3], -1)))
-    for spec in [(-16, 3, 5, 7, 10), (-1, 3, 5, 7, -1), ([-1], 3), ([0, 1], 3), (None, 3),
-                 (16, 3, 5, 7, [5]), (16, 3, pt.vector(), 7, 10)]:
+    for spec in [
+        (-16, 3, 5, 7, 10),
+        (-1, 3, 5, 7, -1),
+        ([-1], 3),
+        ([0, 1], 3),
+        (None, 3),
+        (16, 3, 5, 7, [5]),
+        (16, 3, pt.vector(), 7, 10),
+    ]:
         with pytest.raises(ValueError):
             L.ReshapeLayer(five, spec)
     assert L.ReshapeLayer(five, ([0], [1], -1, [4])).output_shape == (16, 3, None, 10)
@@ -114,19 +158,31 @@ def test_shape_layers_arguments():
 
 
 def test_dense_and_parameter_layers_arguments():
-    raises(ValueError, "leaving no trailing axes",
-           lambda: L.DenseLayer((2, 3, 4), 5, num_leading_axes=3))
-    raises(ValueError, "requesting more trailing axes",
-           lambda: L.DenseLayer((2, 3, 4), 5, num_leading_axes=-4))
+    raises(
+        ValueError,
+        "leaving no trailing axes",
+        lambda: L.DenseLayer((2, 3, 4), 5, num_leading_axes=3),
+    )
+    raises(
+        ValueError,
+        "requesting more trailing axes",
+        lambda: L.DenseLayer((2, 3, 4), 5, num_leading_axes=-4),
+    )
     raises(ValueError, "requires a fixed input shape", lambda: L.DenseLayer((10, None, 4), 5))
     assert L.DenseLayer((10, None, 4), 5, num_leading_axes=-1).output_shape == (10, None, 5)
     for build in (L.BiasLayer, L.ScaleLayer, L.ParametricRectifierLayer):
         raises(ValueError, "needs specified input sizes", lambda b=build: b((None, None, 3)))
     raises(ValueError, "needs specified input sizes", lambda: L.BatchNormLayer((None, None, 3)))
-    raises(ValueError, "higher than lower bound",
-           lambda: L.RandomizedRectifierLayer((None, 3), lower=0.8, upper=0.3))
-    raises(NotImplementedError, "odd n", lambda: L.LocalResponseNormalization2DLayer(
-        (None, 8, 4, 4), n=4))
+    raises(
+        ValueError,
+        "higher than lower bound",
+        lambda: L.RandomizedRectifierLayer((None, 3), lower=0.8, upper=0.3),
+    )
+    raises(
+        NotImplementedError,
+        "odd n",
+        lambda: L.LocalResponseNormalization2DLayer((None, 8, 4, 4), n=4),
+    )
     bn = L.BatchNormLayer((20, 30, 40))
     assert bn.get_params(batch_norm_stat=True) == [bn.mean, bn.inv_std]
     assert bn.get_params(regularizable=True) == [bn.gamma]
@@ -154,20 +210,27 @@ def test_normalization_macros_take_protocol_only_layers(macro):
 def test_initializer_arguments():
     raises(NotImplementedError, "", lambda: init.Initializer().sample((2, 2)))
     assert {init.Glorot, init.He} <= set(init.Initializer.__subclasses__())
-    for make in (init.GlorotNormal, init.GlorotUniform, init.HeNormal, init.HeUniform,
-                 init.Orthogonal):
+    for make in (
+        init.GlorotNormal,
+        init.GlorotUniform,
+        init.HeNormal,
+        init.HeUniform,
+        init.Orthogonal,
+    ):
         raises(RuntimeError, "length", lambda make=make: make()((100,)))
     for make in (init.GlorotNormal, init.HeUniform):
-        raises(RuntimeError, "only shapes of length 4",
-               lambda make=make: make(c01b=True)((10, 10, 10)))
+        raises(
+            RuntimeError, "only shapes of length 4", lambda make=make: make(c01b=True)((10, 10, 10))
+        )
     raises(RuntimeError, "shapes of length 2", lambda: init.Sparse()((4, 4, 4)))
 
 
 def test_objectives_arguments():
     matrix, vector = pt.matrix(), pt.vector()
     raises(ValueError, "mode must be", lambda: objectives.aggregate(matrix, mode="median"))
-    raises(ValueError, "require weights", lambda: objectives.aggregate(matrix,
-                                                                       mode="normalized_sum"))
+    raises(
+        ValueError, "require weights", lambda: objectives.aggregate(matrix, mode="normalized_sum")
+    )
     raises(TypeError, "rank mismatch", lambda: objectives.categorical_accuracy(vector, matrix))
     raises(TypeError, "rank mismatch", lambda: objectives.multiclass_hinge_loss(vector, matrix))
     column, targets = pt.col(), pt.vector()
@@ -182,8 +245,11 @@ def test_utils_arguments():
     raises(TypeError, "of int,", lambda: utils.as_tuple("ab", 2, utils.int_types))
     raises(TypeError, "of int or float,", lambda: utils.as_tuple("ab", 2, (int, float)))
     raises(RuntimeError, "Unsupported type", lambda: utils.compute_norms([[1.0]]))
-    raises(ValueError, "Unsupported tensor dimensionality",
-           lambda: utils.compute_norms(np.ones((1,) * 6)))
+    raises(
+        ValueError,
+        "Unsupported tensor dimensionality",
+        lambda: utils.compute_norms(np.ones((1,) * 6)),
+    )
     np.testing.assert_array_equal(utils.compute_norms(np.array([-2.0, 3.0])), [2.0, 3.0])
     raises(TypeError, "", lambda: utils.as_theano_expression({}))
     assert utils.shared_empty(3).get_value().shape == (1, 1, 1)
@@ -205,11 +271,15 @@ def test_create_param_specs():
     assert utils.create_param(lambda shape: expression, [2, 3], "e") is expression
     assert expression.name == "e"  # named only if it had no name
     raises(ValueError, "should be (2, 3)", lambda: utils.create_param(np.ones((3, 2)), (2, 3)))
-    raises(ValueError, "has 2 dimensions, should be 3", lambda: utils.create_param(shared,
-                                                                                  (2, 3, 4)))
+    raises(
+        ValueError, "has 2 dimensions, should be 3", lambda: utils.create_param(shared, (2, 3, 4))
+    )
     raises(ValueError, "non-positive", lambda: utils.create_param(np.empty, (0, 2)))
-    raises(TypeError, "returned by the provided callable",
-           lambda: utils.create_param(lambda shape: "text", (1, 2)))
+    raises(
+        TypeError,
+        "returned by the provided callable",
+        lambda: utils.create_param(lambda shape: "text", (1, 2)),
+    )
     raises(TypeError, "or a callable", lambda: utils.create_param({}, (1, 2)))
 
 
@@ -217,6 +287,8 @@ def test_gradients_given_as_a_list_are_returned_as_they_are():
     a, b = pytensor.shared(1.0), pytensor.shared(2.0)
     grads = updates.get_or_compute_grads(a * b, [a, b])
     assert updates.get_or_compute_grads(grads, [a, b]) is grads
-    raises(ValueError, "2 gradient expressions for 1 parameters",
-           lambda: updates.get_or_compute_grads(grads, [a]))
-
+    raises(
+        ValueError,
+        "2 gradient expressions for 1 parameters",
+        lambda: updates.get_or_compute_grads(grads, [a]),
+    )

@@ -29,18 +29,21 @@ def convolve_1d(x, w, stride=1, pad=0, flip=True):
     out_len = (x.shape[2] - k) // stride + 1
     out = np.zeros((x.shape[0], w.shape[0], out_len))
     for i in range(out_len):
-        out[:, :, i] = np.einsum("bck,fck->bf", x[:, :, i * stride:i * stride + k], w)
+        out[:, :, i] = np.einsum("bck,fck->bf", x[:, :, i * stride : i * stride + k], w)
     return out
 
 
-@pytest.mark.parametrize("name", ["conv1d_sc", "conv1d_mc0", "conv1d_mc1", "conv1d_unstrided",
-                                  "conv1d_sd", "conv1d_md"])
+@pytest.mark.parametrize(
+    "name", ["conv1d_sc", "conv1d_mc0", "conv1d_mc1", "conv1d_unstrided", "conv1d_sd", "conv1d_md"]
+)
 def test_1d_convolutions(rng, name):
     function = getattr(conv, name)
     x_var, w_var = pt.tensor3("x"), pt.tensor3("w")
     x, w = rng.standard_normal((2, 3, 11)), rng.standard_normal((4, 3, 4))
-    outputs = [function(x_var, w_var, x.shape, w.shape, subsample=(s,), filter_flip=flip)
-               for s, flip in ((1, True), (2, False))]
+    outputs = [
+        function(x_var, w_var, x.shape, w.shape, subsample=(s,), filter_flip=flip)
+        for s, flip in ((1, True), (2, False))
+    ]
     got = value(outputs, [x_var, w_var], x, w)
     np.testing.assert_allclose(got[0], convolve_1d(x, w), rtol=1e-6)
     np.testing.assert_allclose(got[1], convolve_1d(x, w, stride=2, flip=False), rtol=1e-6)
@@ -90,7 +93,7 @@ def windows_max(x, ws, stride):
     for i in range(rows):
         for j in range(cols):
             r, c = i * stride[0], j * stride[1]
-            out[..., i, j] = x[..., r:r + ws[0], c:c + ws[1]].max(axis=(-2, -1))
+            out[..., i, j] = x[..., r : r + ws[0], c : c + ws[1]].max(axis=(-2, -1))
     return out
 
 
@@ -121,8 +124,9 @@ def test_pool_2d_and_3d(rng):
 def test_spatial_pyramid_of_unknown_sizes(rng, implementation):
     x_var = pt.tensor4("x")
     x = rng.standard_normal((2, 3, 17, 13))
-    layer = L.SpatialPyramidPoolingLayer((None, None, None, None), [1, 2, 3],
-                                         implementation=implementation)
+    layer = L.SpatialPyramidPoolingLayer(
+        (None, None, None, None), [1, 2, 3], implementation=implementation
+    )
     got = value(layer.get_output_for(x_var), [x_var], x)
     expected = []
     for d in (1, 2, 3):
@@ -133,8 +137,9 @@ def test_spatial_pyramid_of_unknown_sizes(rng, implementation):
             else:
                 step, width = size // d, -(-size // d)
                 bins.append([(i * step, i * step + width) for i in range(d)])
-        expected += [x[:, :, r0:r1, c0:c1].max(axis=(2, 3)) for r0, r1 in bins[0]
-                     for c0, c1 in bins[1]]
+        expected += [
+            x[:, :, r0:r1, c0:c1].max(axis=(2, 3)) for r0, r1 in bins[0] for c0, c1 in bins[1]
+        ]
     np.testing.assert_allclose(got, np.stack(expected, axis=2))
     assert got.shape[2] == layer.output_shape[2] == 14
     regions = pool.pool_2d_nxn_regions(x_var, 2, mode="average_inc_pad")
@@ -147,9 +152,11 @@ def test_rectify_takes_numpy_arrays_and_targets_align(rng):
     p_var, t_var = pt.vector("p"), pt.vector("t")
     p, t = rng.uniform(0.1, 0.9, 5), rng.integers(0, 2, 5).astype(float)
     column = p_var.dimshuffle(0, "x")  # a (batch, 1) output against (batch,) targets
-    outputs = [objectives.binary_crossentropy(column, t_var)[:, 0],
-               objectives.huber_loss(column, t_var, delta=0.3)[:, 0],
-               objectives.binary_accuracy(column, t_var)[:, 0]]
+    outputs = [
+        objectives.binary_crossentropy(column, t_var)[:, 0],
+        objectives.huber_loss(column, t_var, delta=0.3)[:, 0],
+        objectives.binary_accuracy(column, t_var)[:, 0],
+    ]
     ce, huber, accuracy = value(outputs, [p_var, t_var], p, t)
     np.testing.assert_allclose(ce, -(t * np.log(p) + (1 - t) * np.log(1 - p)))
     d = np.abs(p - t)

@@ -178,13 +178,28 @@ def test_transposed_conv2d_output_size_and_flip(rng):
 def test_transposed_conv_of_unknown_sizes(rng):
     x_var = pt.tensor4("x")
     x = rng.standard_normal((2, 2, 3, 4))
-    loose = L.TransposedConv2DLayer((None, 2, None, None), 3, 3, stride=2, crop="same",
-                                    flip_filters=True, b=None, nonlinearity=None)
+    loose = L.TransposedConv2DLayer(
+        (None, 2, None, None),
+        3,
+        3,
+        stride=2,
+        crop="same",
+        flip_filters=True,
+        b=None,
+        nonlinearity=None,
+    )
     assert loose.output_shape == (None, 3, None, None)
     # output_size asks for one more row than the smallest output (a stride leaves a choice)
-    extended = L.TransposedConv2DLayer((None, 2, None, None), 3, (3, 2), stride=2,
-                                       output_size=pt.as_tensor(np.array([8, 8])),
-                                       flip_filters=True, b=None, nonlinearity=None)
+    extended = L.TransposedConv2DLayer(
+        (None, 2, None, None),
+        3,
+        (3, 2),
+        stride=2,
+        output_size=pt.as_tensor(np.array([8, 8])),
+        flip_filters=True,
+        b=None,
+        nonlinearity=None,
+    )
     assert extended.output_shape == (None, 3, None, None)
     outputs = [loose.get_output_for(x_var), extended.get_output_for(x_var)]
     got = pytensor.function([x_var], outputs, mode=MODE)(x)
@@ -258,18 +273,40 @@ def test_convolution_argument_is_called_as_lasagne_calls_it(rng):
         return nnet.conv2d(input, filters, input_shape, filter_shape, **kwargs)
 
     x2, x1 = rng.standard_normal((2, 4, 7, 6)), rng.standard_normal((2, 2, 9))
-    recorded = L.Conv2DLayer(L.InputLayer((None, 4, 7, 6)), 2, 3, stride=(2, 1), pad="same",
-                             num_groups=2, nonlinearity=None, convolution=recording_conv2d)
-    theano_conv = L.Conv2DLayer(L.InputLayer((None, 4, 7, 6)), 3, (3, 2), pad="full",
-                                flip_filters=False, nonlinearity=None,
-                                convolution=nnet.conv2d)
-    lasagne_1d = L.Conv1DLayer(L.InputLayer((None, 2, 9)), 3, 4, stride=2, nonlinearity=None,
-                               convolution=conv1d_functions.conv1d_sc)
+    recorded = L.Conv2DLayer(
+        L.InputLayer((None, 4, 7, 6)),
+        2,
+        3,
+        stride=(2, 1),
+        pad="same",
+        num_groups=2,
+        nonlinearity=None,
+        convolution=recording_conv2d,
+    )
+    theano_conv = L.Conv2DLayer(
+        L.InputLayer((None, 4, 7, 6)),
+        3,
+        (3, 2),
+        pad="full",
+        flip_filters=False,
+        nonlinearity=None,
+        convolution=nnet.conv2d,
+    )
+    lasagne_1d = L.Conv1DLayer(
+        L.InputLayer((None, 2, 9)),
+        3,
+        4,
+        stride=2,
+        nonlinearity=None,
+        convolution=conv1d_functions.conv1d_sc,
+    )
 
     def grouped_reference(x, w):  # each half of the channels with its own filter
         w = w[:, :, ::-1, ::-1]
-        return np.concatenate([correlate_nd(x[:, 2 * g:2 * g + 2], w[g:g + 1], (2, 1), (1, 1))
-                               for g in range(2)], axis=1)
+        return np.concatenate(
+            [correlate_nd(x[:, 2 * g : 2 * g + 2], w[g : g + 1], (2, 1), (1, 1)) for g in range(2)],
+            axis=1,
+        )
 
     cases = [
         (recorded, x2, grouped_reference),
@@ -277,18 +314,32 @@ def test_convolution_argument_is_called_as_lasagne_calls_it(rng):
         (lasagne_1d, x1, lambda x, w: correlate_nd(x, w[:, :, ::-1], (2,), (0,))),
     ]
     for layer, x, reference in cases:
-        expected = reference(x, layer.W.get_value()) + layer.b.get_value()[
-            (slice(None),) + (None,) * (x.ndim - 2)]
+        expected = (
+            reference(x, layer.W.get_value())
+            + layer.b.get_value()[(slice(None),) + (None,) * (x.ndim - 2)]
+        )
         assert layer.output_shape == (None, *expected.shape[1:])
         np.testing.assert_allclose(run(layer, x), expected, rtol=1e-6)
-    assert calls == [((None, 4, 7, 6), (2, 2, 3, 3),
-                      {"subsample": (2, 1), "border_mode": "half", "filter_flip": True,
-                       "num_groups": 2})]
-    check_param_grad(theano_conv, x2, theano_conv.W,
-                     lambda x, w: correlate_nd(x, w, (1, 1), (2, 1)), rng)
+    assert calls == [
+        (
+            (None, 4, 7, 6),
+            (2, 2, 3, 3),
+            {"subsample": (2, 1), "border_mode": "half", "filter_flip": True, "num_groups": 2},
+        )
+    ]
+    check_param_grad(
+        theano_conv, x2, theano_conv.W, lambda x, w: correlate_nd(x, w, (1, 1), (2, 1)), rng
+    )
     with pytest.raises(TypeError, match="num_groups"):  # as in Lasagne: no groups there
-        L.get_output(L.Conv1DLayer(L.InputLayer((None, 2, 9)), 2, 3, num_groups=2,
-                                   convolution=conv1d_functions.conv1d_sc))
+        L.get_output(
+            L.Conv1DLayer(
+                L.InputLayer((None, 2, 9)),
+                2,
+                3,
+                num_groups=2,
+                convolution=conv1d_functions.conv1d_sc,
+            )
+        )
 
 
 @pytest.mark.parametrize("mode", ["max", "average_inc_pad", "average_exc_pad"])
@@ -562,8 +613,11 @@ def test_noise_layers_draw_from_streams_seeded_when_built():
         outputs = []
         for _ in range(2):
             random.set_rng(np.random.RandomState(42))
-            layers = [L.DropoutLayer(net), L.GaussianNoiseLayer(net),
-                      L.RandomizedRectifierLayer(net, shared_axes=())]
+            layers = [
+                L.DropoutLayer(net),
+                L.GaussianNoiseLayer(net),
+                L.RandomizedRectifierLayer(net, shared_axes=()),
+            ]
             random.set_rng(np.random.RandomState(7))  # only the seeds at build time count
             assert all(isinstance(layer._srng, RandomStreams) for layer in layers)
             outputs.append([run(layer, x) for layer in layers])
@@ -603,8 +657,9 @@ def test_gpu_module_names(rng):
 def test_cuda_convnet_c01b_layout(rng):
     """dimshuffle=False: c01b tensors, filters (channels, rows, cols, num_filters)."""
     c01b = L.InputLayer((4, 7, 7, None))
-    conv = L.cuda_convnet.Conv2DCCLayer(c01b, 16, 3, stride=2, untie_biases=True,
-                                        nonlinearity=None, dimshuffle=False)
+    conv = L.cuda_convnet.Conv2DCCLayer(
+        c01b, 16, 3, stride=2, untie_biases=True, nonlinearity=None, dimshuffle=False
+    )
     assert conv.W.get_value().shape == (4, 3, 3, 16) and conv.b.get_value().shape == (16, 3, 3)
     assert conv.output_shape == (16, 3, 3, None)
     conv.b.set_value(rng.standard_normal((16, 3, 3)))

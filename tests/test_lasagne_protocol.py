@@ -110,8 +110,9 @@ def test_get_all_params_of_a_dict_of_layers(rng):
     assert isinstance(outputs, list) and outputs[0] is net["input"].input_var
     summed = ElemwiseSumLayer(lay for lay in (net["fc1"], net["fc1"]))
     assert summed.input_layers == [net["fc1"], net["fc1"]]
-    penalty = lasagne.regularization.regularize_layer_params(net.values(),
-                                                             lasagne.regularization.l2)
+    penalty = lasagne.regularization.regularize_layer_params(
+        net.values(), lasagne.regularization.l2
+    )
     weights = [p.get_value() for p in expected[::2]]
     np.testing.assert_allclose(value(penalty), sum((w**2).sum() for w in weights))
 

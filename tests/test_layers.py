@@ -414,13 +414,17 @@ def test_merge_layers_crop_to_a_common_shape(rng, mode):
     xc = rng.standard_normal((3, 2, 5, 9))
 
     def cut(x, rows, cols):
-        starts = {"lower": (0, 0), "upper": (x.shape[2] - rows, x.shape[3] - cols),
-                  "center": ((x.shape[2] - rows) // 2, (x.shape[3] - cols) // 2)}[mode]
-        return x[:, :, starts[0]:starts[0] + rows, starts[1]:starts[1] + cols]
+        starts = {
+            "lower": (0, 0),
+            "upper": (x.shape[2] - rows, x.shape[3] - cols),
+            "center": ((x.shape[2] - rows) // 2, (x.shape[3] - cols) // 2),
+        }[mode]
+        return x[:, :, starts[0] : starts[0] + rows, starts[1] : starts[1] + cols]
 
     inputs = [a.input_var, b.input_var, summed.input_layers[1].input_var]
-    got_cat, got_sum = pytensor.function(
-        inputs, [get_output(cat), get_output(summed)], mode=MODE)(xa, xb, xc)
+    got_cat, got_sum = pytensor.function(inputs, [get_output(cat), get_output(summed)], mode=MODE)(
+        xa, xb, xc
+    )
     np.testing.assert_allclose(got_cat, np.concatenate([cut(xa, 4, 6), cut(xb, 4, 6)], axis=1))
     np.testing.assert_allclose(got_sum, cut(xa, 5, 6) + cut(xc, 5, 6))
     with pytest.raises(ValueError, match="cropping mode"):

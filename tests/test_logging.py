@@ -60,8 +60,10 @@ def test_worker_records_reach_rank0_logging_with_their_rank(caplog, capfd):
     (informed,) = [r for r in caplog.records if r.name == "other.library"]
     assert informed.rank == 1 and informed.getMessage().endswith("rank 1 informs")
     out, err = capfd.readouterr()
-    assert out.splitlines()[-4:] == [*(f"[rank 1] line {i} of rank 1" for i in range(3)),
-                                     "[rank 1] unfinished"]
+    assert out.splitlines()[-4:] == [
+        *(f"[rank 1] line {i} of rank 1" for i in range(3)),
+        "[rank 1] unfinished",
+    ]
     assert "[rank 1] error of rank 1\n" in err
 
 
@@ -106,13 +108,21 @@ def test_warnings_show_without_logging_configured(tmp_path, silenced):
     "synkhronos" logger silences the library's records."""
     script = tmp_path / "user.py"
     silence = "logging.getLogger('synkhronos').setLevel(logging.ERROR)\n" if silenced else ""
-    script.write_text("import logging\nimport numpy as np\nimport synkhronos as synk\n"
-                      "from synkhronos.api import routines\nfrom test_logging import talk\n"
-                      f"{silence}synk.fork(2, backend='cpu')\n"
-                      "routines.run(talk, np.array([0]))\nsynk.close()\n")
+    script.write_text(
+        "import logging\nimport numpy as np\nimport synkhronos as synk\n"
+        "from synkhronos.api import routines\nfrom test_logging import talk\n"
+        f"{silence}synk.fork(2, backend='cpu')\n"
+        "routines.run(talk, np.array([0]))\nsynk.close()\n"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert ("[rank 1] rank 1 warns\n" in done.stderr) is not silenced, done.stderr
     assert "informs" not in done.stderr
@@ -124,7 +134,10 @@ def test_the_library_never_prints():
     printing = []
     for path in (ROOT / "synkhronos").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id == "print"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "print"
+            ):
                 printing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not printing, printing

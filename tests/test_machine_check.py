@@ -18,8 +18,10 @@ def test_a_tiny_dev_shm_is_a_clear_failure(monkeypatch):
     said: list[str] = []
     assert machine_check.check(say=said.append) == 1
     assert not ran  # nothing forked on a /dev/shm that cannot hold it
-    assert "CANNOT WORK: /dev/shm has 1 MiB free, less than the 32 MiB synkhronos needs " \
-           "at least; free space there, or enlarge it (e.g. docker run --shm-size=8g)" in said
+    assert (
+        "CANNOT WORK: /dev/shm has 1 MiB free, less than the 32 MiB synkhronos needs "
+        "at least; free space there, or enlarge it (e.g. docker run --shm-size=8g)" in said
+    )
     assert said[-1] == "failed"
     assert any(line.startswith("fork() would start: ") for line in said)
 

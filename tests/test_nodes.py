@@ -23,8 +23,8 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(
     not MPIEXEC.exists() or importlib.util.find_spec("mpi4py") is None,
-    reason="needs mpi4py and mpiexec next to the interpreter (pip install 'synkhronos[mpi]' "
-           "mpich)")
+    reason="needs mpi4py and mpiexec next to the interpreter (pip install 'synkhronos[mpi]' mpich)",
+)
 
 CHECKS = r"""
 import logging
@@ -178,20 +178,27 @@ def _launch(tmp_path: Path, script: str, *args: str, timeout: float = 120):
     path = tmp_path / "script.py"
     path.write_text(script)
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT)] + (
-        [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+    env.update(
+        PYTHONPATH=os.pathsep.join(
+            [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+        ),
         PYTENSOR_FLAGS="mode=FAST_COMPILE",  # small graphs compile in a blink
-        JAX_PLATFORMS="cpu")  # "gpu": GPU ranks on CPU devices
+        JAX_PLATFORMS="cpu",
+    )  # "gpu": GPU ranks on CPU devices
     start = time.monotonic()
-    proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(path), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [str(MPIEXEC), "-n", "2", sys.executable, str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tmp_path,
+    )
     return proc, time.monotonic() - start
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "jax-cpu"),
-                                                (2, "gpu")])
+@pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "jax-cpu"), (2, "gpu")])
 def test_calls_and_collectives_span_every_node(tmp_path, local, backend):
     """2 nodes x ``local`` ranks: outputs, batch selections, collectives and a training
     trajectory equal one process on the whole batch. "gpu" runs GPU ranks on CPU devices
@@ -202,16 +209,21 @@ def test_calls_and_collectives_span_every_node(tmp_path, local, backend):
     proc, _ = _launch(tmp_path, CHECKS, str(local), backend)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert f"2 nodes (MPI), {local} local ranks each, {2 * local} global ranks; this is " \
-           f"node 1 (pid " in out
+    assert (
+        f"2 nodes (MPI), {local} local ranks each, {2 * local} global ranks; this is "
+        f"node 1 (pid " in out
+    )
     for node in (0, 1):
         assert f"node {node}: {2 * local} ranks, ok" in out, out
 
 
 def _pids(folder: Path) -> dict[int, int]:
     """Node -> pid of its rank 0, from the files the script writes."""
-    return {node: int((folder / f"node{node}.pid").read_text())
-            for node in (0, 1) if (folder / f"node{node}.pid").exists()}
+    return {
+        node: int((folder / f"node{node}.pid").read_text())
+        for node in (0, 1)
+        if (folder / f"node{node}.pid").exists()
+    }
 
 
 def _no_leftovers(pids) -> bool:
@@ -239,8 +251,10 @@ def test_a_failing_node_ends_the_job(tmp_path, how):
     assert sorted(pids) == [0, 1], out
     assert proc.returncode != 0, out
     if how == "raise":
-        assert "synkhronos: node 1 of 2 (global ranks 2..3) failed in a synkhronos " \
-               "function call" in out, out
+        assert (
+            "synkhronos: node 1 of 2 (global ranks 2..3) failed in a synkhronos "
+            "function call" in out
+        ), out
         assert "ValueError: batch=100 is outside 0..9" in out, out
     else:  # mpich names the first process it saw end: node 1, or node 0 it then killed
         assert "Killed (signal 9)" in out, out

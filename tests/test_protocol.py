@@ -60,8 +60,13 @@ def test_control_block_regions_are_disjoint_and_shared(session):
     other = ControlBlock(session, n_ranks, create=False)
     regions = [owner.words[0:2], owner.command_header(), owner.result_header()]
     for r in range(n_ranks):
-        regions += [owner.status(r), owner.heartbeat(r), owner.note(r), owner.reply_header(r),
-                    owner.comm_header(r)]
+        regions += [
+            owner.status(r),
+            owner.heartbeat(r),
+            owner.note(r),
+            owner.reply_header(r),
+            owner.comm_header(r),
+        ]
     for i, region in enumerate(regions):
         region[...] = i + 1
     assert sum(len(r) for r in regions) == len(owner.words)
@@ -108,10 +113,12 @@ def test_a_failure_whose_traceback_cannot_be_sent_is_noted(session, monkeypatch)
     def no_name(arrays):
         raise OSError("taken")
 
-    for error, post, status in [(KeyError("boom"), None, Status.FAILED),
-                                (KeyError("boom"), no_room, Status.SHM_FULL),
-                                (KeyError("boom"), no_name, Status.FAILED_NOTE),
-                                (SharedMemoryFull("needs 9.0 MiB"), None, Status.SHM_FULL)]:
+    for error, post, status in [
+        (KeyError("boom"), None, Status.FAILED),
+        (KeyError("boom"), no_room, Status.SHM_FULL),
+        (KeyError("boom"), no_name, Status.FAILED_NOTE),
+        (SharedMemoryFull("needs 9.0 MiB"), None, Status.SHM_FULL),
+    ]:
         if post is not None:
             monkeypatch.setattr(worker.replies[1], "post", post)
         rank0.send(Command.CALL)

@@ -22,5 +22,4 @@ def test_docs_tutorial(tmp_path):
     text = (ROOT / "docs" / "tutorial.rst").read_text()
     blocks = re.findall(r"\.\. code-block:: python\n\n((?:   .*\n|\n)+)", text)
     assert len(blocks) > 3
-    run_code("\n".join("\n".join(line[3:] for line in b.splitlines()) for b in blocks),
-             tmp_path)
+    run_code("\n".join("\n".join(line[3:] for line in b.splitlines()) for b in blocks), tmp_path)

@@ -150,9 +150,11 @@ def test_watchdog_tells_a_computing_process_from_a_sleeping_one():
     beats = [0]
     try:
         time.sleep(0.3)  # both past interpreter start-up
-        for pids, heartbeat, hangs in [([busy.pid], lambda r: 0, False),
-                                       ([idle.pid], lambda r: beats[0], False),
-                                       ([idle.pid], lambda r: 0, True)]:
+        for pids, heartbeat, hangs in [
+            ([busy.pid], lambda r: 0, False),
+            ([idle.pid], lambda r: beats[0], False),
+            ([idle.pid], lambda r: 0, True),
+        ]:
             dog = Watchdog(pids, heartbeat, timeout=0.3)
             deadline = time.monotonic() + 1.0
             hung = False
@@ -195,9 +197,14 @@ def _rank0(tmp_path, rows: int, calls: int) -> tuple[subprocess.Popen, int, int]
     script = tmp_path / "user.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, str(script), str(rows), str(calls)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(rows), str(calls)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     worker, guardian = proc.stdout.readline().split()
     return proc, int(worker), int(guardian)
 
@@ -206,10 +213,16 @@ def _no_leftovers(rank0: int, *processes: int) -> bool:
     return all(_reaped(p) for p in processes) and shm_entries(f"synk_{rank0}_") == []
 
 
-@pytest.mark.parametrize(("signum", "stopped"), [
-    (signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGKILL, False),
-    (signal.SIGKILL, True),  # the worker cannot act: rank 0's guardian ends it
-], ids=["SIGTERM", "SIGINT", "SIGKILL", "SIGKILL-worker-stopped"])
+@pytest.mark.parametrize(
+    ("signum", "stopped"),
+    [
+        (signal.SIGTERM, False),
+        (signal.SIGINT, False),
+        (signal.SIGKILL, False),
+        (signal.SIGKILL, True),  # the worker cannot act: rank 0's guardian ends it
+    ],
+    ids=["SIGTERM", "SIGINT", "SIGKILL", "SIGKILL-worker-stopped"],
+)
 def test_rank0_killed_during_calls(tmp_path, signum, stopped):
     proc, worker, guardian = _rank0(tmp_path, rows=300, calls=10**6)
     time.sleep(0.2)
@@ -274,12 +287,12 @@ def test_liveness_is_the_lock_not_the_pid():
     for prefix in (old_dead, old_live):
         _make_names(prefix, lock=False)
     try:
-        assert {hidden, ended, old_dead, old_live} & set(names.dead_prefixes()) == {
-            ended, old_dead}
+        assert {hidden, ended, old_dead, old_live} & set(names.dead_prefixes()) == {ended, old_dead}
         os.close(fd)  # the hidden program ends
         assert hidden in names.dead_prefixes()
         assert sorted(names.sweep(hidden)) == sorted(
-            [f"{hidden}_s0_x", f"sem.{hidden}_s0_sem", f"{hidden}{names.LOCK_SUFFIX}"])
+            [f"{hidden}_s0_x", f"sem.{hidden}_s0_sem", f"{hidden}{names.LOCK_SUFFIX}"]
+        )
     finally:
         for prefix in (hidden, ended, old_dead, old_live):
             names.sweep(prefix)
@@ -370,8 +383,9 @@ def test_own_sigterm_handler_keeps_the_session():
         print("handled", caught, f(np.arange(5.0)))
         synk.close()
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "handled [15] 10.0" in done.stdout
 
@@ -460,8 +474,12 @@ def session():
     forked = launch.current()
     w = pytensor.shared(np.zeros(3), name="w")
     # Reshaping to 2 rows needs an even number of values: one rank can fail alone.
-    f = synk.function([x], [x.reshape((2, -1)).mean(), (2 * x, "gather")],
-                      updates=[(w, w + x.sum(axis=0))], name="uneven")
+    f = synk.function(
+        [x],
+        [x.reshape((2, -1)).mean(), (2 * x, "gather")],
+        updates=[(w, w + x.sum(axis=0))],
+        name="uneven",
+    )
     yield forked, f, w
     _close_and_check(forked)
 
@@ -475,9 +493,11 @@ class TestWithinOneSession:
         _, f, w = session
         start = rng.normal(size=3)
         synk.broadcast(w, start)
-        for rows, error, slices in [(7, synk.RemoteError, 1),  # 4 rows on rank 0, 3 on rank 1
-                                    (5, ValueError, 1),  # 3 rows on rank 0: rank 0 fails
-                                    (15, synk.RemoteError, 2)]:  # rank 1: slices 4 + 3
+        for rows, error, slices in [
+            (7, synk.RemoteError, 1),  # 4 rows on rank 0, 3 on rank 1
+            (5, ValueError, 1),  # 3 rows on rank 0: rank 0 fails
+            (15, synk.RemoteError, 2),
+        ]:  # rank 1: slices 4 + 3
             with pytest.raises(error, match="total size of new array"):
                 f(rng.normal(size=(rows, 3)), num_slices=slices)
             assert self._w_everywhere(w) == [start.tolist()] * 2
@@ -491,8 +511,9 @@ class TestWithinOneSession:
         _, _, w = session
         u = pytensor.shared(np.zeros(3), name="u")
         count = synk.function([], updates=[(u, u + 1.0)], mode="FAST_COMPILE")
-        uneven = synk.function([x], x.reshape((2, -1)).mean(), updates=[(w, w + 1.0)],
-                               mode="FAST_COMPILE")
+        uneven = synk.function(
+            [x], x.reshape((2, -1)).mean(), updates=[(w, w + 1.0)], mode="FAST_COMPILE"
+        )
         step = synk.chain(uneven, count)
         synk.broadcast(w, np.zeros(3))
         with pytest.raises(synk.RemoteError) as raised:
@@ -507,8 +528,11 @@ class TestWithinOneSession:
         big = rng.normal(size=(200_000, 3))  # 2.4 MB of gathered rows from each rank
         routines.run(pretend_shm_full, np.array([True]))
         try:
-            with pytest.raises(shm.SharedMemoryFull, match=r"(?s)worker rank 1 .*of [\d.]+ MiB "
-                               r".*has 1\.0 MiB free"):
+            with pytest.raises(
+                shm.SharedMemoryFull,
+                match=r"(?s)worker rank 1 .*of [\d.]+ MiB "
+                r".*has 1\.0 MiB free",
+            ):
                 f(big)
         finally:
             routines.run(pretend_shm_full, np.array([False]))
@@ -521,15 +545,18 @@ class TestWithinOneSession:
         forked, f, _ = session
 
         def sizes():
-            return (len(forked.functions), len(forked.state.functions),
-                    len(forked.state.registry))
+            return (len(forked.functions), len(forked.state.functions), len(forked.state.registry))
 
         before = sizes()
         v = pt.vector("v")
-        for op, culprit in [(Doubling(lambda u: u), r"Op Doubling.*is a lambda, or defined inside"),
-                            (MainDoubling(), r"Op MainDoubling.*defined in __main__"),
-                            (Doubling(_made_at_run_time.RunTimeDoubling),
-                             r"Op Doubling.*module made_at_run_time cannot be imported")]:
+        for op, culprit in [
+            (Doubling(lambda u: u), r"Op Doubling.*is a lambda, or defined inside"),
+            (MainDoubling(), r"Op MainDoubling.*defined in __main__"),
+            (
+                Doubling(_made_at_run_time.RunTimeDoubling),
+                r"Op Doubling.*module made_at_run_time cannot be imported",
+            ),
+        ]:
             with pytest.raises(TypeError, match=rf"(?s)cannot be sent to the workers: {culprit}"):
                 synk.function([v], op(v).sum())
             assert sizes() == before
@@ -544,20 +571,41 @@ class TestWithinOneSession:
         v = pt.vector("v")
         nine = pt.tensor("nine", shape=(None,) * 9)
         for build, error, match in [
-            (lambda: synk.function([v], [v[i] for i in range(520)]), ValueError,
-             r"520 outputs the workers send back.*carries at most 512"),
-            (lambda: synk.function([v], [v.sum(), (pt.zeros((1,) * 9), "sum")]), ValueError,
-             r"output 1 has 9 dimensions; .* at most 8"),
-            (lambda: synk.function([v], v.sum(), bcast_inputs=[nine]), ValueError,
-             r"broadcast input 0 \('nine'\) has 9 dimensions"),
-            (lambda: synk.broadcast(w, np.array("abc")), TypeError,
-             r"value for shared variable w: cannot use a value of dtype <U3"),
-            (lambda: synk.scatter(w, np.array(["a", "b", "c"])), TypeError,
-             r"value for shared variable w: cannot use a value of dtype <U1"),
-            (lambda: synk.broadcast(w, np.array(None, dtype=object)), TypeError,
-             r"value for shared variable w: cannot use a value of dtype object"),
-            (lambda: routines.run(pretend_shm_full, np.array("full")), TypeError,
-             r"argument 0 of routine .*pretend_shm_full has dtype <U4"),
+            (
+                lambda: synk.function([v], [v[i] for i in range(520)]),
+                ValueError,
+                r"520 outputs the workers send back.*carries at most 512",
+            ),
+            (
+                lambda: synk.function([v], [v.sum(), (pt.zeros((1,) * 9), "sum")]),
+                ValueError,
+                r"output 1 has 9 dimensions; .* at most 8",
+            ),
+            (
+                lambda: synk.function([v], v.sum(), bcast_inputs=[nine]),
+                ValueError,
+                r"broadcast input 0 \('nine'\) has 9 dimensions",
+            ),
+            (
+                lambda: synk.broadcast(w, np.array("abc")),
+                TypeError,
+                r"value for shared variable w: cannot use a value of dtype <U3",
+            ),
+            (
+                lambda: synk.scatter(w, np.array(["a", "b", "c"])),
+                TypeError,
+                r"value for shared variable w: cannot use a value of dtype <U1",
+            ),
+            (
+                lambda: synk.broadcast(w, np.array(None, dtype=object)),
+                TypeError,
+                r"value for shared variable w: cannot use a value of dtype object",
+            ),
+            (
+                lambda: routines.run(pretend_shm_full, np.array("full")),
+                TypeError,
+                r"argument 0 of routine .*pretend_shm_full has dtype <U4",
+            ),
         ]:
             with pytest.raises(error, match=match):
                 build()

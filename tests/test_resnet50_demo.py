@@ -25,7 +25,8 @@ def test_resnet50(tmp_path: Path) -> None:
     # Every BatchNormLayer's running mean and inv_std: identical on both ranks, and moved.
     count, spread, moved = re.search(
         r"batch-norm running state: (\d+) variables, largest difference between ranks (\S+), "
-        r"largest change since initialisation (\S+)", out
+        r"largest change since initialisation (\S+)",
+        out,
     ).groups()
     assert int(count) == 2 * 53  # ResNet-50's 53 BatchNormLayers: mean and inv_std each
     assert float(spread) == 0.0 and float(moved) > 0.0

@@ -37,8 +37,11 @@ def other_user():
     if shutil.which("useradd") is None or shutil.which("userdel") is None:
         pytest.skip("useradd and userdel are needed to create a second user")
     name = f"synk{secrets.token_hex(4)}"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                    name], check=True, capture_output=True)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+    )
     user = pwd.getpwnam(name)
     try:
         yield user
@@ -82,13 +85,13 @@ def _plant(*entries: str) -> None:
     """Create empty files ``/dev/shm/<entry>``, as a squatter would (a segment is a file
     there, a semaphore ``sem.<name>``)."""
     for entry in entries:
-        os.close(os.open(os.path.join(SHM_DIR, entry), os.O_CREAT | os.O_EXCL | os.O_WRONLY,
-                         0o600))
+        os.close(os.open(os.path.join(SHM_DIR, entry), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def _owned_by(uid: int, prefix: str) -> list[str]:
-    return sorted(e for e in shm_entries(prefix)
-                  if os.lstat(os.path.join(SHM_DIR, e)).st_uid == uid)
+    return sorted(
+        e for e in shm_entries(prefix) if os.lstat(os.path.join(SHM_DIR, e)).st_uid == uid
+    )
 
 
 def _dead_pid() -> int:
@@ -126,9 +129,12 @@ def test_names_are_unguessable_and_private(other_user):
 
 def test_another_users_names_break_neither_fork_nor_close(other_user):
     dead = _dead_pid()
-    planted = [f"synk_{dead}_x", f"sem.synk_{dead}_x_go1",  # the audit's: a dead pid's names
-               f"synk_{dead}_{'f' * 16}{names.LOCK_SUFFIX}",  # and an unheld lock file
-               f"synk_{dead}_{'f' * 16}_s0_control"]
+    planted = [
+        f"synk_{dead}_x",
+        f"sem.synk_{dead}_x_go1",  # the audit's: a dead pid's names
+        f"synk_{dead}_{'f' * 16}{names.LOCK_SUFFIX}",  # and an unheld lock file
+        f"synk_{dead}_{'f' * 16}_s0_control",
+    ]
     _as(other_user, lambda: _plant(*planted))
     synk.fork(2, backend="cpu")  # sweeps dead programs' names: only this user's
     session = launch.current()
@@ -199,8 +205,13 @@ def test_only_this_users_orphans_are_ended(other_user):
     # and the other user's.
     look_alike = ["sh", "-c", "sleep 30; :", "synkhronos.worker", prefix]
     mine = subprocess.Popen(look_alike, start_new_session=True)
-    other = subprocess.Popen(look_alike, user=other_user.pw_uid, group=other_user.pw_gid,
-                             extra_groups=[], start_new_session=True)
+    other = subprocess.Popen(
+        look_alike,
+        user=other_user.pw_uid,
+        group=other_user.pw_gid,
+        extra_groups=[],
+        start_new_session=True,
+    )
     try:
         os.kill(mine.pid, signal.SIGSTOP)
         launch.sweep_dead()

@@ -19,9 +19,22 @@ DEMO = Path(__file__).resolve().parents[1] / "demos" / "synkhronos_style_mnist.p
 def test_synkhronos_style_mnist_trains(tmp_path: Path) -> None:
     env = {**os.environ, "PYTENSOR_FLAGS": "mode=FAST_COMPILE"}
     result = subprocess.run(
-        [sys.executable, str(DEMO), "--ranks", "2", "--epochs", "3", "--no-download",
-         "--data-dir", str(tmp_path / "no_mnist")],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+        [
+            sys.executable,
+            str(DEMO),
+            "--ranks",
+            "2",
+            "--epochs",
+            "3",
+            "--no-download",
+            "--data-dir",
+            str(tmp_path / "no_mnist"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
     )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-5000:]}"
     out = result.stdout

@@ -33,17 +33,21 @@ def np_correlate(x, w, stride, pad, dilation, groups=1):
     (O, C / groups, *kernel); ``pad`` holds (before, after) per axis."""
     n = w.ndim - 2
     x = np.pad(x, [(0, 0), (0, 0), *pad])
-    out_len = [(x.shape[2 + a] - dilation[a] * (w.shape[2 + a] - 1) - 1) // stride[a] + 1
-               for a in range(n)]
+    out_len = [
+        (x.shape[2 + a] - dilation[a] * (w.shape[2 + a] - 1) - 1) // stride[a] + 1 for a in range(n)
+    ]
     out = np.zeros((x.shape[0], w.shape[0], *out_len))
     per_group = w.shape[0] // groups
     for f in range(w.shape[0]):
         chans = slice(f // per_group * w.shape[1], (f // per_group + 1) * w.shape[1])
         for taps in itertools.product(*[range(k) for k in w.shape[2:]]):
-            window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
-                           for t, d, o, s in zip(taps, dilation, out_len, stride, strict=True))
-            out[:, f] += np.einsum("nc...,c->n...", x[(slice(None), chans, *window)],
-                                   w[(f, slice(None), *taps)])
+            window = tuple(
+                slice(t * d, t * d + (o - 1) * s + 1, s)
+                for t, d, o, s in zip(taps, dilation, out_len, stride, strict=True)
+            )
+            out[:, f] += np.einsum(
+                "nc...,c->n...", x[(slice(None), chans, *window)], w[(f, slice(None), *taps)]
+            )
     return out
 
 
@@ -61,8 +65,10 @@ def np_pool(x, ws, stride, pad, ignore_border, mode):
     out = np.zeros((*x.shape[:-n], *counts))
     for pos in itertools.product(*[range(c) for c in counts]):
         starts = [o * s - p for o, s, p in zip(pos, stride, pad, strict=True)]
-        inside = tuple(slice(max(b, 0), min(b + w, length))
-                       for b, w, length in zip(starts, ws, lengths, strict=True))
+        inside = tuple(
+            slice(max(b, 0), min(b + w, length))
+            for b, w, length in zip(starts, ws, lengths, strict=True)
+        )
         region = x[(Ellipsis, *inside)]
         flat = region.reshape(*region.shape[:-n], -1)
         if mode == "max":
@@ -72,8 +78,10 @@ def np_pool(x, ws, stride, pad, ignore_border, mode):
         elif mode == "average_exc_pad":
             value = flat.mean(axis=-1)
         else:  # the window clipped to the padded input
-            area = math.prod(min(b + w, length + p) - max(b, -p) for b, w, length, p in
-                             zip(starts, ws, lengths, pad, strict=True))
+            area = math.prod(
+                min(b + w, length + p) - max(b, -p)
+                for b, w, length, p in zip(starts, ws, lengths, pad, strict=True)
+            )
             value = flat.sum(axis=-1) / area
         out[(Ellipsis, *pos)] = value
     return out
@@ -84,25 +92,30 @@ def np_pool(x, ws, stride, pad, ignore_border, mode):
 
 def test_theano_paths_import():
     namespace = {}
-    exec("\n".join([
-        "from synkhronos import theano",
-        "from synkhronos.theano import tensor as T",
-        "import synkhronos.theano.tensor as T2",
-        "from synkhronos.theano.tensor.nnet import conv2d, sigmoid",
-        "from synkhronos.theano.tensor.nnet.abstract_conv import AbstractConv2d_gradInputs",
-        "from synkhronos.theano.tensor.signal.pool import pool_2d",
-        "from synkhronos.theano.tensor.signal import pool",
-        "from synkhronos.theano.tensor.shared_randomstreams import RandomStreams",
-        "from synkhronos.theano.tensor.extra_ops import to_one_hot",
-        "from synkhronos.theano.tensor.basic import zeros_like",
-        "from synkhronos.theano.sandbox.rng_mrg import MRG_RandomStreams",
-        "from synkhronos.theano.ifelse import ifelse",
-        "from synkhronos.theano.printing import pprint, debugprint",
-        "from synkhronos.theano.gradient import grad_clip",
-        "from synkhronos.theano.compile import SharedVariable",
-        "from synkhronos.theano.gof.graph import inputs",
-        "from synkhronos.theano.gpuarray.dnn import dnn_present",
-    ]), namespace)
+    exec(
+        "\n".join(
+            [
+                "from synkhronos import theano",
+                "from synkhronos.theano import tensor as T",
+                "import synkhronos.theano.tensor as T2",
+                "from synkhronos.theano.tensor.nnet import conv2d, sigmoid",
+                "from synkhronos.theano.tensor.nnet.abstract_conv import AbstractConv2d_gradInputs",
+                "from synkhronos.theano.tensor.signal.pool import pool_2d",
+                "from synkhronos.theano.tensor.signal import pool",
+                "from synkhronos.theano.tensor.shared_randomstreams import RandomStreams",
+                "from synkhronos.theano.tensor.extra_ops import to_one_hot",
+                "from synkhronos.theano.tensor.basic import zeros_like",
+                "from synkhronos.theano.sandbox.rng_mrg import MRG_RandomStreams",
+                "from synkhronos.theano.ifelse import ifelse",
+                "from synkhronos.theano.printing import pprint, debugprint",
+                "from synkhronos.theano.gradient import grad_clip",
+                "from synkhronos.theano.compile import SharedVariable",
+                "from synkhronos.theano.gof.graph import inputs",
+                "from synkhronos.theano.gpuarray.dnn import dnn_present",
+            ]
+        ),
+        namespace,
+    )
     th = namespace["theano"]
     assert namespace["T"] is th.tensor is namespace["T2"]
     assert th.tensor.nnet.conv2d is namespace["conv2d"]
@@ -112,8 +125,20 @@ def test_theano_paths_import():
     assert th.function is pytensor.function and th.shared is pytensor.shared
     assert th.scan is pytensor.scan and th.config is pytensor.config
     assert th.gof.Variable is th.Variable is T.Variable
-    for name in ("matrix", "tensor4", "ivector", "grad", "mean", "argmax", "eq", "switch",
-                 "set_subtensor", "shape_padaxis", "concatenate", "TensorType"):
+    for name in (
+        "matrix",
+        "tensor4",
+        "ivector",
+        "grad",
+        "mean",
+        "argmax",
+        "eq",
+        "switch",
+        "set_subtensor",
+        "shape_padaxis",
+        "concatenate",
+        "TensorType",
+    ):
         assert getattr(T, name) is getattr(pytensor.tensor, name)
 
 
@@ -180,16 +205,32 @@ def test_renamed_tensor_names(rng):
     col = T.patternbroadcast(T.matrix("c"), (False, True))
     assert row.type.shape == (1, None) and col.type.shape == (None, 1)
     assert T.TensorType(floatX, (False, True))("m").type.shape == (None, 1)
-    outs = [T.abs_(x), T.inv(x), T.stack(v, v * 2), T.stack([v, v * 3], axis=1),
-            T.flatten(t3, outdim=2), T.flatten(t3), T.tile(v, (2,), ndim=2),
-            T.tile(x, (1, 2)), T.extra_ops.to_one_hot(T.cast(v, "int64"), 4)]
+    outs = [
+        T.abs_(x),
+        T.inv(x),
+        T.stack(v, v * 2),
+        T.stack([v, v * 3], axis=1),
+        T.flatten(t3, outdim=2),
+        T.flatten(t3),
+        T.tile(v, (2,), ndim=2),
+        T.tile(x, (1, 2)),
+        T.extra_ops.to_one_hot(T.cast(v, "int64"), 4),
+    ]
     f = function([x, v, t3], outs)
     xv, vv = rng.normal(size=(2, 3)), np.array([0.0, 3.0, 1.0])
     tv = rng.normal(size=(2, 3, 4))
     got = f(xv, vv, tv)
-    want = [abs(xv), 1 / xv, np.stack([vv, vv * 2]), np.stack([vv, vv * 3], axis=1),
-            tv.reshape(2, 12), tv.ravel(), np.tile(vv, (1, 2)), np.tile(xv, (1, 2)),
-            np.eye(4)[[0, 3, 1]]]
+    want = [
+        abs(xv),
+        1 / xv,
+        np.stack([vv, vv * 2]),
+        np.stack([vv, vv * 3], axis=1),
+        tv.reshape(2, 12),
+        tv.ravel(),
+        np.tile(vv, (1, 2)),
+        np.tile(xv, (1, 2)),
+        np.eye(4)[[0, 3, 1]],
+    ]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)
 
@@ -220,10 +261,17 @@ def test_clone_and_graph_inputs():
 def test_activations_and_crossentropies(rng):
     x, t, p = T.matrix("x"), T.matrix("t"), T.matrix("p")
     labels = T.ivector("labels")
-    outs = [T.nnet.sigmoid(x), T.nnet.relu(x), T.nnet.relu(x, 0.1), T.nnet.softplus(x),
-            T.nnet.softmax(x), T.nnet.softmax(x[0]),
-            T.nnet.categorical_crossentropy(p, t), T.nnet.categorical_crossentropy(p, labels),
-            T.nnet.binary_crossentropy(p, t)]
+    outs = [
+        T.nnet.sigmoid(x),
+        T.nnet.relu(x),
+        T.nnet.relu(x, 0.1),
+        T.nnet.softplus(x),
+        T.nnet.softmax(x),
+        T.nnet.softmax(x[0]),
+        T.nnet.categorical_crossentropy(p, t),
+        T.nnet.categorical_crossentropy(p, labels),
+        T.nnet.binary_crossentropy(p, t),
+    ]
     f = function([x, t, p, labels], outs)
     xv = rng.normal(size=(3, 4))
     pv = rng.uniform(0.05, 0.95, size=(3, 4))
@@ -231,9 +279,17 @@ def test_activations_and_crossentropies(rng):
     lv = np.array([2, 0, 3], np.int32)
     e = np.exp(xv - xv.max(axis=1, keepdims=True))
     soft = e / e.sum(axis=1, keepdims=True)
-    want = [1 / (1 + np.exp(-xv)), np.maximum(xv, 0), np.where(xv > 0, xv, 0.1 * xv),
-            np.log1p(np.exp(xv)), soft, soft[:1], -(tv * np.log(pv)).sum(axis=1),
-            -np.log(pv[np.arange(3), lv]), -(tv * np.log(pv) + (1 - tv) * np.log(1 - pv))]
+    want = [
+        1 / (1 + np.exp(-xv)),
+        np.maximum(xv, 0),
+        np.where(xv > 0, xv, 0.1 * xv),
+        np.log1p(np.exp(xv)),
+        soft,
+        soft[:1],
+        -(tv * np.log(pv)).sum(axis=1),
+        -np.log(pv[np.arange(3), lv]),
+        -(tv * np.log(pv) + (1 - tv) * np.log(1 - pv)),
+    ]
     for g, w in zip(f(xv, tv, pv, lv), want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose(T.nnet.relu(xv), np.maximum(xv, 0))  # NumPy in, NumPy out
@@ -248,21 +304,45 @@ def test_conv2d_flips_filters_with_theano_border_modes(rng):
     grouped = T.constant(wg)
     cases = [  # (filters, their value, kwargs, pad, stride, dilation, flip, groups)
         (w, wv, {}, [(0, 0)] * 2, (1, 1), (1, 1), True, 1),
-        (w, wv, {"border_mode": "full", "filter_flip": False}, [(2, 2), (1, 1)], (1, 1),
-         (1, 1), False, 1),
-        (w, wv, {"border_mode": "half", "subsample": (2, 1), "filter_dilation": (2, 1)},
-         [(2, 2), (1, 1)], (2, 1), (2, 1), True, 1),
-        (grouped, wg, {"border_mode": (1, 0), "num_groups": 2}, [(1, 1), (0, 0)], (1, 1),
-         (1, 1), True, 2),
+        (
+            w,
+            wv,
+            {"border_mode": "full", "filter_flip": False},
+            [(2, 2), (1, 1)],
+            (1, 1),
+            (1, 1),
+            False,
+            1,
+        ),
+        (
+            w,
+            wv,
+            {"border_mode": "half", "subsample": (2, 1), "filter_dilation": (2, 1)},
+            [(2, 2), (1, 1)],
+            (2, 1),
+            (2, 1),
+            True,
+            1,
+        ),
+        (
+            grouped,
+            wg,
+            {"border_mode": (1, 0), "num_groups": 2},
+            [(1, 1), (0, 0)],
+            (1, 1),
+            (1, 1),
+            True,
+            2,
+        ),
         (w, wv, {"border_mode": ((1, 0), (0, 2))}, [(1, 0), (0, 2)], (1, 1), (1, 1), True, 1),
     ]
     f = function([x], [T.nnet.conv2d(x, c[0], **c[2]) for c in cases])
     xv = rng.normal(size=(2, 2, 7, 6))
-    for got, (_, value, _, pad, stride, dilation, flip, groups) in zip(f(xv), cases,
-                                                                        strict=True):
+    for got, (_, value, _, pad, stride, dilation, flip, groups) in zip(f(xv), cases, strict=True):
         kernel = value[..., ::-1, ::-1] if flip else value
-        np.testing.assert_allclose(got, np_correlate(xv, kernel, stride, pad, dilation, groups),
-                                   rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            got, np_correlate(xv, kernel, stride, pad, dilation, groups), rtol=1e-9, atol=1e-12
+        )
     with pytest.raises(ValueError, match="filter_shape"):
         T.nnet.conv2d(x, T.tensor4(), border_mode="half")
     with pytest.raises(NotImplementedError):
@@ -273,15 +353,23 @@ def test_conv3d(rng):
     x = T.tensor5("x")
     wv = rng.normal(size=(3, 2, 2, 3, 2))
     w = T.constant(wv)
-    f = function([x], [T.nnet.conv3d(x, w),
-                       T.nnet.conv3d(x, w, border_mode="half", subsample=(1, 2, 1),
-                                     filter_flip=False)])
+    f = function(
+        [x],
+        [
+            T.nnet.conv3d(x, w),
+            T.nnet.conv3d(x, w, border_mode="half", subsample=(1, 2, 1), filter_flip=False),
+        ],
+    )
     xv = rng.normal(size=(2, 2, 4, 5, 3))
     valid, half = f(xv)
-    np.testing.assert_allclose(valid, np_correlate(xv, wv[..., ::-1, ::-1, ::-1], (1, 1, 1),
-                                                   [(0, 0)] * 3, (1, 1, 1)), rtol=1e-9)
-    np.testing.assert_allclose(half, np_correlate(xv, wv, (1, 2, 1), [(1, 1), (1, 1), (1, 1)],
-                                                  (1, 1, 1)), rtol=1e-9)
+    np.testing.assert_allclose(
+        valid,
+        np_correlate(xv, wv[..., ::-1, ::-1, ::-1], (1, 1, 1), [(0, 0)] * 3, (1, 1, 1)),
+        rtol=1e-9,
+    )
+    np.testing.assert_allclose(
+        half, np_correlate(xv, wv, (1, 2, 1), [(1, 1), (1, 1), (1, 1)], (1, 1, 1)), rtol=1e-9
+    )
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -292,8 +380,7 @@ def test_abstract_conv_gradients_are_adjoints(n, rng):
     grad_weights = ac.AbstractConv2d_gradWeights if n == 2 else ac.AbstractConv3d_gradWeights
     x_shape, w_shape = (2, 3, *[5, 6, 4][:n]), (4, 3, *[3, 2, 2][:n])
     if n == 2:
-        kwargs = {"border_mode": "half", "subsample": (2, 1), "filter_flip": True,
-                  "kshp": w_shape}
+        kwargs = {"border_mode": "half", "subsample": (2, 1), "filter_flip": True, "kshp": w_shape}
         pad, stride = [(1, 1), (1, 1)], (2, 1)
     else:
         kwargs = {"filter_flip": False, "kshp": w_shape}
@@ -302,12 +389,17 @@ def test_abstract_conv_gradients_are_adjoints(n, rng):
     kernel = wv[(Ellipsis, *[slice(None, None, -1)] * n)] if kwargs["filter_flip"] else wv
     yv = np_correlate(xv, kernel, stride, pad, (1,) * n)
     gv = rng.normal(size=yv.shape)
-    kern, img, top = T.TensorType(floatX, (False,) * (n + 2))("k"), \
-        T.TensorType(floatX, (False,) * (n + 2))("i"), T.TensorType(floatX, (False,) * (n + 2))("g")
+    kern, img, top = (
+        T.TensorType(floatX, (False,) * (n + 2))("k"),
+        T.TensorType(floatX, (False,) * (n + 2))("i"),
+        T.TensorType(floatX, (False,) * (n + 2))("g"),
+    )
     # Lasagne gives the input's sizes as a symbolic vector
     in_sizes = T.as_tensor_variable(np.array(x_shape[2:])) if n == 2 else x_shape[2:]
-    f = function([kern, img, top], [grad_inputs(**kwargs)(kern, top, in_sizes),
-                                    grad_weights(**kwargs)(img, top, w_shape[2:])])
+    f = function(
+        [kern, img, top],
+        [grad_inputs(**kwargs)(kern, top, in_sizes), grad_weights(**kwargs)(img, top, w_shape[2:])],
+    )
     gi, gw = f(wv, xv, gv)
     assert gi.shape == x_shape and gw.shape == w_shape
     np.testing.assert_allclose((gi * xv).sum(), (yv * gv).sum(), rtol=1e-9)
@@ -322,16 +414,63 @@ def test_pool_2d_modes_and_borders(rng):
     pool_2d = T.signal.pool.pool_2d
     cases = [  # (input, kwargs, ws, stride, pad, ignore_border, mode)
         (x4, {"ws": (2, 3), "ignore_border": False}, (2, 3), (2, 3), (0, 0), False, "max"),
-        (x4, {"ws": (2, 3), "stride": (1, 2), "ignore_border": False, "mode": "sum"},
-         (2, 3), (1, 2), (0, 0), False, "sum"),
-        (x4, {"ws": (3, 3), "stride": (2, 2), "pad": (1, 1), "ignore_border": True,
-              "mode": "average_inc_pad"}, (3, 3), (2, 2), (1, 1), True, "average_inc_pad"),
-        (x4, {"ws": (3, 3), "stride": (2, 1), "pad": (1, 2), "ignore_border": True,
-              "mode": "average_exc_pad"}, (3, 3), (2, 1), (1, 2), True, "average_exc_pad"),
-        (x4, {"ws": (2, 2), "stride": (1, 1), "pad": (1, 1), "ignore_border": True,
-              "mode": "sum"}, (2, 2), (1, 1), (1, 1), True, "sum"),
-        (x3, {"ds": (2, 2), "st": (1, 3), "ignore_border": True, "mode": "max"},
-         (2, 2), (1, 3), (0, 0), True, "max"),
+        (
+            x4,
+            {"ws": (2, 3), "stride": (1, 2), "ignore_border": False, "mode": "sum"},
+            (2, 3),
+            (1, 2),
+            (0, 0),
+            False,
+            "sum",
+        ),
+        (
+            x4,
+            {
+                "ws": (3, 3),
+                "stride": (2, 2),
+                "pad": (1, 1),
+                "ignore_border": True,
+                "mode": "average_inc_pad",
+            },
+            (3, 3),
+            (2, 2),
+            (1, 1),
+            True,
+            "average_inc_pad",
+        ),
+        (
+            x4,
+            {
+                "ws": (3, 3),
+                "stride": (2, 1),
+                "pad": (1, 2),
+                "ignore_border": True,
+                "mode": "average_exc_pad",
+            },
+            (3, 3),
+            (2, 1),
+            (1, 2),
+            True,
+            "average_exc_pad",
+        ),
+        (
+            x4,
+            {"ws": (2, 2), "stride": (1, 1), "pad": (1, 1), "ignore_border": True, "mode": "sum"},
+            (2, 2),
+            (1, 1),
+            (1, 1),
+            True,
+            "sum",
+        ),
+        (
+            x3,
+            {"ds": (2, 2), "st": (1, 3), "ignore_border": True, "mode": "max"},
+            (2, 2),
+            (1, 3),
+            (0, 0),
+            True,
+            "max",
+        ),
     ]
     f = function([x4, x3], [pool_2d(c[0], **c[1]) for c in cases])
     xv, x3v = rng.normal(size=(2, 3, 5, 7)), rng.normal(size=(3, 5, 7))
@@ -349,8 +488,13 @@ def test_pool_2d_modes_and_borders(rng):
 def test_pool_3d(rng):
     x = T.tensor5("x")
     pool_3d = T.signal.pool.pool_3d
-    f = function([x], [pool_3d(x, (2, 2, 2), ignore_border=True),
-                       pool_3d(x, (2, 3, 2), ignore_border=False, mode="sum")])
+    f = function(
+        [x],
+        [
+            pool_3d(x, (2, 2, 2), ignore_border=True),
+            pool_3d(x, (2, 3, 2), ignore_border=False, mode="sum"),
+        ],
+    )
     xv = rng.normal(size=(1, 2, 4, 5, 3))
     got = f(xv)
     np.testing.assert_allclose(got[0], np_pool(xv, (2, 2, 2), (2, 2, 2), (0,) * 3, True, "max"))
@@ -364,9 +508,13 @@ def test_mrg_random_streams_distributions():
     srng = theano.sandbox.rng_mrg.MRG_RandomStreams(seed=11)
     x = T.vector("x")
     n = 4000
-    draws = [srng.uniform((n,), low=-1.0, high=3.0), srng.normal((n,), avg=1.0, std=2.0),
-             srng.normal((n,), avg=1.0, std=2.0, truncate=True),
-             srng.binomial(x.shape, p=0.3, dtype=floatX), srng.binomial((5,), n=4, p=0.5)]
+    draws = [
+        srng.uniform((n,), low=-1.0, high=3.0),
+        srng.normal((n,), avg=1.0, std=2.0),
+        srng.normal((n,), avg=1.0, std=2.0, truncate=True),
+        srng.binomial(x.shape, p=0.3, dtype=floatX),
+        srng.binomial((5,), n=4, p=0.5),
+    ]
     f = function([x], draws)
     u, nrm, trunc, mask, counts = f(np.zeros(n))
     assert u.dtype == nrm.dtype == mask.dtype == floatX and counts.dtype == np.int64
@@ -374,11 +522,12 @@ def test_mrg_random_streams_distributions():
     assert abs(nrm.mean() - 1) < 5 * 2 / math.sqrt(n) and abs(nrm.std() - 2) < 0.15
     # a normal cut at two deviations keeps 0.8796 of the deviation
     assert -3 <= trunc.min() and trunc.max() <= 5 and abs(trunc.std() - 2 * 0.8796) < 0.12
-    assert set(np.unique(mask)) <= {0.0, 1.0} and abs(mask.mean() - 0.3) < 5 * math.sqrt(.21 / n)
+    assert set(np.unique(mask)) <= {0.0, 1.0} and abs(mask.mean() - 0.3) < 5 * math.sqrt(0.21 / n)
     assert set(np.unique(counts)) <= set(range(5))
     again = f(np.zeros(n))  # the default updates advance every generator
-    assert all(not np.array_equal(a, b) for a, b in zip(again[:4], (u, nrm, trunc, mask),
-                                                         strict=True))
+    assert all(
+        not np.array_equal(a, b) for a, b in zip(again[:4], (u, nrm, trunc, mask), strict=True)
+    )
 
 
 def test_random_streams_seeds():
@@ -399,4 +548,3 @@ def test_random_streams_seeds():
     for x, y in zip(f(), a, strict=True):
         np.testing.assert_array_equal(x, y)
     assert len(srng.updates()) == 2
-

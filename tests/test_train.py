@@ -49,11 +49,13 @@ def runs(ranks):
     built = {}
     for rule in RULES:
         params, inputs, loss = build_model()
-        train = T.make_step_function(loss, params, inputs, getattr(L, rule), mode=MODE,
-                                      name=rule, **RULE_KWARGS[rule])
+        train = T.make_step_function(
+            loss, params, inputs, getattr(L, rule), mode=MODE, name=rule, **RULE_KWARGS[rule]
+        )
         ref_params, ref_inputs, ref_loss = build_model()
-        ref = T.make_pytensor_step_function(ref_loss, ref_params, ref_inputs, getattr(L, rule),
-                                             mode=MODE, **RULE_KWARGS[rule])
+        ref = T.make_pytensor_step_function(
+            ref_loss, ref_params, ref_inputs, getattr(L, rule), mode=MODE, **RULE_KWARGS[rule]
+        )
         built[rule] = (params, train, ref_params, ref)
     out = {}
     for rule, (params, train, ref_params, ref) in built.items():
@@ -64,8 +66,13 @@ def runs(ranks):
             ref_losses.append(ref(xs[k], ys[k], batch=batch))
             traj.append([p.get_value() for p in params])  # rank 0 is this process
             ref_traj.append([p.get_value() for p in ref_params])
-        out[rule] = {"train": train, "traj": traj, "ref_traj": ref_traj, "losses": losses,
-                     "ref_losses": ref_losses}
+        out[rule] = {
+            "train": train,
+            "traj": traj,
+            "ref_traj": ref_traj,
+            "losses": losses,
+            "ref_losses": ref_losses,
+        }
     selected = [[select(a[k], step_args(k)[0]) for k in range(N_STEPS)] for a in (xs, ys)]
     return out, selected
 
@@ -114,9 +121,11 @@ def test_flat_grad_is_whole_batch_grad(ranks):
     synk.all_reduce(flat, op="sum")
     again = synk.gather(flat, nd_up=1)
     assert again[0][-1] == 11
-    np.testing.assert_allclose(again[0][:-1] / again[0][-1],
-                               np.concatenate([g.ravel() for g in plain(xs[0][:11], ys[0][:11])]),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        again[0][:-1] / again[0][-1],
+        np.concatenate([g.ravel() for g in plain(xs[0][:11], ys[0][:11])]),
+        rtol=1e-12,
+    )
     x.free_memory()
     y.free_memory()
 
@@ -135,10 +144,12 @@ def test_one_command_and_one_all_reduce_per_step(ranks, monkeypatch):
     session = launch.current()
     commands, collectives = [], []
     real_execute, real_run = session.execute, collective_part.run
-    monkeypatch.setattr(session, "execute",
-                        lambda code, *a: (commands.append(code), real_execute(code, *a))[1])
-    monkeypatch.setattr(collective_part, "run",
-                        lambda *a, **k: (collectives.append(a[1]), real_run(*a, **k))[1])
+    monkeypatch.setattr(
+        session, "execute", lambda code, *a: (commands.append(code), real_execute(code, *a))[1]
+    )
+    monkeypatch.setattr(
+        collective_part, "run", lambda *a, **k: (collectives.append(a[1]), real_run(*a, **k))[1]
+    )
     for _ in range(3):
         train(np.ones((5, 2)))
     assert [c.name for c in commands] == ["CHAIN"] * 3
@@ -162,8 +173,7 @@ def test_default_mode(ranks):
     xs, ys = step_data(4)
     for k in range(4):
         batch, num_slices = step_args(k)
-        train(xs[k].astype("float32"), ys[k].astype("float32"), batch=batch,
-              num_slices=num_slices)
+        train(xs[k].astype("float32"), ys[k].astype("float32"), batch=batch, num_slices=num_slices)
     selected = [[select(a[k], step_args(k)[0]) for k in range(4)] for a in (xs, ys)]
     want = np_trajectory("adam", RULE_KWARGS["adam"], *selected)[-1]
     for p, w in zip(params, want, strict=True):
@@ -188,11 +198,13 @@ def test_params_and_inputs_as_any_iterable(ranks):
     single-process one with lists."""
     xs, ys = step_data(3)
     params, inputs, loss = build_model()
-    train = T.make_step_function(loss, (p for p in params), iter(inputs), L.adam, mode=MODE,
-                                  **RULE_KWARGS["adam"])
+    train = T.make_step_function(
+        loss, (p for p in params), iter(inputs), L.adam, mode=MODE, **RULE_KWARGS["adam"]
+    )
     ref_params, ref_inputs, ref_loss = build_model()
-    ref = T.make_pytensor_step_function(ref_loss, ref_params, ref_inputs, L.adam, mode=MODE,
-                                         **RULE_KWARGS["adam"])
+    ref = T.make_pytensor_step_function(
+        ref_loss, ref_params, ref_inputs, L.adam, mode=MODE, **RULE_KWARGS["adam"]
+    )
     for k in range(3):
         batch, num_slices = step_args(k)
         got = train(xs[k], ys[k], batch=batch, num_slices=num_slices)
@@ -209,18 +221,24 @@ def test_data_in_sliceable_shareds_with_batch_s(ranks):
     params, (x, y), loss = build_model()
     x_s = pytensor.shared(np.zeros((1, 3)), name="x_rows")
     y_s = pytensor.shared(np.zeros((1, 2)), name="y_rows")
-    train = T.make_step_function(clone_replace(loss, {x: x_s, y: y_s}), params, [],
-                                  L.adam, mode=MODE, sliceable_shareds=[x_s, y_s],
-                                  **RULE_KWARGS["adam"])
+    train = T.make_step_function(
+        clone_replace(loss, {x: x_s, y: y_s}),
+        params,
+        [],
+        L.adam,
+        mode=MODE,
+        sliceable_shareds=[x_s, y_s],
+        **RULE_KWARGS["adam"],
+    )
     ref_params, ref_inputs, ref_loss = build_model()
-    ref = T.make_pytensor_step_function(ref_loss, ref_params, ref_inputs, L.adam, mode=MODE,
-                                         **RULE_KWARGS["adam"])
+    ref = T.make_pytensor_step_function(
+        ref_loss, ref_params, ref_inputs, L.adam, mode=MODE, **RULE_KWARGS["adam"]
+    )
     for k in range(4):
         synk.scatter([x_s, y_s], [xs[k], ys[k]])
         lengths = synk.get_lengths(x_s)  # uneven, e.g. 7/6 rows; each rank skips its last
         per_rank = [slice(0, n - 1) for n in lengths]
-        rows = np.concatenate([np.arange(n - 1) + sum(lengths[:r])
-                               for r, n in enumerate(lengths)])
+        rows = np.concatenate([np.arange(n - 1) + sum(lengths[:r]) for r, n in enumerate(lengths)])
         got = train(batch_s=per_rank, num_slices=1 + k % 2)
         want = ref(xs[k][rows], ys[k][rows])
         np.testing.assert_allclose(got, want, rtol=1e-10)
@@ -258,16 +276,22 @@ def test_batch_norm_state_identical_on_ranks(ranks, form):
         state = train.state
     assert len(state) == 2
     ref_bn, ref_params, ref_x, ref_y, ref_loss = bn_model()
-    ref = pytensor.function([ref_x, ref_y], ref_loss, updates=L.sgd(ref_loss, ref_params, 0.01),
-                            mode=MODE)
+    ref = pytensor.function(
+        [ref_x, ref_y], ref_loss, updates=L.sgd(ref_loss, ref_params, 0.01), mode=MODE
+    )
     for k in range(3):
         train(xs[k], ys[k])
         ref(xs[k], ys[k])
     for stacked in synk.gather(state, nd_up=1):
         np.testing.assert_array_equal(stacked[1], stacked[0])
     # The state variables are clones sharing the layer's storage; find which is which.
-    by_storage = dict(zip((id(v.container) for v in state),
-                          (s[0] for s in synk.gather(state, nd_up=1)), strict=True))
+    by_storage = dict(
+        zip(
+            (id(v.container) for v in state),
+            (s[0] for s in synk.gather(state, nd_up=1)),
+            strict=True,
+        )
+    )
     mean, inv_std = by_storage[id(bn.mean.container)], by_storage[id(bn.inv_std.container)]
     np.testing.assert_array_equal(bn.mean.get_value(), mean)
     np.testing.assert_allclose(mean, ref_bn.mean.get_value(), rtol=1e-12)
@@ -275,6 +299,7 @@ def test_batch_norm_state_identical_on_ranks(ranks, form):
     want = np.ones(3)
     for k in range(3):
         halves = (xs[k][:4], xs[k][4:])
-        want = 0.5 * want + 0.5 * np.mean([1 / np.sqrt(h.var(axis=0) + 1e-4) for h in halves],
-                                          axis=0)
+        want = 0.5 * want + 0.5 * np.mean(
+            [1 / np.sqrt(h.var(axis=0) + 1e-4) for h in halves], axis=0
+        )
     np.testing.assert_allclose(inv_std, want, rtol=1e-12)

@@ -38,9 +38,11 @@ RULES = list(RULE_KWARGS)
 
 # --- numpy references: one closure per rule, mapping (params, grads) -> new params ---
 
+
 def np_sgd(learning_rate):
     def step(ps, gs):
         return [p - learning_rate * g for p, g in zip(ps, gs, strict=True)]
+
     return step
 
 
@@ -53,6 +55,7 @@ def np_momentum(learning_rate, momentum=0.9):
             vel[i] = momentum * vel.get(i, 0.0) - learning_rate * g
             out.append(p + vel[i])
         return out
+
     return step
 
 
@@ -65,6 +68,7 @@ def np_nesterov_momentum(learning_rate, momentum=0.9):
             vel[i] = momentum * vel.get(i, 0.0) - learning_rate * g
             out.append(p + momentum * vel[i] - learning_rate * g)
         return out
+
     return step
 
 
@@ -74,9 +78,10 @@ def np_adagrad(learning_rate=1.0, epsilon=1e-6):
     def step(ps, gs):
         out = []
         for i, (p, g) in enumerate(zip(ps, gs, strict=True)):
-            accu[i] = accu.get(i, 0.0) + g ** 2
+            accu[i] = accu.get(i, 0.0) + g**2
             out.append(p - learning_rate * g / np.sqrt(accu[i] + epsilon))
         return out
+
     return step
 
 
@@ -86,9 +91,10 @@ def np_rmsprop(learning_rate=1.0, rho=0.9, epsilon=1e-6):
     def step(ps, gs):
         out = []
         for i, (p, g) in enumerate(zip(ps, gs, strict=True)):
-            accu[i] = rho * accu.get(i, 0.0) + (1 - rho) * g ** 2
+            accu[i] = rho * accu.get(i, 0.0) + (1 - rho) * g**2
             out.append(p - learning_rate * g / np.sqrt(accu[i] + epsilon))
         return out
+
     return step
 
 
@@ -98,11 +104,12 @@ def np_adadelta(learning_rate=1.0, rho=0.95, epsilon=1e-6):
     def step(ps, gs):
         out = []
         for i, (p, g) in enumerate(zip(ps, gs, strict=True)):
-            accu[i] = rho * accu.get(i, 0.0) + (1 - rho) * g ** 2
+            accu[i] = rho * accu.get(i, 0.0) + (1 - rho) * g**2
             upd = g * np.sqrt(delta.get(i, 0.0) + epsilon) / np.sqrt(accu[i] + epsilon)
             out.append(p - learning_rate * upd)
-            delta[i] = rho * delta.get(i, 0.0) + (1 - rho) * upd ** 2
+            delta[i] = rho * delta.get(i, 0.0) + (1 - rho) * upd**2
         return out
+
     return step
 
 
@@ -116,10 +123,11 @@ def np_adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, amsgrad=F
         out = []
         for i, (p, g) in enumerate(zip(ps, gs, strict=True)):
             m[i] = beta1 * m.get(i, 0.0) + (1 - beta1) * g
-            v[i] = beta2 * v.get(i, 0.0) + (1 - beta2) * g ** 2
+            v[i] = beta2 * v.get(i, 0.0) + (1 - beta2) * g**2
             v_max[i] = np.maximum(v_max.get(i, 0.0), v[i]) if amsgrad else v[i]
             out.append(p - a_t * m[i] / (np.sqrt(v_max[i]) + epsilon))
         return out
+
     return step
 
 
@@ -135,6 +143,7 @@ def np_adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8):
             u[i] = np.maximum(beta2 * u.get(i, 0.0), np.abs(g))
             out.append(p - a_t * m[i] / (u[i] + epsilon))
         return out
+
     return step
 
 
@@ -142,17 +151,23 @@ np_amsgrad = partial(np_adam, amsgrad=True)
 
 
 # Lasagne's one-phase rules: the two-phase ones plus amsgrad (Lasagne master).
-ONE_PHASE_KWARGS = {**RULE_KWARGS, "amsgrad": {"learning_rate": 0.02, "beta1": 0.8,
-                                               "beta2": 0.99, "epsilon": 1e-7}}
+ONE_PHASE_KWARGS = {
+    **RULE_KWARGS,
+    "amsgrad": {"learning_rate": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7},
+}
 NP_RULES = {name: globals()[f"np_{name}"] for name in ONE_PHASE_KWARGS}
 
 
 # --- the model: y_hat = s * (x @ W) + b, loss = mean over samples of squared error ---
 
+
 def init_params(dtype="float64"):
     rng = np.random.default_rng(1)
-    return [rng.normal(size=(3, 2)).astype(dtype), rng.normal(size=2).astype(dtype),
-            np.asarray(1.5, dtype=dtype)]
+    return [
+        rng.normal(size=(3, 2)).astype(dtype),
+        rng.normal(size=2).astype(dtype),
+        np.asarray(1.5, dtype=dtype),
+    ]
 
 
 def make_data(n_steps=N_STEPS, batch=BATCH, dtype="float64"):
@@ -165,8 +180,7 @@ def make_data(n_steps=N_STEPS, batch=BATCH, dtype="float64"):
 
 def build_model(dtype="float64"):
     """Fresh shared params, symbolic inputs and the mean-over-samples loss."""
-    w, b, s = (pytensor.shared(v, name=n) for v, n in zip(init_params(dtype), "wbs",
-                                                          strict=True))
+    w, b, s = (pytensor.shared(v, name=n) for v, n in zip(init_params(dtype), "wbs", strict=True))
     x, y = pt.matrix("x", dtype=dtype), pt.matrix("y", dtype=dtype)
     loss = pt.mean(pt.sum(pt.square(s * (x @ w) + b - y), axis=1))
     return [w, b, s], [x, y], loss
@@ -205,8 +219,7 @@ def assert_traj_close(got, want, rtol=1e-9, atol=1e-12):
 @pytest.mark.parametrize("rule", list(ONE_PHASE_KWARGS))
 def test_one_phase_matches_numpy(rule, data):
     params, inputs, loss = build_model()
-    f = compile_fn(inputs, loss, updates=getattr(L, rule)(loss, params,
-                                                          **ONE_PHASE_KWARGS[rule]))
+    f = compile_fn(inputs, loss, updates=getattr(L, rule)(loss, params, **ONE_PHASE_KWARGS[rule]))
     traj = []
     for x, y in zip(*data, strict=True):
         f(x, y)
@@ -227,8 +240,7 @@ def two_phase_parts(form, rule, loss, params, **kwargs):
 @pytest.mark.parametrize("rule", RULES)
 def test_two_phase_matches_numpy(rule, form, data):
     params, inputs, loss = build_model()
-    grad_updates, param_updates = two_phase_parts(form, rule, loss, params,
-                                                  **RULE_KWARGS[rule])
+    grad_updates, param_updates = two_phase_parts(form, rule, loss, params, **RULE_KWARGS[rule])
     grad_step = compile_fn(inputs, loss, updates=grad_updates)
     apply_step = compile_fn([], [], updates=param_updates)
     traj = []
@@ -275,8 +287,7 @@ def test_n_rows_default_and_explicit(data):
 def test_two_phase_n_rows_accumulates(rule, data):
     """With n_rows, uneven chunks (as ranks or slices) add up to the whole-batch step."""
     params, inputs, loss = build_model()
-    tp = U.two_phase(getattr(L, rule), loss, params, n_rows=inputs[0].shape[0],
-                     **RULE_KWARGS[rule])
+    tp = U.two_phase(getattr(L, rule), loss, params, n_rows=inputs[0].shape[0], **RULE_KWARGS[rule])
     assert tp.flat_grad.get_value().shape == (U.vars_flat_size(params) + 1,)
     grad_step = compile_fn(inputs, loss, updates=tp.grad_updates)
     apply_step = compile_fn([], [], updates=tp.param_updates)
@@ -356,8 +367,9 @@ def test_float32_stays_float32():
     params, inputs, loss = build_model("float32")
     for rule in RULES:
         tp = U.two_phase(getattr(L, rule), loss, params, **RULE_KWARGS[rule])
-        grad_updates, param_updates, grad_shared = getattr(U, rule)(loss, params,
-                                                                    **RULE_KWARGS[rule])
+        grad_updates, param_updates, grad_shared = getattr(U, rule)(
+            loss, params, **RULE_KWARGS[rule]
+        )
         assert tp.flat_grad.dtype == grad_shared.dtype == "float32"
         for var, new in [*tp.param_updates.items(), *grad_updates, *param_updates]:
             assert new.dtype == var.dtype == "float32", (rule, var)
@@ -376,8 +388,9 @@ def test_default_mode_float32(data):
         apply_step()
         traj.append([p.get_value() for p in params])
     assert all(v.dtype == "float32" for v in traj[-1])
-    assert_traj_close(traj, np_trajectory("adam", RULE_KWARGS["adam"], xs, ys),
-                      rtol=1e-4, atol=1e-5)
+    assert_traj_close(
+        traj, np_trajectory("adam", RULE_KWARGS["adam"], xs, ys), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_broadcastable_param():
@@ -433,11 +446,13 @@ def test_lasagne_signatures():
     }
     for name, want in defaults.items():
         sig = inspect.signature(getattr(L, name))
-        got = {k: p.default for k, p in sig.parameters.items()
-               if p.default is not inspect.Parameter.empty}
+        got = {
+            k: p.default
+            for k, p in sig.parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
         assert got == want, name
-    assert list(inspect.signature(L.sgd).parameters) == ["loss_or_grads", "params",
-                                                         "learning_rate"]
+    assert list(inspect.signature(L.sgd).parameters) == ["loss_or_grads", "params", "learning_rate"]
     assert sorted(L.__all__) == sorted(defaults)
 
 
@@ -459,18 +474,24 @@ def test_rules_take_any_iterable_of_params(which, data):
 
     def three_part(inputs, loss, params):
         grad_updates, param_updates, _ = U.adadelta(loss, params, **RULE_KWARGS["adadelta"])
-        return [compile_fn(inputs, loss, updates=grad_updates),
-                compile_fn([], [], updates=param_updates)]
+        return [
+            compile_fn(inputs, loss, updates=grad_updates),
+            compile_fn([], [], updates=param_updates),
+        ]
 
     def two_phase(inputs, loss, params):
-        tp = U.two_phase(L.nesterov_momentum, loss, params,
-                         **RULE_KWARGS["nesterov_momentum"])
-        return [compile_fn(inputs, loss, updates=tp.grad_updates),
-                compile_fn([], [], updates=tp.param_updates)]
+        tp = U.two_phase(L.nesterov_momentum, loss, params, **RULE_KWARGS["nesterov_momentum"])
+        return [
+            compile_fn(inputs, loss, updates=tp.grad_updates),
+            compile_fn([], [], updates=tp.param_updates),
+        ]
 
     xs, ys = data[0][:3], data[1][:3]
-    for rule, build in (("adam", one_phase), ("adadelta", three_part),
-                        ("nesterov_momentum", two_phase)):
+    for rule, build in (
+        ("adam", one_phase),
+        ("adadelta", three_part),
+        ("nesterov_momentum", two_phase),
+    ):
         params, inputs, loss = build_model()
         steps = build(inputs, loss, list(iterables(params))[which])
         traj = []
@@ -491,14 +512,20 @@ def test_helpers_take_any_iterable(data):
     grads_shared, grads = U.nonflat_grads(loss, (p for p in params))
     grad_updates, _, _ = U.sgd_nonflat(loss, (p for p in params), 0.1)
     pieces = U.unflatten_vars(flat_grad, (p for p in params))
-    got = compile_fn(inputs, [flat_grad, U.flatten_vars(g for g in grads), *pieces,
-                              *L.get_or_compute_grads(loss, (p for p in params)),
-                              *L.total_norm_constraint((g for g in grads), 1e9, epsilon=0.0)])(x, y)
+    got = compile_fn(
+        inputs,
+        [
+            flat_grad,
+            U.flatten_vars(g for g in grads),
+            *pieces,
+            *L.get_or_compute_grads(loss, (p for p in params)),
+            *L.total_norm_constraint((g for g in grads), 1e9, epsilon=0.0),
+        ],
+    )(x, y)
     for flat in got[:2]:
         np.testing.assert_allclose(flat, want, rtol=1e-12)
     for g_list in (got[2:5], got[5:8], got[8:11]):
-        np.testing.assert_allclose(np.concatenate([g.ravel() for g in g_list]), want,
-                                   rtol=1e-12)
+        np.testing.assert_allclose(np.concatenate([g.ravel() for g in g_list]), want, rtol=1e-12)
     assert len(unflat) == len(grads_shared) == len(grad_updates) == 3
 
 
@@ -508,8 +535,9 @@ def test_train_function_theano_takes_dict_values(data):
     params, (x, y), loss = build_model()
     named = dict(zip("wbs", params, strict=True))
     with pytensor.config.change_flags(mode="FAST_COMPILE"):
-        step = train.make_train_function_theano(loss, named.values(), x, y, U.adam,
-                                                **RULE_KWARGS["adam"])
+        step = train.make_train_function_theano(
+            loss, named.values(), x, y, U.adam, **RULE_KWARGS["adam"]
+        )
     for xv, yv in zip(data[0][:3], data[1][:3], strict=True):
         step(xv, yv)
     want = np_trajectory("adam", RULE_KWARGS["adam"], data[0][:3], data[1][:3])[-1]
@@ -544,22 +572,25 @@ def test_apply_momentum_subset():
 
 
 def np_norm_constraint(x, max_norm, axes, epsilon=1e-7):
-    norms = np.sqrt(np.sum(x ** 2, axis=axes, keepdims=True))
+    norms = np.sqrt(np.sum(x**2, axis=axes, keepdims=True))
     return x * np.clip(norms, 0, max_norm) / (epsilon + norms)
 
 
-@pytest.mark.parametrize(("shape", "norm_axes", "np_axes"), [
-    ((4, 3), None, (0,)),
-    ((2, 3, 4), None, (1, 2)),
-    ((2, 2, 2, 3), None, (1, 2, 3)),
-    ((4, 3), (1,), (1,)),
-])
+@pytest.mark.parametrize(
+    ("shape", "norm_axes", "np_axes"),
+    [
+        ((4, 3), None, (0,)),
+        ((2, 3, 4), None, (1, 2)),
+        ((2, 2, 2, 3), None, (1, 2, 3)),
+        ((4, 3), (1,), (1,)),
+    ],
+)
 def test_norm_constraint(shape, norm_axes, np_axes):
     x_val = np.random.default_rng(3).normal(size=shape) * 3
     x = pt.tensor("x", shape=(None,) * len(shape))
     out = compile_fn([x], L.norm_constraint(x, 2.0, norm_axes=norm_axes))(x_val)
     np.testing.assert_allclose(out, np_norm_constraint(x_val, 2.0, np_axes), rtol=1e-12)
-    norms = np.sqrt(np.sum(out ** 2, axis=np_axes))
+    norms = np.sqrt(np.sum(out**2, axis=np_axes))
     assert np.all(norms <= 2.0 + 1e-9)
 
 
@@ -575,7 +606,7 @@ def test_total_norm_constraint(max_norm):
     xs = [pt.matrix("a"), pt.vector("b")]
     scaled, norm = L.total_norm_constraint(xs, max_norm, return_norm=True)
     out = compile_fn(xs, [*scaled, norm])(*vals)
-    want_norm = np.sqrt(sum(np.sum(v ** 2) for v in vals))
+    want_norm = np.sqrt(sum(np.sum(v**2) for v in vals))
     np.testing.assert_allclose(out[-1], want_norm, rtol=1e-12)
     mult = np.clip(want_norm, 0, max_norm) / (1e-7 + want_norm)
     for got, v in zip(out[:-1], vals, strict=True):

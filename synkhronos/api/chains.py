@@ -32,15 +32,17 @@ def _split_reply(arrays: list[np.ndarray], n_functions: int) -> list[list[np.nda
     parts, pos = [], 0
     for _ in range(n_functions):
         weight, n_host = (int(w) for w in arrays[pos])
-        parts.append([np.array([weight], np.int64), *arrays[pos + 1: pos + 1 + n_host]])
+        parts.append([np.array([weight], np.int64), *arrays[pos + 1 : pos + 1 + n_host]])
         pos += 1 + n_host
     return parts
 
 
 def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
     if not isinstance(entry, tuple) or len(entry) not in (2, 3) or entry[0] not in CHAINABLE:
-        raise TypeError(f"a chain step is a synkhronos Function or a tuple (name, shared "
-                        f"variables[, op]) with name in {sorted(CHAINABLE)}; got {entry!r}")
+        raise TypeError(
+            f"a chain step is a synkhronos Function or a tuple (name, shared "
+            f"variables[, op]) with name in {sorted(CHAINABLE)}; got {entry!r}"
+        )
     name, shared_vars, op = (*entry, "avg") if len(entry) == 2 else entry
     if name in ("all_reduce", "reduce"):
         check_collective_op(op)
@@ -59,8 +61,9 @@ class Chain:
     """Functions and collectives run on every rank by one command; build it with
     :func:`chain`."""
 
-    def __init__(self, session, entries: Sequence, every_rank_rows: bool = False,
-                 fuse: bool = True):
+    def __init__(
+        self, session, entries: Sequence, every_rank_rows: bool = False, fuse: bool = True
+    ):
         self._session = session
         self._fuse = fuse
         self._every_rank_rows = every_rank_rows
@@ -68,11 +71,15 @@ class Chain:
         for entry in entries:
             if isinstance(entry, Function):
                 if entry._session is not session:
-                    raise RuntimeError("a function in the chain was built before the last "
-                                       "synk.fork(); build it again")
+                    raise RuntimeError(
+                        "a function in the chain was built before the last "
+                        "synk.fork(); build it again"
+                    )
                 if functions and entry.inputs:
-                    raise TypeError(f"{entry._what} takes inputs, but only the chain's first "
-                                    f"function receives the call's arguments")
+                    raise TypeError(
+                        f"{entry._what} takes inputs, but only the chain's first "
+                        f"function receives the call's arguments"
+                    )
                 steps.append(entry._spec.fid)
                 functions.append(entry)
                 written.update((id(v), v) for v, _ in entry._spec.updates)
@@ -83,22 +90,34 @@ class Chain:
         if not steps:
             raise ValueError("a chain needs at least one step")
         # A worker replies, per function step, [weight, n_host] and its host outputs.
-        check_count(sum(1 + len(f._spec.outputs) for f in functions),
-                    "the chain's functions' outputs (a worker's reply holds them all)")
+        check_count(
+            sum(1 + len(f._spec.outputs) for f in functions),
+            "the chain's functions' outputs (a worker's reply holds them all)",
+        )
         self._steps, self._functions = steps, functions
         self._table = encode_table(steps, fuse)
         self._touched = set(written)
         names = ", ".join(sorted({v.name or str(v) for v in written.values()}))
-        self._may_differ = (f"a chain's steps apply as they run, so the ranks may now "
-                            f"disagree on: {names}; synk.broadcast them to agree again"
-                            if names else "")
+        self._may_differ = (
+            f"a chain's steps apply as they run, so the ranks may now "
+            f"disagree on: {names}; synk.broadcast them to agree again"
+            if names
+            else ""
+        )
 
     def __repr__(self) -> str:
         return f"<synkhronos.Chain of {len(self._steps)} steps>"
 
     @abort_on_error("a synkhronos chained call")
-    def __call__(self, *args, batch=None, batch_s=None, num_slices: int = 1,
-                 output_subset: Sequence[int] | None = None, **kwargs) -> list:
+    def __call__(
+        self,
+        *args,
+        batch=None,
+        batch_s=None,
+        num_slices: int = 1,
+        output_subset: Sequence[int] | None = None,
+        **kwargs,
+    ) -> list:
         """Run every step on every rank, in order, with one command.
 
         Parameters
@@ -116,8 +135,7 @@ class Chain:
         """
         session = launch.current()
         if session is not self._session:
-            raise RuntimeError("this chain was built before the last synk.fork(); build it "
-                               "again")
+            raise RuntimeError("this chain was built before the last synk.fork(); build it again")
         if any(not f._shipped for f in self._functions):
             session.distribute()
         plan, arrays = None, [self._table]
@@ -125,32 +143,40 @@ class Chain:
             first = self._functions[0]
             if kwargs:
                 args = first._by_name(args, kwargs)
-            plan = first._plan(session, args, batch, batch_s, num_slices, output_subset,
-                               self._every_rank_rows)
+            plan = first._plan(
+                session, args, batch, batch_s, num_slices, output_subset, self._every_rank_rows
+            )
             if session.n_ranks > 1:
                 arrays += plan.encode()
         elif args or kwargs:
             raise TypeError("this chain has no function to take arguments")
         try:
             results = session.execute(
-                Command.CHAIN, arrays,
-                lambda: run_steps(session.state, self._steps, plan, lambda d: d.data,
-                                  self._fuse))
+                Command.CHAIN,
+                arrays,
+                lambda: run_steps(session.state, self._steps, plan, lambda d: d.data, self._fuse),
+            )
         except Exception as error:
             if self._may_differ:
                 error.add_note(self._may_differ)
             raise
         if not self._touched.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
-        replies = [_split_reply(session.channel.reply_arrays(r), len(self._functions))
-                   for r in range(1, session.n_ranks)]
+        replies = [
+            _split_reply(session.channel.reply_arrays(r), len(self._functions))
+            for r in range(1, session.n_ranks)
+        ]
         outputs = []
-        for j, (f, (weight, host, reduced)) in enumerate(zip(self._functions, results,
-                                                              strict=True)):
+        for j, (f, (weight, host, reduced)) in enumerate(
+            zip(self._functions, results, strict=True)
+        ):
             subset = plan.subset if j == 0 else f._all_outputs
             single = f._single if j or output_subset is None else len(subset) == 1
-            outputs.append(collect_outputs([r[j] for r in replies], f._spec, subset, weight,
-                                           host, reduced, single))
+            outputs.append(
+                collect_outputs(
+                    [r[j] for r in replies], f._spec, subset, weight, host, reduced, single
+                )
+            )
         return outputs
 
 

@@ -60,15 +60,17 @@ logger = logging.getLogger(__name__)
 def _session():
     session = launch.current()
     if current_nodes().n_nodes > 1:
-        raise NotImplementedError("synkhronos.save and load run on one machine; under MPI "
-                                  "(several nodes) they are not supported yet")
+        raise NotImplementedError(
+            "synkhronos.save and load run on one machine; under MPI "
+            "(several nodes) they are not supported yet"
+        )
     session.distribute()  # every function built so far: its variables get their index
     return session
 
 
 def _chunks(items: list, size: int) -> Iterable[list]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def _per_rank(session, routine, indices: list[int], *args) -> list[list[np.ndarray]]:
@@ -76,8 +78,9 @@ def _per_rank(session, routine, indices: list[int], *args) -> list[list[np.ndarr
     ``[rank][k]`` for ``indices[k]``."""
     joined: list[list[np.ndarray]] = [[] for _ in range(session.n_ranks)]
     for chunk in _chunks(indices, CHUNK):
-        for mine, theirs in zip(joined, routines.run(routine, np.array(chunk, np.int64),
-                                                      *args), strict=True):
+        for mine, theirs in zip(
+            joined, routines.run(routine, np.array(chunk, np.int64), *args), strict=True
+        ):
             mine.extend(theirs)
     return joined
 
@@ -86,8 +89,9 @@ def _describe(var) -> str:
     return f"{var.name or 'unnamed'} ({var.type})"
 
 
-def save(path: str | os.PathLike, extra: Mapping[str, Any] | None = None,
-         per_rank: Iterable = ()) -> None:
+def save(
+    path: str | os.PathLike, extra: Mapping[str, Any] | None = None, per_rank: Iterable = ()
+) -> None:
     """Write every shared variable of the session's functions to ``path``, from rank 0.
 
     Every function built so far is distributed first. The ranks are asked for a digest
@@ -150,19 +154,24 @@ def save(path: str | os.PathLike, extra: Mapping[str, Any] | None = None,
             f"the ranks disagree on {len(disagreeing)} shared variable(s) that should be "
             f"equal on every rank: {', '.join(disagreeing)}; make them equal "
             f"(synk.broadcast or synk.all_reduce) before saving, or name them in "
-            f"per_rank=[...] to save each rank's value")
+            f"per_rank=[...] to save each rank's value"
+        )
     separate = [i for i, kind in enumerate(kinds) if kind == "per_rank"]
     for rank, values in enumerate(_per_rank(session, checkpoint_part.local_values, separate)):
-        arrays.update({f"value_{i}_rank_{rank}": v for i, v in zip(separate, values,
-                                                                     strict=True)})
+        arrays.update({f"value_{i}_rank_{rank}": v for i, v in zip(separate, values, strict=True)})
     for index, kind in enumerate(kinds):
         if kind == "same":
             arrays[f"value_{index}"] = np.array(variables[index].get_value(borrow=True))
     manifest = {
-        "format": FORMAT, "version": VERSION, "synkhronos": versions(["synkhronos"])["synkhronos"],
-        "n_ranks": session.n_ranks, "backend": session.backend.name,
-        "variables": [{"name": var.name, "type": str(var.type), "kind": kind}
-                      for var, kind in zip(variables, kinds, strict=True)],
+        "format": FORMAT,
+        "version": VERSION,
+        "synkhronos": versions(["synkhronos"])["synkhronos"],
+        "n_ranks": session.n_ranks,
+        "backend": session.backend.name,
+        "variables": [
+            {"name": var.name, "type": str(var.type), "kind": kind}
+            for var, kind in zip(variables, kinds, strict=True)
+        ],
         "generators": generators,  # [rank][k]: the k-th generator in registry order
         "extra": sorted(extra or {}),
     }
@@ -173,8 +182,10 @@ def save(path: str | os.PathLike, extra: Mapping[str, Any] | None = None,
 def _extra_value(key: str, value) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype.kind not in "biufc":
-        raise TypeError(f"extra[{key!r}] must be a number or an array of numbers (the file "
-                        f"holds no pickles), not {type(value).__name__}")
+        raise TypeError(
+            f"extra[{key!r}] must be a number or an array of numbers (the file "
+            f"holds no pickles), not {type(value).__name__}"
+        )
     return array
 
 
@@ -247,16 +258,17 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     except (KeyError, ValueError) as error:
         raise ValueError(f"{os.fspath(path)} is not a synkhronos checkpoint") from error
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise ValueError(f"{os.fspath(path)} is not a synkhronos checkpoint of version "
-                         f"{VERSION}")
+        raise ValueError(f"{os.fspath(path)} is not a synkhronos checkpoint of version {VERSION}")
     entries = manifest["variables"]
     _check_match(entries, variables, arrays)
     kinds = [entry["kind"] for entry in entries]
     separate = [i for i, kind in enumerate(kinds) if kind in ("per_rank", "generator")]
     if separate and manifest["n_ranks"] != session.n_ranks:
-        raise ValueError(f"the checkpoint holds per-rank values of {manifest['n_ranks']} "
-                         f"ranks ({len(separate)} variables, e.g. random generators), this "
-                         f"session has {session.n_ranks}: load it with as many ranks")
+        raise ValueError(
+            f"the checkpoint holds per-rank values of {manifest['n_ranks']} "
+            f"ranks ({len(separate)} variables, e.g. random generators), this "
+            f"session has {session.n_ranks}: load it with as many ranks"
+        )
     same = [i for i, kind in enumerate(kinds) if kind == "same"]
     for chunk in _chunks(same, CHUNK):
         broadcast([variables[i] for i in chunk], [arrays[f"value_{i}"] for i in chunk])
@@ -264,37 +276,55 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     values = []
     for index in separate:
         for rank in range(session.n_ranks):
-            values.append(text(next(generators[rank])) if kinds[index] == "generator"
-                          else arrays[f"value_{index}_rank_{rank}"])
+            values.append(
+                text(next(generators[rank]))
+                if kinds[index] == "generator"
+                else arrays[f"value_{index}_rank_{rank}"]
+            )
     n = session.n_ranks
     for start in range(0, len(separate), CHUNK // n):
-        chunk = separate[start:start + CHUNK // n]
-        routines.run(checkpoint_part.set_local, np.array(chunk, np.int64),
-                     np.array([n], np.int64), *values[start * n:(start + len(chunk)) * n])
+        chunk = separate[start : start + CHUNK // n]
+        routines.run(
+            checkpoint_part.set_local,
+            np.array(chunk, np.int64),
+            np.array([n], np.int64),
+            *values[start * n : (start + len(chunk)) * n],
+        )
     session.forget_lengths()
     if "generator" in kinds and session.backend.mode == "JAX":
-        logger.warning("synkhronos: random generators loaded, but in JAX mode each compiled "
-                       "function draws from its own copy of a generator, which loading "
-                       "does not reach: the resumed run draws other random numbers")
-    return {key: arrays[f"extra_{key}"][()] if arrays[f"extra_{key}"].ndim == 0
-            else arrays[f"extra_{key}"] for key in manifest["extra"]}
+        logger.warning(
+            "synkhronos: random generators loaded, but in JAX mode each compiled "
+            "function draws from its own copy of a generator, which loading "
+            "does not reach: the resumed run draws other random numbers"
+        )
+    return {
+        key: arrays[f"extra_{key}"][()]
+        if arrays[f"extra_{key}"].ndim == 0
+        else arrays[f"extra_{key}"]
+        for key in manifest["extra"]
+    }
 
 
 def _check_match(entries: list[dict], variables: list, arrays: dict) -> None:
     """``ValueError`` naming the first of the session's variables that does not match the
     file's (by name, type and, for values saved once, shape)."""
-    hint = ("build the functions the saving program built, in the same order, before "
-            "synk.load")
+    hint = "build the functions the saving program built, in the same order, before synk.load"
     if len(entries) != len(variables):
-        raise ValueError(f"the checkpoint holds {len(entries)} shared variables, this "
-                         f"session's functions use {len(variables)}: {hint}")
+        raise ValueError(
+            f"the checkpoint holds {len(entries)} shared variables, this "
+            f"session's functions use {len(variables)}: {hint}"
+        )
     for index, (entry, var) in enumerate(zip(entries, variables, strict=True)):
         saved = f"{entry['name'] or 'unnamed'} ({entry['type']})"
         if entry["name"] != var.name or entry["type"] != str(var.type):
-            raise ValueError(f"shared variable {index} is {_describe(var)} here, "
-                             f"{saved} in the checkpoint: {hint}")
+            raise ValueError(
+                f"shared variable {index} is {_describe(var)} here, "
+                f"{saved} in the checkpoint: {hint}"
+            )
         if entry["kind"] == "same":
             shape = np.shape(var.get_value(borrow=True))
             if arrays[f"value_{index}"].shape != shape:
-                raise ValueError(f"shared variable {index}, {saved}, has shape {shape} here, "
-                                 f"{arrays[f'value_{index}'].shape} in the checkpoint")
+                raise ValueError(
+                    f"shared variable {index}, {saved}, has shape {shape} here, "
+                    f"{arrays[f'value_{index}'].shape} in the checkpoint"
+                )

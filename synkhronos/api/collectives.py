@@ -26,8 +26,14 @@ from synkhronos.transport.protocol import Collective, Command
 from synkhronos.transport.reduction import COLLECTIVE_OPS, check_collective_op, join_rows
 from synkhronos.transport.shm import check_travels
 
-_WRITES = {Collective.BROADCAST, Collective.SCATTER, Collective.ALL_GATHER, Collective.REDUCE,
-           Collective.ALL_REDUCE, Collective.SET_VALUE}
+_WRITES = {
+    Collective.BROADCAST,
+    Collective.SCATTER,
+    Collective.ALL_GATHER,
+    Collective.REDUCE,
+    Collective.ALL_REDUCE,
+    Collective.SET_VALUE,
+}
 
 
 def _by_name(session, name: str) -> SharedVariable:
@@ -36,8 +42,10 @@ def _by_name(session, name: str) -> SharedVariable:
         session.distribute()  # the variable may belong to a function not shipped yet
         matches = [v for v in session.state.registry.variables if v.name == name]
     if len(matches) != 1:
-        raise ValueError(f"{len(matches) or 'no'} shared variables of synkhronos functions are "
-                         f"named {name!r}; pass the variable itself")
+        raise ValueError(
+            f"{len(matches) or 'no'} shared variables of synkhronos functions are "
+            f"named {name!r}; pass the variable itself"
+        )
     return matches[0]
 
 
@@ -56,8 +64,10 @@ def registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
             raise TypeError(f"collectives act on shared variables or their names, got {v!r}")
         index = registry.index(v)
         if index is None:
-            raise ValueError(f"shared variable {v} is not used by any synkhronos function, so "
-                             f"the workers do not have it")
+            raise ValueError(
+                f"shared variable {v} is not used by any synkhronos function, so "
+                f"the workers do not have it"
+            )
         indices.append(index)
     return variables, np.array(indices, np.int64), single
 
@@ -68,8 +78,7 @@ def check_tensor(var, what: str, in_data: bool = False) -> None:
     number, ``in_data``: a ``Data`` array is described by its shape alone)."""
     dtype, ndim = getattr(var.type, "dtype", None), getattr(var.type, "ndim", None)
     if dtype is None or ndim is None:
-        raise TypeError(f"{what} is a {var.type}, not a tensor; only tensors travel between "
-                        f"ranks")
+        raise TypeError(f"{what} is a {var.type}, not a tensor; only tensors travel between ranks")
     check_travels(dtype, 0 if in_data else ndim, what)
 
 
@@ -80,8 +89,9 @@ def checked_value(var, value, what: str, allow_downcast: bool | None = None) -> 
         return np.asarray(var.type.filter(value, allow_downcast=allow_downcast))
     except Exception as error:  # noqa: BLE001 - any failure to convert, named
         kind = ValueError if isinstance(error, ValueError) else TypeError
-        given = (f"dtype {value.dtype}" if hasattr(value, "dtype")
-                 else f"type {type(value).__name__}")
+        given = (
+            f"dtype {value.dtype}" if hasattr(value, "dtype") else f"type {type(value).__name__}"
+        )
         raise kind(f"{what}: cannot use a value of {given} for {var.type}: {error}") from None
 
 
@@ -101,8 +111,16 @@ def _checked_values(variables: list, values, single: bool, batch) -> list:
 
 
 @abort_on_error("a synkhronos collective")
-def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, values=None,
-                nd_up: int = 0, nccl: bool = True, batch=None):
+def _collective(
+    kind: Collective,
+    shared_vars,
+    op: str = "avg",
+    rank: int = 0,
+    values=None,
+    nd_up: int = 0,
+    nccl: bool = True,
+    batch=None,
+):
     session = launch.current()
     variables, indices, single = registered(session, shared_vars)
     if kind in (Collective.REDUCE, Collective.REDUCE_RESULT, Collective.ALL_REDUCE):
@@ -118,23 +136,28 @@ def _collective(kind: Collective, shared_vars, op: str = "avg", rank: int = 0, v
         for var in variables:
             check_tensor(var, f"shared variable {var}")
         # A scatter's root posts every rank's part of every variable in one message.
-        check_count(len(variables) * (n_ranks if kind == Collective.SCATTER else 1),
-                    f"a {kind.name.lower()} of {len(variables)} shared variables")
+        check_count(
+            len(variables) * (n_ranks if kind == Collective.SCATTER else 1),
+            f"a {kind.name.lower()} of {len(variables)} shared variables",
+        )
     if kind in (Collective.SCATTER, Collective.ALL_GATHER) and any(v.ndim == 0 for v in variables):
         raise ValueError("scatter and all_gather need shared variables with a first axis")
-    params = np.array([kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank,
-                       bool(nccl)], np.int64)
+    params = np.array(
+        [kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank, bool(nccl)], np.int64
+    )
     result = session.execute(
-        Command.COLLECTIVE, [params, indices],
-        lambda: collective_part.run(session.state, kind, variables, op, rank, values,
-                                     bool(nccl)))
+        Command.COLLECTIVE,
+        [params, indices],
+        lambda: collective_part.run(session.state, kind, variables, op, rank, values, bool(nccl)),
+    )
     if kind in _WRITES:
         session.forget_lengths()
     if kind == Collective.GET_VALUE:
         out = [np.asarray(v) for v in result[rank]]
     elif kind in (Collective.GATHER, Collective.ALL_GATHER):
-        out = [join_rows([r[i] for r in result], new_axis=nd_up == 1)
-               for i in range(len(variables))]
+        out = [
+            join_rows([r[i] for r in result], new_axis=nd_up == 1) for i in range(len(variables))
+        ]
     elif kind == Collective.SHAPES:
         out = [[tuple(int(s) for s in r[i]) for r in result] for i in range(len(variables))]
     elif kind in (Collective.REDUCE, Collective.REDUCE_RESULT):

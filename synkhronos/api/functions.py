@@ -53,8 +53,10 @@ def _updates(updates) -> tuple[list[tuple], list]:
     for i, item in enumerate(items):
         item = tuple(item)
         if len(item) not in (2, 3):
-            raise TypeError("updates must be a dict or a list of (variable, update) pairs or "
-                            "(variable, update, op) triples")
+            raise TypeError(
+                "updates must be a dict or a list of (variable, update) pairs or "
+                "(variable, update, op) triples"
+            )
         op = item[2] if len(item) == 3 else "avg"
         check_update_op(op, f"update {i} ({item[0]})")
         pairs.append(item[:2])
@@ -64,9 +66,14 @@ def _updates(updates) -> tuple[list[tuple], list]:
 
 def _parse_outputs(outputs) -> tuple[list, list, bool]:
     """Split ``outputs`` into variables and reduce ops; also say whether it was single."""
+
     def is_pair(o):
-        return (isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], Variable)
-                and not isinstance(o[1], Variable))
+        return (
+            isinstance(o, tuple)
+            and len(o) == 2
+            and isinstance(o[0], Variable)
+            and not isinstance(o[1], Variable)
+        )
 
     if outputs is None:
         return [], [], False
@@ -122,8 +129,11 @@ def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
 
     if jax.config.jax_enable_x64:
         return
-    shared = [v for v in graph_inputs(list(spec.outputs) + [u for _, u in spec.updates])
-              if isinstance(v, SharedVariable)]
+    shared = [
+        v
+        for v in graph_inputs(list(spec.outputs) + [u for _, u in spec.updates])
+        if isinstance(v, SharedVariable)
+    ]
     labels = {}
     for i, v in enumerate([*spec.inputs, *spec.bcast_inputs]):
         labels.setdefault(v, v.name or f"input {i}")
@@ -131,15 +141,19 @@ def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
         labels.setdefault(v, f"output {j}")
     for v in shared:
         labels.setdefault(v, v.name or "a shared variable")
-    wide = [f"{label} ({v.type.dtype})" for v, label in labels.items()
-            if getattr(v.type, "dtype", None) in _64_BIT]
+    wide = [
+        f"{label} ({v.type.dtype})"
+        for v, label in labels.items()
+        if getattr(v.type, "dtype", None) in _64_BIT
+    ]
     if wide:
         warnings.warn(
             f"{what}: JAX mode computes in 32 bits while floatX is float32, so "
             f"{', '.join(wide)} are computed as 32-bit values; for exact 64-bit results use "
             f"floatX=float64, or on CPU ranks backend='cpu' (backend='auto' takes 'jax-cpu' "
             f"where JAX mode measured faster; SYNK_CPU_BACKEND=cpu keeps the default mode)",
-            stacklevel=4)
+            stacklevel=4,
+        )
 
 
 class Function:
@@ -157,24 +171,40 @@ class Function:
         The op combining each update over ``num_slices`` ("avg" for pairs).
     """
 
-    def __init__(self, session, inputs, outputs, bcast_inputs, updates, givens,
-                 sliceable_shareds, name, mode, function_kwargs):
+    def __init__(
+        self,
+        session,
+        inputs,
+        outputs,
+        bcast_inputs,
+        updates,
+        givens,
+        sliceable_shareds,
+        name,
+        mode,
+        function_kwargs,
+    ):
         inputs, bcast_inputs = list(inputs), list(bcast_inputs or ())
         for i, var in enumerate(inputs + bcast_inputs):
             if not isinstance(var, Variable) or var.owner is not None:
                 raise TypeError(f"input {i} must be a free PyTensor variable, got {var!r}")
             if isinstance(var, SharedVariable):
-                raise TypeError(f"input {i} is a shared variable; shared variables are used "
-                                f"implicitly (see sliceable_shareds)")
+                raise TypeError(
+                    f"input {i} is a shared variable; shared variables are used "
+                    f"implicitly (see sliceable_shareds)"
+                )
         for i, var in enumerate(inputs):
             if var.ndim < 1:
-                raise TypeError(f"{_label(var, i, 'input')} is scattered along axis 0, so it "
-                                f"needs at least one dimension; pass scalars in bcast_inputs")
+                raise TypeError(
+                    f"{_label(var, i, 'input')} is scattered along axis 0, so it "
+                    f"needs at least one dimension; pass scalars in bcast_inputs"
+                )
         sliceable = list(sliceable_shareds or ())
         for i, var in enumerate(sliceable):
             if not isinstance(var, SharedVariable) or var.ndim < 1:
-                raise TypeError(f"sliceable_shareds[{i}] must be a shared variable with at "
-                                f"least one dimension")
+                raise TypeError(
+                    f"sliceable_shareds[{i}] must be a shared variable with at least one dimension"
+                )
         variables, ops, self._single = _parse_outputs(outputs)
         update_pairs, update_ops = _updates(updates)
         self._session = session
@@ -183,9 +213,20 @@ class Function:
         self.output_modes = ops
         self.update_modes = update_ops
         self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
-        self._spec = GraphSpec(len(session.functions), name, inputs, bcast_inputs, variables,
-                               ops, update_pairs, _pairs(givens, "givens"), sliceable, mode,
-                               update_ops, dict(function_kwargs))
+        self._spec = GraphSpec(
+            len(session.functions),
+            name,
+            inputs,
+            bcast_inputs,
+            variables,
+            ops,
+            update_pairs,
+            _pairs(givens, "givens"),
+            sliceable,
+            mode,
+            update_ops,
+            dict(function_kwargs),
+        )
         self._downcast = bool(function_kwargs.get("allow_input_downcast"))
         # Everything below may fail, and must leave the session as it was: nothing in it
         # changes before rank 0's copy is checked.
@@ -214,15 +255,21 @@ class Function:
             check_tensor(var, f"{self._what}, {_label(var, i, 'input')}", in_data=True)
         for i, var in enumerate(bcast_inputs):
             check_tensor(var, f"{self._what}, {_label(var, i, 'broadcast input')}")
-        sent = [(i, var) for i, (var, op) in enumerate(zip(outputs, ops, strict=True))
-                if op is not None]  # op None: rank 0's own result, never sent
+        sent = [
+            (i, var) for i, (var, op) in enumerate(zip(outputs, ops, strict=True)) if op is not None
+        ]  # op None: rank 0's own result, never sent
         for i, var in sent:
             check_tensor(var, f"{self._what}, output {i}")
-        check_count(len(bcast_inputs) + _MESSAGE_ARRAYS,
-                    f"{self._what} has {len(bcast_inputs)} broadcast inputs (each travels as "
-                    f"an array of a call's message)")
-        check_count(len(sent) + 1, f"{self._what} has {len(sent)} outputs the workers send "
-                    f"back (each an array of a worker's reply, with its rows)")
+        check_count(
+            len(bcast_inputs) + _MESSAGE_ARRAYS,
+            f"{self._what} has {len(bcast_inputs)} broadcast inputs (each travels as "
+            f"an array of a call's message)",
+        )
+        check_count(
+            len(sent) + 1,
+            f"{self._what} has {len(sent)} outputs the workers send "
+            f"back (each an array of a worker's reply, with its rows)",
+        )
 
     @property
     def _what(self) -> str:
@@ -243,43 +290,61 @@ class Function:
             if is_jax(mode):
                 from synkhronos.rank.backends import jax_compat  # noqa: F401
             self._reference = pytensor.function(
-                spec.inputs + spec.bcast_inputs, spec.outputs, updates=spec.updates,
-                givens=spec.givens, mode=mode,
-                **{"on_unused_input": "ignore", **spec.function_kwargs})
+                spec.inputs + spec.bcast_inputs,
+                spec.outputs,
+                updates=spec.updates,
+                givens=spec.givens,
+                mode=mode,
+                **{"on_unused_input": "ignore", **spec.function_kwargs},
+            )
         outs = self._reference(*[np.asarray(a) for a in args])
         outs = [np.asarray(o) for o in outs]
         return outs[0] if self._single else outs
 
     as_theano = as_pytensor
 
-    def build_inputs(self, *args, force_cast: bool = False, oversize: float = 1.0,
-                     minibatch: bool | Sequence[bool] = False) -> Data | list[Data]:
+    def build_inputs(
+        self,
+        *args,
+        force_cast: bool = False,
+        oversize: float = 1.0,
+        minibatch: bool | Sequence[bool] = False,
+    ) -> Data | list[Data]:
         """Shared-memory ``Data`` objects holding ``args``, typed for this function's inputs.
 
         ``minibatch`` is one flag for every input or a list of one per input. Returns one
         ``Data`` for a function of one input, else a list.
         """
         if len(args) != len(self.inputs):
-            raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, "
-                            f"got {len(args)}")
-        flags = list(minibatch) if isinstance(minibatch, (list, tuple)) else (
-            [minibatch] * len(args))
+            raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
+        flags = (
+            list(minibatch) if isinstance(minibatch, (list, tuple)) else ([minibatch] * len(args))
+        )
         if len(flags) != len(args):
-            raise ValueError(f"{self._what}: got {len(flags)} minibatch flags for "
-                             f"{len(args)} inputs")
-        built = [Data(a, var=v, force_cast=force_cast, oversize=oversize, minibatch=mb)
-                 for v, a, mb in zip(self.inputs, args, flags, strict=True)]
+            raise ValueError(
+                f"{self._what}: got {len(flags)} minibatch flags for {len(args)} inputs"
+            )
+        built = [
+            Data(a, var=v, force_cast=force_cast, oversize=oversize, minibatch=mb)
+            for v, a, mb in zip(self.inputs, args, flags, strict=True)
+        ]
         return built[0] if len(built) == 1 else built
 
     def get_shared(self) -> list:
-        """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``).
-        """
+        """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``)."""
         return self._session.state.functions[self._spec.fid].get_shared()
 
     # ---- a call --------------------------------------------------------------------------
     @abort_on_error("a synkhronos function call")
-    def __call__(self, *args, batch=None, batch_s=None, num_slices: int = 1,
-                 output_subset: Sequence[int] | None = None, **kwargs):
+    def __call__(
+        self,
+        *args,
+        batch=None,
+        batch_s=None,
+        num_slices: int = 1,
+        output_subset: Sequence[int] | None = None,
+        **kwargs,
+    ):
         """Run data-parallel on every rank and return the reduced outputs.
 
         Parameters
@@ -309,8 +374,9 @@ class Function:
         """
         session = launch.current()
         if session is not self._session:
-            raise RuntimeError(f"{self._what} was built before the last synk.fork(); build it "
-                               f"again")
+            raise RuntimeError(
+                f"{self._what} was built before the last synk.fork(); build it again"
+            )
         if kwargs:
             args = self._by_name(args, kwargs)
         if not self._shipped:
@@ -318,8 +384,10 @@ class Function:
         plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
         arrays = plan.encode() if session.n_ranks > 1 else ()
         weight, host, reduced = session.execute(
-            Command.CALL, arrays,
-            lambda: run_plan(session.state, plan, lambda d: d.data, session.state.pending))
+            Command.CALL,
+            arrays,
+            lambda: run_plan(session.state, plan, lambda d: d.data, session.state.pending),
+        )
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         single = self._single if output_subset is None else len(plan.subset) == 1
@@ -342,15 +410,25 @@ class Function:
             raise TypeError(f"{self._what}: missing {', '.join(missing)}")
         return tuple(ordered)
 
-    def _plan(self, session, args, batch, batch_s, num_slices, output_subset,
-              every_rank_rows: bool = False) -> CallPlan:
+    def _plan(
+        self,
+        session,
+        args,
+        batch,
+        batch_s,
+        num_slices,
+        output_subset,
+        every_rank_rows: bool = False,
+    ) -> CallPlan:
         """The call's plan, every argument checked; with ``every_rank_rows``, a call that
         gives some rank (of any node) no rows is refused too."""
         spec = self._spec
         n_in, n_b = len(spec.inputs), len(spec.bcast_inputs)
         if len(args) != n_in + n_b:
-            raise TypeError(f"{self._what}: expected {n_in + n_b} arguments ({n_in} scattered "
-                            f"inputs, then {n_b} broadcast inputs), got {len(args)}")
+            raise TypeError(
+                f"{self._what}: expected {n_in + n_b} arguments ({n_in} scattered "
+                f"inputs, then {n_b} broadcast inputs), got {len(args)}"
+            )
         if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)):
             raise TypeError(f"num_slices must be an int, got {num_slices!r}")
         if num_slices < 1:
@@ -360,15 +438,20 @@ class Function:
             subset = self._all_outputs
         else:
             subset = np.asarray(list(output_subset))
-            if subset.ndim != 1 or (subset.size and (subset.dtype.kind not in "iu" or subset.min()
-                                                     < 0 or subset.max() >= n_out)):
+            if subset.ndim != 1 or (
+                subset.size
+                and (subset.dtype.kind not in "iu" or subset.min() < 0 or subset.max() >= n_out)
+            ):
                 raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")
             subset = subset.astype(np.int64)
         if num_slices > 1 and any(spec.output_ops[i] in (None, "per_rank") for i in subset):
-            raise ValueError("outputs with reduce op None or 'per_rank' cannot be combined "
-                             "over num_slices > 1")
-        scatter = [self._scattered(i, var, arg)
-                   for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))]
+            raise ValueError(
+                "outputs with reduce op None or 'per_rank' cannot be combined over num_slices > 1"
+            )
+        scatter = [
+            self._scattered(i, var, arg)
+            for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))
+        ]
         bcast, kinds = [], []
         for i, (var, arg) in enumerate(zip(spec.bcast_inputs, args[n_in:], strict=True)):
             what = f"{self._what}, {_label(var, i, 'broadcast input')}"
@@ -386,17 +469,22 @@ class Function:
         if n_in:
             whole = self._batch_rows(scatter, batch)
             if every_rank_rows:  # ranks take split_bounds shares of the whole selection
-                self._refuse_empty_ranks("batch", split_bounds(selection_length(whole),
-                                                               current_nodes().n_global))
+                self._refuse_empty_ranks(
+                    "batch", split_bounds(selection_length(whole), current_nodes().n_global)
+                )
             sel = current_nodes().node_share(whole)
             for i, d in enumerate(scatter):
                 if d.minibatch and selection_length(sel) > len(d):
-                    raise ValueError(f"{self._what}: batch selects {selection_length(sel)} "
-                                     f"rows but {_label(spec.inputs[i], i, 'input')} (minibatch "
-                                     f"data, read by position) has {len(d)}")
+                    raise ValueError(
+                        f"{self._what}: batch selects {selection_length(sel)} "
+                        f"rows but {_label(spec.inputs[i], i, 'input')} (minibatch "
+                        f"data, read by position) has {len(d)}"
+                    )
                 if not d.minibatch and _last_row(sel) >= len(d):
-                    raise ValueError(f"{self._what}: batch selects row {_last_row(sel)} but "
-                                     f"{_label(spec.inputs[i], i, 'input')} has {len(d)} rows")
+                    raise ValueError(
+                        f"{self._what}: batch selects row {_last_row(sel)} but "
+                        f"{_label(spec.inputs[i], i, 'input')} has {len(d)} rows"
+                    )
             rows = RankRows.split(sel, session.n_ranks)
         elif batch is not None:
             raise ValueError(f"{self._what} has no scattered inputs; batch does not apply")
@@ -404,32 +492,50 @@ class Function:
         if batch_s is not None:
             everyone = self._global_batch_s_rows(session, batch_s)
             if every_rank_rows and not n_in:
-                self._refuse_empty_ranks("batch_s", [0, *np.cumsum(
-                    [selection_length(s) for s in everyone])])
+                self._refuse_empty_ranks(
+                    "batch_s", [0, *np.cumsum([selection_length(s) for s in everyone])]
+                )
             world = current_nodes()
-            s_rows = RankRows.per_rank(everyone[world.offset: world.offset + session.n_ranks])
+            s_rows = RankRows.per_rank(everyone[world.offset : world.offset + session.n_ranks])
         elif every_rank_rows and not n_in and spec.sliceable:  # each rank takes all its rows
             lengths = sliceable_lengths(session, spec.sliceable)
             self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
-        return CallPlan(spec.fid, int(num_slices), subset, scatter, by_position,
-                        rows, bcast, np.array(kinds, np.int64), s_rows)
+        return CallPlan(
+            spec.fid,
+            int(num_slices),
+            subset,
+            scatter,
+            by_position,
+            rows,
+            bcast,
+            np.array(kinds, np.int64),
+            s_rows,
+        )
 
     def _scattered(self, i: int, var, arg) -> Data:
         what = f"{self._what}, {_label(var, i, 'input')}"
         if isinstance(arg, Data):
             if arg.dtype != var.dtype:
-                raise TypeError(f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
-                                f"(make it with dtype={var.dtype!s})")
+                raise TypeError(
+                    f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
+                    f"(make it with dtype={var.dtype!s})"
+                )
             _check_static_shape(var, arg.shape, what, skip_first=True)
             return arg
         value = np.asarray(arg)
         if value.dtype != var.dtype and not np.can_cast(value.dtype, var.dtype, "same_kind"):
-            raise TypeError(f"{what}: cannot use an array of dtype {value.dtype} for an input "
-                            f"of dtype {var.dtype}")
-        if (value.dtype != var.dtype and not self._downcast
-                and not np.can_cast(value.dtype, var.dtype, "safe")):
-            raise TypeError(f"{what}: casting {value.dtype} to {var.dtype} would lose "
-                            f"precision; cast it first")
+            raise TypeError(
+                f"{what}: cannot use an array of dtype {value.dtype} for an input "
+                f"of dtype {var.dtype}"
+            )
+        if (
+            value.dtype != var.dtype
+            and not self._downcast
+            and not np.can_cast(value.dtype, var.dtype, "safe")
+        ):
+            raise TypeError(
+                f"{what}: casting {value.dtype} to {var.dtype} would lose precision; cast it first"
+            )
         _check_static_shape(var, value.shape, what, skip_first=True)
         scratch = self._scratch.get(i)
         if scratch is None:
@@ -442,10 +548,14 @@ class Function:
         if batch is None:
             lengths = {len(d) for d in scatter}
             if len(lengths) > 1:
-                names = ", ".join(f"{_label(v, i, 'input')}: {len(d)}" for i, (v, d) in
-                                  enumerate(zip(self._spec.inputs, scatter, strict=True)))
-                raise ValueError(f"{self._what}: scattered inputs have different lengths "
-                                 f"({names}); give batch= to select rows")
+                names = ", ".join(
+                    f"{_label(v, i, 'input')}: {len(d)}"
+                    for i, (v, d) in enumerate(zip(self._spec.inputs, scatter, strict=True))
+                )
+                raise ValueError(
+                    f"{self._what}: scattered inputs have different lengths "
+                    f"({names}); give batch= to select rows"
+                )
             sel = slice(0, lengths.pop())
         else:
             sel = resolve_rows(batch, min(full) if full else None, "batch")
@@ -463,7 +573,8 @@ class Function:
                 f"{self._what}: {what} gives {int(counts.sum())} row(s) to {len(counts)} "
                 f"ranks, none to rank(s) {empty}; in this chain every rank needs at least one "
                 f"row (a later step reads what this function writes): drop or pad the last "
-                f"short batch")
+                f"short batch"
+            )
 
     def _global_batch_s_rows(self, session, batch_s) -> list[Selection]:
         """Every global rank's rows of the sliceable shared variables for ``batch_s``."""
@@ -472,15 +583,26 @@ class Function:
         lengths = sliceable_lengths(session, self._spec.sliceable)  # per global rank
         world = current_nodes()
         n = world.n_global
-        per_rank = (isinstance(batch_s, (list, tuple)) and len(batch_s) == n and all(
-            isinstance(b, (slice, list, tuple, np.ndarray)) for b in batch_s))
+        per_rank = (
+            isinstance(batch_s, (list, tuple))
+            and len(batch_s) == n
+            and all(isinstance(b, (slice, list, tuple, np.ndarray)) for b in batch_s)
+        )
         specs = list(batch_s) if per_rank else [batch_s] * n
         return [resolve_rows(specs[r], lengths[r], f"batch_s (rank {r})") for r in range(n)]
 
 
-def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=None,
-             sliceable_shareds=None, name: str | None = None, mode=None,
-             **kwargs) -> Function:
+def function(
+    inputs=(),
+    outputs=None,
+    bcast_inputs=None,
+    updates=None,
+    givens=None,
+    sliceable_shareds=None,
+    name: str | None = None,
+    mode=None,
+    **kwargs,
+) -> Function:
     """Build a function that runs data-parallel on every rank.
 
     Takes what :func:`pytensor.function` takes, split by how each input is distributed.
@@ -541,6 +663,15 @@ def function(inputs=(), outputs=None, bcast_inputs=None, updates=None, givens=No
     (4.5, 45.0, [1.0, 3.0, 5.0, 7.0, 9.0])
     >>> synk.close()
     """
-    return Function(launch.current(), inputs, outputs, bcast_inputs, updates, givens,
-                    sliceable_shareds, name, mode, kwargs)
-
+    return Function(
+        launch.current(),
+        inputs,
+        outputs,
+        bcast_inputs,
+        updates,
+        givens,
+        sliceable_shareds,
+        name,
+        mode,
+        kwargs,
+    )

@@ -52,8 +52,9 @@ def _say(text: str) -> None:
 
 
 def _versions() -> str:
-    return ", ".join(f"{package} {version or '-'}" for package, version in versions(
-        PACKAGES).items())
+    return ", ".join(
+        f"{package} {version or '-'}" for package, version in versions(PACKAGES).items()
+    )
 
 
 def _gpus() -> list[str]:
@@ -64,7 +65,8 @@ def _gpus() -> list[str]:
         table, lines = [], [f"GPUs: none found ({error})"]
     else:
         lines = [f"GPUs: {len(table)} (nvidia-smi)"] + [
-            f"  GPU {index}: {name}, {memory}" for index, name, memory in table]
+            f"  GPU {index}: {name}, {memory}" for index, name, memory in table
+        ]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         lines.append(f"  CUDA_VISIBLE_DEVICES={visible!r}: visible {gpu.visible_gpus(table)}")
@@ -91,8 +93,10 @@ def _mpi() -> str:
         return "MPI: not started by an MPI launcher (one machine)"
     found = {var: os.environ[var] for var in LAUNCHER_VARS if var in os.environ}
     size = found.get("PMI_SIZE") or found.get("OMPI_COMM_WORLD_SIZE") or "?"
-    return (f"MPI: started by an MPI launcher ({', '.join(f'{k}={v}' for k, v in found.items())}"
-            f"): fork() would span {size} nodes")
+    return (
+        f"MPI: started by an MPI launcher ({', '.join(f'{k}={v}' for k, v in found.items())}"
+        f"): fork() would span {size} nodes"
+    )
 
 
 def _leftovers() -> tuple[list[str], bool]:
@@ -102,8 +106,11 @@ def _leftovers() -> tuple[list[str], bool]:
         return ["leftovers of dead programs: none"], False
     lines = [f"leftovers of dead programs: {len(dead)} (fork() removes them too):"]
     for prefix in dead:
-        entries = [e for e in os.listdir(names.SHM_DIR)
-                   if e.startswith(prefix + "_") or e.startswith("sem." + prefix + "_")]
+        entries = [
+            e
+            for e in os.listdir(names.SHM_DIR)
+            if e.startswith(prefix + "_") or e.startswith("sem." + prefix + "_")
+        ]
         size = sum(os.lstat(os.path.join(names.SHM_DIR, e)).st_size for e in entries)
         workers = names.workers_of(prefix)
         alive = f", {len(workers)} worker process(es) {workers}" if workers else ""
@@ -123,12 +130,16 @@ def _shm() -> tuple[list[str], str | None]:
     total, free = stat.f_blocks * stat.f_frsize, shm.free_bytes()
     lines = [f"/dev/shm: {_mib(total)}, {_mib(free)} free"]
     if free < MIN_FREE_BYTES:
-        return lines, (f"/dev/shm has {_mib(free)} free, less than the {_mib(MIN_FREE_BYTES)} "
-                       f"synkhronos needs at least; free space there, or enlarge it (e.g. "
-                       f"docker run --shm-size=8g)")
+        return lines, (
+            f"/dev/shm has {_mib(free)} free, less than the {_mib(MIN_FREE_BYTES)} "
+            f"synkhronos needs at least; free space there, or enlarge it (e.g. "
+            f"docker run --shm-size=8g)"
+        )
     if total < SMALL_SHM_BYTES:
-        lines.append("  note: small; data and gradients of a large model may not fit "
-                     "(enlarge it, e.g. docker run --shm-size=8g)")
+        lines.append(
+            "  note: small; data and gradients of a large model may not fit "
+            "(enlarge it, e.g. docker run --shm-size=8g)"
+        )
     return lines, None
 
 
@@ -143,8 +154,9 @@ def self_test(backend: str = "cpu") -> float:
     try:
         x = pt.matrix("x", dtype="float64")
         w = pytensor.shared(np.zeros(3), name="self_test_w")
-        f = function([x], [(x.sum(axis=1), "gather"), ((x**2).mean(), "avg")],
-                     updates=[(w, x.sum(axis=0))])
+        f = function(
+            [x], [(x.sum(axis=1), "gather"), ((x**2).mean(), "avg")], updates=[(w, x.sum(axis=0))]
+        )
         data = np.random.default_rng(0).normal(size=(7, 3))  # 4 rows and 3
         rows, mean = f(data)
         np.testing.assert_allclose(rows, data.sum(axis=1), rtol=1e-12)
@@ -160,8 +172,10 @@ def self_test(backend: str = "cpu") -> float:
 def check(backend: str = "cpu", say: Callable[[str], None] = _say) -> int:
     """Report on this machine and run the self-test; return the exit status (0: works)."""
     problems = []
-    say(f"synkhronos {versions(['synkhronos'])['synkhronos'] or '(not installed)'} on Python "
-        f"{platform.python_version()}, {platform.system()} {platform.machine()}")
+    say(
+        f"synkhronos {versions(['synkhronos'])['synkhronos'] or '(not installed)'} on Python "
+        f"{platform.python_version()}, {platform.system()} {platform.machine()}"
+    )
     if not sys.platform.startswith("linux"):
         problems.append(f"synkhronos runs on Linux only, not {sys.platform}")
     say(f"packages: {_versions()}")
@@ -180,11 +194,14 @@ def check(backend: str = "cpu", say: Callable[[str], None] = _say) -> int:
         try:
             seconds = self_test(backend)
         except Exception as error:  # noqa: BLE001 - the reason to report
-            problems.append(f"the self-test on 2 {backend} ranks failed: "
-                            f"{type(error).__name__}: {error}")
+            problems.append(
+                f"the self-test on 2 {backend} ranks failed: {type(error).__name__}: {error}"
+            )
         else:
-            say(f"self-test: 2 {backend} ranks, a call and an all-reduce equal numpy "
-                f"({seconds:.1f} s)")
+            say(
+                f"self-test: 2 {backend} ranks, a call and an all-reduce equal numpy "
+                f"({seconds:.1f} s)"
+            )
     for problem in problems:
         say(f"CANNOT WORK: {problem}")
     say("ok" if not problems else "failed")
@@ -202,15 +219,23 @@ def sweep_leftovers(say: Callable[[str], None] = _say) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m synkhronos {check,sweep}``; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m synkhronos",
-                                     description="synkhronos' command-line tools")
+    parser = argparse.ArgumentParser(
+        prog="python -m synkhronos", description="synkhronos' command-line tools"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    checking = commands.add_parser("check", help="what this machine offers, what fork() "
-                                   "would do, and a 2-rank self-test")
-    checking.add_argument("--backend", default="cpu", choices=["cpu", "jax-cpu", "gpu"],
-                          help="the self-test's backend (default: cpu)")
-    commands.add_parser("sweep", help="remove what this user's dead programs left in "
-                        "/dev/shm, and end their workers")
+    checking = commands.add_parser(
+        "check", help="what this machine offers, what fork() would do, and a 2-rank self-test"
+    )
+    checking.add_argument(
+        "--backend",
+        default="cpu",
+        choices=["cpu", "jax-cpu", "gpu"],
+        help="the self-test's backend (default: cpu)",
+    )
+    commands.add_parser(
+        "sweep",
+        help="remove what this user's dead programs left in /dev/shm, and end their workers",
+    )
     args = parser.parse_args(argv)
     if args.command == "check":
         return check(args.backend)

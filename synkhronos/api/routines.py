@@ -48,8 +48,10 @@ def _name(routine: Callable) -> str:
         except (ImportError, AttributeError):
             pass
     if found is not routine:
-        raise ValueError(f"a routine must be a module-level function of an importable "
-                         f"module (every rank imports it by name), not {routine!r}")
+        raise ValueError(
+            f"a routine must be a module-level function of an importable "
+            f"module (every rank imports it by name), not {routine!r}"
+        )
     return f"{module}:{qualname}"
 
 
@@ -95,8 +97,7 @@ def run(routine: Callable[..., list], *args: np.ndarray | Data) -> list[list[np.
             check_travels(a.dtype, a.ndim, f"argument {i} of routine {name}")
     session.distribute()
     kinds = np.array([DATA if isinstance(a, Data) else ARRAY for a in args], np.int64)
-    message = [text(name), kinds,
-               *[a.descriptor() if isinstance(a, Data) else a for a in args]]
+    message = [text(name), kinds, *[a.descriptor() if isinstance(a, Data) else a for a in args]]
     local_args = [a.data if isinstance(a, Data) else a for a in args]
     local_error: list[BaseException] = []
 
@@ -113,8 +114,7 @@ def run(routine: Callable[..., list], *args: np.ndarray | Data) -> list[list[np.
         if local_error:
             raise local_error[0] from died  # rank 0's account of what the death did
         raise
-    theirs = [[np.array(a) for a in session.channel.reply_arrays(r)]
-              for r in range(1, session.n_ranks)]
+    theirs = [
+        [np.array(a) for a in session.channel.reply_arrays(r)] for r in range(1, session.n_ranks)
+    ]
     return [[np.asarray(a) for a in mine], *theirs]
-
-

@@ -33,6 +33,7 @@ from pytensor.tensor.variable import TensorVariable
 
 __all__ = ["RandomStreams", "add_default_update"]
 
+
 def add_default_update(variable: SharedVariable, update: Variable) -> None:
     """Make every compiled function whose graph contains ``variable`` apply ``update``.
 
@@ -107,8 +108,9 @@ class RandomStreams:
             dtype = upcast(config.floatX, *[p.dtype for p in params])
         return dtype, [pt.cast(p, dtype) for p in params]
 
-    def uniform(self, size=(), low=0.0, high=1.0, ndim=None, dtype=None, nstreams=None
-                ) -> TensorVariable:
+    def uniform(
+        self, size=(), low=0.0, high=1.0, ndim=None, dtype=None, nstreams=None
+    ) -> TensorVariable:
         """Draws from the uniform distribution on [low, high).
 
         Parameters
@@ -124,8 +126,16 @@ class RandomStreams:
         dtype, (low, high) = self._float_params(dtype, low, high)
         return pt.cast(self._draw("uniform", low, high, size=size), dtype)
 
-    def normal(self, size=(), avg=0.0, std=1.0, ndim=None, dtype=None, nstreams=None,
-               truncate: bool = False) -> TensorVariable:
+    def normal(
+        self,
+        size=(),
+        avg=0.0,
+        std=1.0,
+        ndim=None,
+        dtype=None,
+        nstreams=None,
+        truncate: bool = False,
+    ) -> TensorVariable:
         """Draws from the normal distribution of mean ``avg`` and deviation ``std``; with
         ``truncate``, from that distribution cut at two deviations from the mean.
 
@@ -141,8 +151,9 @@ class RandomStreams:
         u = self._draw("uniform", -edge, edge, size=size)
         return pt.cast(avg + std * math.sqrt(2) * pt.erfinv(u), dtype)
 
-    def binomial(self, size=(), n=1, p=0.5, ndim=None, dtype="int64", nstreams=None
-                 ) -> TensorVariable:
+    def binomial(
+        self, size=(), n=1, p=0.5, ndim=None, dtype="int64", nstreams=None
+    ) -> TensorVariable:
         """Draws of the number of successes in ``n`` trials of probability ``p``
         (``n=1``: a 0/1 mask). Parameters are :meth:`uniform`'s."""
         if isinstance(n, int) and n == 1:

@@ -32,10 +32,20 @@ from pytensor.tensor.variable import TensorVariable
 from synkhronos.extensions import conv
 
 __all__ = [
-    "AbstractConv2d_gradInputs", "AbstractConv2d_gradWeights", "AbstractConv3d_gradInputs",
-    "AbstractConv3d_gradWeights", "binary_crossentropy", "categorical_crossentropy",
-    "conv2d", "conv3d", "conv_nd", "crossentropy_categorical_1hot", "relu", "sigmoid",
-    "softmax", "softplus",
+    "AbstractConv2d_gradInputs",
+    "AbstractConv2d_gradWeights",
+    "AbstractConv3d_gradInputs",
+    "AbstractConv3d_gradWeights",
+    "binary_crossentropy",
+    "categorical_crossentropy",
+    "conv2d",
+    "conv3d",
+    "conv_nd",
+    "crossentropy_categorical_1hot",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "softplus",
 ]
 
 sigmoid = pt.sigmoid
@@ -129,8 +139,10 @@ def _padding(border_mode, kernel: tuple[int, ...] | None, dilation: tuple[int, .
     """Theano's ``border_mode`` as the Ops' padding."""
     if border_mode in ("full", "half"):
         if kernel is None:
-            raise ValueError(f"border_mode {border_mode!r} needs the filter sizes: give "
-                             f"filter_shape, or filters of a known static shape")
+            raise ValueError(
+                f"border_mode {border_mode!r} needs the filter sizes: give "
+                f"filter_shape, or filters of a known static shape"
+            )
         spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True)]
         return tuple(s - 1 if border_mode == "full" else s // 2 for s in spans)
     if isinstance(border_mode, str) and border_mode == "valid":
@@ -139,13 +151,23 @@ def _padding(border_mode, kernel: tuple[int, ...] | None, dilation: tuple[int, .
         return (int(border_mode),) * n
     if isinstance(border_mode, tuple | list) and len(border_mode) == n:
         return tuple(border_mode)
-    raise ValueError(f"invalid border_mode {border_mode!r}: expected 'valid', 'full', "
-                     f"'half', an int or {n} of them")
+    raise ValueError(
+        f"invalid border_mode {border_mode!r}: expected 'valid', 'full', "
+        f"'half', an int or {n} of them"
+    )
 
 
-def conv_nd(input, filters, n: int, filter_shape=None, border_mode="valid", subsample=None,
-            filter_flip: bool = True, filter_dilation=None, num_groups: int = 1
-            ) -> TensorVariable:
+def conv_nd(
+    input,
+    filters,
+    n: int,
+    filter_shape=None,
+    border_mode="valid",
+    subsample=None,
+    filter_flip: bool = True,
+    filter_dilation=None,
+    num_groups: int = 1,
+) -> TensorVariable:
     """Theano's convolution over the last ``n`` (1, 2 or 3) axes of ``input``:
     :func:`conv2d` with ``n`` values per tuple.
 
@@ -165,8 +187,9 @@ def conv_nd(input, filters, n: int, filter_shape=None, border_mode="valid", subs
     """
     input, filters = pt.as_tensor_variable(input), pt.as_tensor_variable(filters)
     kernel = _kernel_sizes(filters, filter_shape, n)
-    dilation = conv.int_tuple(1 if filter_dilation is None else filter_dilation, n,
-                              "filter_dilation")
+    dilation = conv.int_tuple(
+        1 if filter_dilation is None else filter_dilation, n, "filter_dilation"
+    )
     stride = conv.int_tuple(1 if subsample is None else subsample, n, "subsample")
     padding = _padding(border_mode, kernel, dilation, n)
     if n == 3:  # conv3d loops over the filters' depth, which it must know
@@ -179,10 +202,19 @@ def conv_nd(input, filters, n: int, filter_shape=None, border_mode="valid", subs
     return compute(input, filters, stride, padding, dilation, num_groups)
 
 
-def conv2d(input, filters, input_shape=None, filter_shape=None, border_mode="valid",
-           subsample=(1, 1), filter_flip: bool = True, image_shape=None,
-           filter_dilation=(1, 1), num_groups: int = 1, unshared: bool = False
-           ) -> TensorVariable:
+def conv2d(
+    input,
+    filters,
+    input_shape=None,
+    filter_shape=None,
+    border_mode="valid",
+    subsample=(1, 1),
+    filter_flip: bool = True,
+    image_shape=None,
+    filter_dilation=(1, 1),
+    num_groups: int = 1,
+    unshared: bool = False,
+) -> TensorVariable:
     """Theano's 2-D convolution of ``input`` (N, C, H, W) with ``filters``
     (O, C / num_groups, kH, kW).
 
@@ -213,20 +245,45 @@ def conv2d(input, filters, input_shape=None, filter_shape=None, border_mode="val
         (N, O, out_h, out_w).
     """
     if unshared:
-        raise NotImplementedError("unshared convolution (unshared=True) has no PyTensor "
-                                  "equivalent")
-    return conv_nd(input, filters, 2, filter_shape, border_mode, subsample, filter_flip,
-                   filter_dilation, num_groups)
+        raise NotImplementedError("unshared convolution (unshared=True) has no PyTensor equivalent")
+    return conv_nd(
+        input,
+        filters,
+        2,
+        filter_shape,
+        border_mode,
+        subsample,
+        filter_flip,
+        filter_dilation,
+        num_groups,
+    )
 
 
-def conv3d(input, filters, input_shape=None, filter_shape=None, border_mode="valid",
-           subsample=(1, 1, 1), filter_flip: bool = True, filter_dilation=(1, 1, 1),
-           num_groups: int = 1) -> TensorVariable:
+def conv3d(
+    input,
+    filters,
+    input_shape=None,
+    filter_shape=None,
+    border_mode="valid",
+    subsample=(1, 1, 1),
+    filter_flip: bool = True,
+    filter_dilation=(1, 1, 1),
+    num_groups: int = 1,
+) -> TensorVariable:
     """Theano's 3-D convolution of ``input`` (N, C, D, H, W) with ``filters``
     (O, C / num_groups, kD, kH, kW); the arguments are :func:`conv2d`'s with three values
     per axis (padding symmetric)."""
-    return conv_nd(input, filters, 3, filter_shape, border_mode, subsample, filter_flip,
-                   filter_dilation, num_groups)
+    return conv_nd(
+        input,
+        filters,
+        3,
+        filter_shape,
+        border_mode,
+        subsample,
+        filter_flip,
+        filter_dilation,
+        num_groups,
+    )
 
 
 class _ConvGradient:
@@ -238,12 +295,21 @@ class _ConvGradient:
     _n: int
     _of: str
 
-    def __init__(self, imshp=None, kshp=None, border_mode="valid", subsample=None,
-                 filter_flip: bool = True, filter_dilation=None, num_groups: int = 1,
-                 unshared: bool = False):
+    def __init__(
+        self,
+        imshp=None,
+        kshp=None,
+        border_mode="valid",
+        subsample=None,
+        filter_flip: bool = True,
+        filter_dilation=None,
+        num_groups: int = 1,
+        unshared: bool = False,
+    ):
         if unshared:
-            raise NotImplementedError("unshared convolution (unshared=True) has no "
-                                      "PyTensor equivalent")
+            raise NotImplementedError(
+                "unshared convolution (unshared=True) has no PyTensor equivalent"
+            )
         self.imshp, self.kshp = imshp, kshp
         self.border_mode, self.filter_flip = border_mode, filter_flip
         self.subsample = subsample if subsample is not None else (1,) * self._n
@@ -264,14 +330,26 @@ class _ConvGradient:
             unknown = pt.zeros((topgrad.shape[0], channels, *shape), dtype=topgrad.dtype)
             image, filters, filter_shape = unknown, known, self.kshp
         else:
-            unknown = pt.zeros((topgrad.shape[1], known.shape[1] // self.num_groups, *shape),
-                               dtype=topgrad.dtype)
+            unknown = pt.zeros(
+                (topgrad.shape[1], known.shape[1] // self.num_groups, *shape), dtype=topgrad.dtype
+            )
             image, filters = known, unknown
-            filter_shape = (None, None, *shape) if all(
-                isinstance(s, int | np.integer) for s in shape) else self.kshp
-        output = conv_nd(image, filters, self._n, filter_shape, self.border_mode,
-                         self.subsample, self.filter_flip, self.filter_dilation,
-                         self.num_groups)
+            filter_shape = (
+                (None, None, *shape)
+                if all(isinstance(s, int | np.integer) for s in shape)
+                else self.kshp
+            )
+        output = conv_nd(
+            image,
+            filters,
+            self._n,
+            filter_shape,
+            self.border_mode,
+            self.subsample,
+            self.filter_flip,
+            self.filter_dilation,
+            self.num_groups,
+        )
         # The convolution is linear in the unknown: its gradient depends on topgrad alone.
         return pytensor.grad(None, unknown, known_grads={output: topgrad})
 

@@ -26,8 +26,7 @@ from synkhronos.extensions import conv
 __all__ = ["MODES", "pool_2d", "pool_3d"]
 
 MODES = ("max", "sum", "average_inc_pad", "average_exc_pad")
-_REDUCTIONS = {"max": pt.max, "sum": pt.sum, "average_inc_pad": pt.mean,
-               "average_exc_pad": pt.mean}
+_REDUCTIONS = {"max": pt.max, "sum": pt.sum, "average_inc_pad": pt.mean, "average_exc_pad": pt.mean}
 
 
 def _sum_pool(x, n: int, ws, stride, pad, ignore_border: bool) -> TensorVariable:
@@ -38,8 +37,9 @@ def _sum_pool(x, n: int, ws, stride, pad, ignore_border: bool) -> TensorVariable
     for length, w, s, p in zip(sizes, ws, stride, pad, strict=True):
         n_out = conv.pool_output_length(length, w, s, p, ignore_border)
         ends.append(pt.maximum(length + p, (n_out - 1) * s + w - p))  # padded end
-    padded = pt.zeros((*x.shape[: x.ndim - n], *[p + e for p, e in zip(pad, ends, strict=True)]),
-                      dtype=x.dtype)
+    padded = pt.zeros(
+        (*x.shape[: x.ndim - n], *[p + e for p, e in zip(pad, ends, strict=True)]), dtype=x.dtype
+    )
     inner = tuple(slice(p, p + length) for p, length in zip(pad, sizes, strict=True))
     padded = pt.set_subtensor(padded[(Ellipsis, *inner)], x)
     pool = conv.pool2d if n == 2 else conv.pool3d
@@ -74,16 +74,19 @@ def _renamed(value, old_value, default, name: str, old_name: str, what: str):
     return old_value
 
 
-def _pool(n: int, input, ws, ignore_border, stride, pad, mode, ds, st, padding,
-          what: str) -> TensorVariable:
+def _pool(
+    n: int, input, ws, ignore_border, stride, pad, mode, ds, st, padding, what: str
+) -> TensorVariable:
     ws = _renamed(ws, ds, None, "ws", "ds", what)
     stride = _renamed(stride, st, None, "stride", "st", what)
     pad = _renamed(pad, padding, (0,) * n, "pad", "padding", what)
     if ws is None:
         raise ValueError(f"{what}: ws (the window size) is required")
     if ignore_border is None:
-        warnings.warn(f"{what}(): ignore_border defaults to False, as in Theano; give it "
-                      f"explicitly", stacklevel=3)
+        warnings.warn(
+            f"{what}(): ignore_border defaults to False, as in Theano; give it explicitly",
+            stacklevel=3,
+        )
         ignore_border = False
     mode = "max" if mode == "max_deterministic" else mode
     if mode not in MODES:
@@ -95,16 +98,22 @@ def _pool(n: int, input, ws, ignore_border, stride, pad, mode, ds, st, padding,
         raise ValueError(f"{what} needs a tensor of at least {n} dimensions")
     if any(_symbolic(v) for v in (ws, stride, pad)):
         if n != 2 or not ignore_border or isinstance(pad, Variable) or any(pad):
-            raise ValueError(f"{what}: window sizes and strides known only at run time "
-                             "need pool_2d with ignore_border=True and no padding")
+            raise ValueError(
+                f"{what}: window sizes and strides known only at run time "
+                "need pool_2d with ignore_border=True and no padding"
+            )
         return _pool_symbolic(x, ws, stride, mode)
-    ws, stride, pad = (conv.int_tuple(v, n, name)
-                       for v, name in ((ws, "ws"), (stride, "stride"), (pad, "pad")))
+    ws, stride, pad = (
+        conv.int_tuple(v, n, name) for v, name in ((ws, "ws"), (stride, "stride"), (pad, "pad"))
+    )
     if any(pad) and not ignore_border:
         raise NotImplementedError(f"{what}: padding works only with ignore_border=True")
     # The Ops pool (N, C, *spatial) tensors: the leading axes fold into N.
-    batch = x.reshape((-1, 1, *[x.shape[x.ndim - n + i] for i in range(n)]), ndim=n + 2) \
-        if x.ndim != n + 2 else x
+    batch = (
+        x.reshape((-1, 1, *[x.shape[x.ndim - n + i] for i in range(n)]), ndim=n + 2)
+        if x.ndim != n + 2
+        else x
+    )
     if mode == "sum":
         out = _sum_pool(batch, n, ws, stride, pad, ignore_border)
     else:
@@ -112,12 +121,20 @@ def _pool(n: int, input, ws, ignore_border, stride, pad, mode, ds, st, padding,
         out = pool(batch, ws, stride, pad, ignore_border, mode)
     if x.ndim == n + 2:
         return out
-    return out.reshape((*x.shape[: x.ndim - n], *[out.shape[2 + i] for i in range(n)]),
-                       ndim=x.ndim)
+    return out.reshape((*x.shape[: x.ndim - n], *[out.shape[2 + i] for i in range(n)]), ndim=x.ndim)
 
 
-def pool_2d(input, ws=None, ignore_border=None, stride=None, pad=(0, 0), mode: str = "max",
-            ds=None, st=None, padding=None) -> TensorVariable:
+def pool_2d(
+    input,
+    ws=None,
+    ignore_border=None,
+    stride=None,
+    pad=(0, 0),
+    mode: str = "max",
+    ds=None,
+    st=None,
+    padding=None,
+) -> TensorVariable:
     """Pool the last two axes of ``input`` over ``ws`` windows.
 
     Parameters
@@ -154,8 +171,17 @@ def pool_2d(input, ws=None, ignore_border=None, stride=None, pad=(0, 0), mode: s
     return _pool(2, input, ws, ignore_border, stride, pad, mode, ds, st, padding, "pool_2d")
 
 
-def pool_3d(input, ws=None, ignore_border=None, stride=None, pad=(0, 0, 0),
-            mode: str = "max", ds=None, st=None, padding=None) -> TensorVariable:
+def pool_3d(
+    input,
+    ws=None,
+    ignore_border=None,
+    stride=None,
+    pad=(0, 0, 0),
+    mode: str = "max",
+    ds=None,
+    st=None,
+    padding=None,
+) -> TensorVariable:
     """Pool the last three axes of ``input``; the arguments are :func:`pool_2d`'s with
     three values each (sizes known when the graph is built).
 

@@ -70,9 +70,15 @@ import synkhronos as synk
 
 from .updates import TwoPhaseUpdates, two_phase
 
-__all__ = ["make_train_function", "make_train_function_theano", "running_state",
-           "StepFunction", "PytensorStepFunction", "make_step_function",
-           "make_pytensor_step_function"]
+__all__ = [
+    "make_train_function",
+    "make_train_function_theano",
+    "running_state",
+    "StepFunction",
+    "PytensorStepFunction",
+    "make_step_function",
+    "make_pytensor_step_function",
+]
 
 Batch = int | slice | np.ndarray | Sequence[int] | None
 
@@ -91,25 +97,45 @@ def running_state(loss: TensorVariable) -> list[SharedVariable]:
     >>> [v.name for v in running_state(acc.sum() * 2)]
     ['acc']
     """
-    return [v for v in graph_inputs([loss])
-            if isinstance(v, SharedVariable) and isinstance(v.type, TensorType)
-            and v.type.dtype.startswith("float")
-            and getattr(v, "default_update", None) is not None]
+    return [
+        v
+        for v in graph_inputs([loss])
+        if isinstance(v, SharedVariable)
+        and isinstance(v.type, TensorType)
+        and v.type.dtype.startswith("float")
+        and getattr(v, "default_update", None) is not None
+    ]
 
 
-def _chain(grad_function: synk.Function, flat_grad: SharedVariable, op: str,
-           state: list[SharedVariable], update_function: synk.Function) -> synk.Chain:
+def _chain(
+    grad_function: synk.Function,
+    flat_grad: SharedVariable,
+    op: str,
+    state: list[SharedVariable],
+    update_function: synk.Function,
+) -> synk.Chain:
     """Phase one, the all-reduce of ``flat_grad`` with ``op``, the running state's average
     (if any), and phase two: one command per step."""
     averaged = [("all_reduce", state, "avg")] if state else []
     # A rank without rows would skip phase one and all-reduce its previous gradient.
-    return synk.chain(grad_function, ("all_reduce", flat_grad, op), *averaged, update_function,
-                      every_rank_rows=True)
+    return synk.chain(
+        grad_function,
+        ("all_reduce", flat_grad, op),
+        *averaged,
+        update_function,
+        every_rank_rows=True,
+    )
 
 
-def make_train_function(loss: TensorVariable, params: Iterable[SharedVariable],
-                        x: TensorVariable, y: TensorVariable, update_rule: Callable[..., Any],
-                        *args: Any, **kwargs: Any) -> Callable[..., np.ndarray]:
+def make_train_function(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    x: TensorVariable,
+    y: TensorVariable,
+    update_rule: Callable[..., Any],
+    *args: Any,
+    **kwargs: Any,
+) -> Callable[..., np.ndarray]:
     """Build ``train(x_data, y_data, batch=None)``: one data-parallel step (the original's form).
 
     Call it after :func:`synkhronos.fork`.
@@ -156,10 +182,15 @@ def make_train_function(loss: TensorVariable, params: Iterable[SharedVariable],
     return train_minibatch
 
 
-def make_train_function_theano(loss: TensorVariable, params: Iterable[SharedVariable],
-                               x: TensorVariable, y: TensorVariable,
-                               update_rule: Callable[..., Any], *args: Any,
-                               **kwargs: Any) -> Callable[..., np.ndarray]:
+def make_train_function_theano(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    x: TensorVariable,
+    y: TensorVariable,
+    update_rule: Callable[..., Any],
+    *args: Any,
+    **kwargs: Any,
+) -> Callable[..., np.ndarray]:
     """The single-process twin of :func:`make_train_function`, with ``pytensor.function``.
 
     Arguments as for :func:`make_train_function`; returns ``train(x_data, y_data)``,
@@ -207,16 +238,22 @@ class StepFunction:
         The whole step, one command: phase one, the all-reduces, phase two.
     """
 
-    def __init__(self, grad_function: synk.Function, update_function: synk.Function,
-                 phases: TwoPhaseUpdates, state: list[SharedVariable]):
+    def __init__(
+        self,
+        grad_function: synk.Function,
+        update_function: synk.Function,
+        phases: TwoPhaseUpdates,
+        state: list[SharedVariable],
+    ):
         self.grad_function = grad_function
         self.update_function = update_function
         self.phases = phases
         self.state = state
         self.chain = _chain(grad_function, phases.flat_grad, "sum", state, update_function)
 
-    def __call__(self, *data: Any, batch: Batch = None, batch_s: Any = None,
-                 num_slices: int = 1) -> np.ndarray:
+    def __call__(
+        self, *data: Any, batch: Batch = None, batch_s: Any = None, num_slices: int = 1
+    ) -> np.ndarray:
         """Run one training step on every rank; return the loss averaged over the batch.
 
         Parameters
@@ -238,11 +275,17 @@ class StepFunction:
         return self.chain(*data, batch=batch, batch_s=batch_s, num_slices=num_slices)[0]
 
 
-def make_step_function(loss: TensorVariable, params: Iterable[SharedVariable],
-                       inputs: Iterable[TensorVariable], update_rule: Callable[..., Any],
-                       *args: Any, mode: Any = None, name: str | None = None,
-                       sliceable_shareds: Iterable[SharedVariable] = (),
-                       **kwargs: Any) -> StepFunction:
+def make_step_function(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    inputs: Iterable[TensorVariable],
+    update_rule: Callable[..., Any],
+    *args: Any,
+    mode: Any = None,
+    name: str | None = None,
+    sliceable_shareds: Iterable[SharedVariable] = (),
+    **kwargs: Any,
+) -> StepFunction:
     """Build a data-parallel training step for ``update_rule``.
 
     Call it after :func:`synkhronos.fork`.
@@ -292,19 +335,25 @@ def make_step_function(loss: TensorVariable, params: Iterable[SharedVariable],
     """
     inputs, sliceable = list(inputs), list(sliceable_shareds)
     if not inputs and not sliceable:
-        raise ValueError("make_step_function needs at least one scattered input or sliceable "
-                         "shared variable (the rows behind the loss are counted on the first)")
+        raise ValueError(
+            "make_step_function needs at least one scattered input or sliceable "
+            "shared variable (the rows behind the loss are counted on the first)"
+        )
     rows = (inputs or sliceable)[0].shape[0]
     # Phase one overwrites the flat vector, so phase two need not clear it.
-    phases = two_phase(update_rule, loss, params, *args, n_rows=rows, accumulate=False,
-                       **kwargs)
+    phases = two_phase(update_rule, loss, params, *args, n_rows=rows, accumulate=False, **kwargs)
     # "sum" over num_slices: the vector gets the sum of the slices' row-weighted values.
-    grad_function = synk.function(inputs=inputs, outputs=loss,
-                                  updates=[(*u, "sum") for u in phases.grad_updates],
-                                  sliceable_shareds=sliceable,
-                                  name=f"{name}_grad" if name else None, mode=mode)
-    update_function = synk.function(updates=phases.param_updates,
-                                    name=f"{name}_update" if name else None, mode=mode)
+    grad_function = synk.function(
+        inputs=inputs,
+        outputs=loss,
+        updates=[(*u, "sum") for u in phases.grad_updates],
+        sliceable_shareds=sliceable,
+        name=f"{name}_grad" if name else None,
+        mode=mode,
+    )
+    update_function = synk.function(
+        updates=phases.param_updates, name=f"{name}_update" if name else None, mode=mode
+    )
     return StepFunction(grad_function, update_function, phases, running_state(loss))
 
 
@@ -332,10 +381,15 @@ class PytensorStepFunction:
         return self.function(*data)
 
 
-def make_pytensor_step_function(loss: TensorVariable, params: Iterable[SharedVariable],
-                                inputs: Iterable[TensorVariable],
-                                update_rule: Callable[..., Any], *args: Any,
-                                mode: Any = None, **kwargs: Any) -> PytensorStepFunction:
+def make_pytensor_step_function(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    inputs: Iterable[TensorVariable],
+    update_rule: Callable[..., Any],
+    *args: Any,
+    mode: Any = None,
+    **kwargs: Any,
+) -> PytensorStepFunction:
     """The same step as :func:`make_step_function`, as one plain PyTensor function.
 
     The one-phase rule is applied to the gradient of ``loss`` on the whole batch.
@@ -347,5 +401,4 @@ def make_pytensor_step_function(loss: TensorVariable, params: Iterable[SharedVar
         ``train(*data, batch=None)`` returning the loss.
     """
     updates = update_rule(loss, list(params), *args, **kwargs)
-    return PytensorStepFunction(pytensor.function(list(inputs), loss, updates=updates,
-                                                   mode=mode))
+    return PytensorStepFunction(pytensor.function(list(inputs), loss, updates=updates, mode=mode))

@@ -98,6 +98,7 @@ Rows = TensorVariable | int | None
 
 # --- flat vectors -------------------------------------------------------------------------
 
+
 def vars_flat_size(variables: Iterable[SharedVariable | np.ndarray]) -> int:
     """Total number of elements of shared variables (or arrays): the length of their flat vector.
 
@@ -106,8 +107,12 @@ def vars_flat_size(variables: Iterable[SharedVariable | np.ndarray]) -> int:
     >>> vars_flat_size([pytensor.shared(np.zeros((2, 3))), pytensor.shared(np.zeros(4))])
     10
     """
-    return int(sum(np.size(v.get_value(borrow=True)) if isinstance(v, SharedVariable)
-                   else np.size(v) for v in variables))
+    return int(
+        sum(
+            np.size(v.get_value(borrow=True)) if isinstance(v, SharedVariable) else np.size(v)
+            for v in variables
+        )
+    )
 
 
 def flatten_vars(variables: Iterable[TensorVariable]) -> TensorVariable:
@@ -142,8 +147,9 @@ def flatten_vars(variables: Iterable[TensorVariable]) -> TensorVariable:
     return pt.concatenate([pt.as_tensor_variable(v).ravel() for v in variables])
 
 
-def unflatten_vars(flat_var: TensorVariable,
-                   variables: Iterable[SharedVariable]) -> list[TensorVariable]:
+def unflatten_vars(
+    flat_var: TensorVariable, variables: Iterable[SharedVariable]
+) -> list[TensorVariable]:
     """Split a flat vector into pieces shaped like ``variables`` (undoes :func:`flatten_vars`).
 
     Parameters
@@ -191,8 +197,11 @@ def loss_rows(loss: TensorVariable) -> TensorVariable:
     array(7)
     """
     for var in graph_inputs([loss]):
-        if (not isinstance(var, SharedVariable | Constant) and isinstance(var, TensorVariable)
-                and var.ndim > 0):
+        if (
+            not isinstance(var, SharedVariable | Constant)
+            and isinstance(var, TensorVariable)
+            and var.ndim > 0
+        ):
             return var.shape[0]
     return pt.constant(1)
 
@@ -201,9 +210,9 @@ def _row_count(n_rows: Rows, dtype: str) -> TensorVariable:
     return pt.cast(pt.as_tensor_variable(n_rows), dtype)
 
 
-def flat_unflat_grads(loss: TensorVariable, params: Iterable[SharedVariable],
-                      n_rows: Rows = None
-                      ) -> tuple[SharedVariable, TensorVariable, list[TensorVariable]]:
+def flat_unflat_grads(
+    loss: TensorVariable, params: Iterable[SharedVariable], n_rows: Rows = None
+) -> tuple[SharedVariable, TensorVariable, list[TensorVariable]]:
     """One flat shared vector for the gradients, what phase one writes into it, and its views.
 
     Parameters
@@ -255,8 +264,9 @@ def flat_unflat_grads(loss: TensorVariable, params: Iterable[SharedVariable],
     return grad_shared, flat_grad, [g / count for g in unflatten_vars(grad_shared, params)]
 
 
-def nonflat_grads(loss: TensorVariable, params: Iterable[SharedVariable]
-                  ) -> tuple[list[SharedVariable], list[TensorVariable]]:
+def nonflat_grads(
+    loss: TensorVariable, params: Iterable[SharedVariable]
+) -> tuple[list[SharedVariable], list[TensorVariable]]:
     """One gradient shared variable per parameter, and the gradients to write into them.
 
     The per-tensor layout, which needs one collective per tensor (see :func:`sgd_nonflat`).
@@ -283,9 +293,15 @@ def nonflat_grads(loss: TensorVariable, params: Iterable[SharedVariable]
 
 # --- the rules ----------------------------------------------------------------------------
 
-def _phases(rule: Callable[..., OrderedDict], loss: TensorVariable,
-            params: Iterable[SharedVariable], n_rows: Rows, *args: Any,
-            **kwargs: Any) -> Phases:
+
+def _phases(
+    rule: Callable[..., OrderedDict],
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    n_rows: Rows,
+    *args: Any,
+    **kwargs: Any,
+) -> Phases:
     """The three parts of ``rule`` (a one-phase rule) with a row-weighted flat vector."""
     params = list(params)
     rows = loss_rows(loss) if n_rows is None else n_rows
@@ -294,8 +310,13 @@ def _phases(rule: Callable[..., OrderedDict], loss: TensorVariable,
     return [(grad_shared, flat_grad)], list(param_updates.items()), grad_shared
 
 
-def sgd(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any, *,
-        n_rows: Rows = None) -> Phases:
+def sgd(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """Stochastic gradient descent in two phases: ``param = param - learning_rate * grad``.
 
     Parameters
@@ -356,58 +377,106 @@ def apply_nesterov_momentum(param_updates: Pairs, momentum: Any = 0.9) -> Pairs:
 
     Parameters and result as for :func:`apply_momentum`.
     """
-    return list(one_phase.apply_nesterov_momentum(OrderedDict(param_updates),
-                                                  momentum=momentum).items())
+    return list(
+        one_phase.apply_nesterov_momentum(OrderedDict(param_updates), momentum=momentum).items()
+    )
 
 
-def momentum(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any,
-             momentum: Any = 0.9, *, n_rows: Rows = None) -> Phases:
+def momentum(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any,
+    momentum: Any = 0.9,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """SGD with classical momentum in two phases; arguments and result as for :func:`sgd`."""
     return _phases(one_phase.momentum, loss, params, n_rows, learning_rate, momentum=momentum)
 
 
-def nesterov_momentum(loss: TensorVariable, params: Iterable[SharedVariable],
-                      learning_rate: Any, momentum: Any = 0.9, *, n_rows: Rows = None
-                      ) -> Phases:
+def nesterov_momentum(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any,
+    momentum: Any = 0.9,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """SGD with Nesterov momentum in two phases; arguments and result as for :func:`sgd`."""
-    return _phases(one_phase.nesterov_momentum, loss, params, n_rows, learning_rate,
-                   momentum=momentum)
+    return _phases(
+        one_phase.nesterov_momentum, loss, params, n_rows, learning_rate, momentum=momentum
+    )
 
 
-def adagrad(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 1.0,
-            epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
+def adagrad(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any = 1.0,
+    epsilon: Any = 1e-6,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """Adagrad in two phases; see Lasagne's ``adagrad`` and :func:`sgd`."""
     return _phases(one_phase.adagrad, loss, params, n_rows, learning_rate, epsilon)
 
 
-def rmsprop(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 1.0,
-            rho: Any = 0.9, epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
+def rmsprop(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any = 1.0,
+    rho: Any = 0.9,
+    epsilon: Any = 1e-6,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """RMSProp in two phases; see Lasagne's ``rmsprop`` and :func:`sgd`."""
     return _phases(one_phase.rmsprop, loss, params, n_rows, learning_rate, rho, epsilon)
 
 
-def adadelta(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 1.0,
-             rho: Any = 0.95, epsilon: Any = 1e-6, *, n_rows: Rows = None) -> Phases:
+def adadelta(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any = 1.0,
+    rho: Any = 0.95,
+    epsilon: Any = 1e-6,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """Adadelta in two phases; see Lasagne's ``adadelta`` and :func:`sgd`."""
     return _phases(one_phase.adadelta, loss, params, n_rows, learning_rate, rho, epsilon)
 
 
-def adam(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 0.001,
-         beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-8, *,
-         n_rows: Rows = None) -> Phases:
+def adam(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any = 0.001,
+    beta1: Any = 0.9,
+    beta2: Any = 0.999,
+    epsilon: Any = 1e-8,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """Adam in two phases; see Lasagne's ``adam`` and :func:`sgd`."""
     return _phases(one_phase.adam, loss, params, n_rows, learning_rate, beta1, beta2, epsilon)
 
 
-def adamax(loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any = 0.002,
-           beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-8, *,
-           n_rows: Rows = None) -> Phases:
+def adamax(
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    learning_rate: Any = 0.002,
+    beta1: Any = 0.9,
+    beta2: Any = 0.999,
+    epsilon: Any = 1e-8,
+    *,
+    n_rows: Rows = None,
+) -> Phases:
     """Adamax in two phases; see Lasagne's ``adamax`` and :func:`sgd`."""
     return _phases(one_phase.adamax, loss, params, n_rows, learning_rate, beta1, beta2, epsilon)
 
 
-def sgd_nonflat(loss: TensorVariable, params: Iterable[SharedVariable],
-                learning_rate: Any) -> tuple[Pairs, Pairs, list[SharedVariable]]:
+def sgd_nonflat(
+    loss: TensorVariable, params: Iterable[SharedVariable], learning_rate: Any
+) -> tuple[Pairs, Pairs, list[SharedVariable]]:
     """:func:`sgd` with one gradient shared variable per parameter, to measure what flat saves.
 
     The third part is the list of gradient variables; all-reduce it with ``op="avg"``
@@ -429,6 +498,7 @@ def sgd_nonflat(loss: TensorVariable, params: Iterable[SharedVariable],
 
 # --- the accumulating form used by extensions.train.make_step_function ---------------------
 
+
 class TwoPhaseUpdates(NamedTuple):
     """The phases of :func:`two_phase`.
 
@@ -448,9 +518,15 @@ class TwoPhaseUpdates(NamedTuple):
     flat_grad: SharedVariable
 
 
-def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
-              params: Iterable[SharedVariable], *args: Any, n_rows: Rows = None,
-              accumulate: bool = True, **kwargs: Any) -> TwoPhaseUpdates:
+def two_phase(
+    rule: Callable[..., OrderedDict],
+    loss: TensorVariable,
+    params: Iterable[SharedVariable],
+    *args: Any,
+    n_rows: Rows = None,
+    accumulate: bool = True,
+    **kwargs: Any,
+) -> TwoPhaseUpdates:
     """Split a one-phase rule into phases whose phase one accumulates over calls.
 
     Like the rules above, but phase one *adds* to ``flat_grad``, and phase two
@@ -497,8 +573,7 @@ def two_phase(rule: Callable[..., OrderedDict], loss: TensorVariable,
     >>> _ = f_update(); w.get_value(), tp.flat_grad.get_value()
     (array([0.6, 0.6]), array([0., 0., 0.]))
     """
-    (grad_updates, param_updates, flat_grad) = _phases(rule, loss, params, n_rows, *args,
-                                                       **kwargs)
+    (grad_updates, param_updates, flat_grad) = _phases(rule, loss, params, n_rows, *args, **kwargs)
     ((_, flat_value),) = grad_updates
     if not accumulate:
         return TwoPhaseUpdates([(flat_grad, flat_value)], OrderedDict(param_updates), flat_grad)

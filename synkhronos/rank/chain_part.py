@@ -43,10 +43,15 @@ from synkhronos.transport.reduction import COLLECTIVE_OPS
 
 FUNCTION, COLLECTIVE = 0, 1  # the marker opening each step of the table
 
-CHAINABLE = {"all_reduce": Collective.ALL_REDUCE, "broadcast": Collective.BROADCAST,
-             "all_gather": Collective.ALL_GATHER, "reduce": Collective.REDUCE}
+CHAINABLE = {
+    "all_reduce": Collective.ALL_REDUCE,
+    "broadcast": Collective.BROADCAST,
+    "all_gather": Collective.ALL_GATHER,
+    "reduce": Collective.REDUCE,
+}
 """Collectives a chain may hold, by name: those that need no values from rank 0 and
 return nothing to it (they act on the variables of every rank)."""
+
 
 @dataclass
 class CollectiveStep:
@@ -58,9 +63,13 @@ class CollectiveStep:
     nccl: bool
 
     def __eq__(self, other) -> bool:
-        return (isinstance(other, CollectiveStep) and self.kind == other.kind
-                and np.array_equal(self.indices, other.indices) and self.op == other.op
-                and self.nccl == other.nccl)
+        return (
+            isinstance(other, CollectiveStep)
+            and self.kind == other.kind
+            and np.array_equal(self.indices, other.indices)
+            and self.op == other.op
+            and self.nccl == other.nccl
+        )
 
     def describe(self) -> str:
         return f"{self.kind.name.lower()} of {len(self.indices)} variable(s), op {self.op!r}"
@@ -74,8 +83,14 @@ def encode_table(steps: list[Step], fuse: bool) -> np.ndarray:
     words = [len(steps), int(fuse)]
     for step in steps:
         if isinstance(step, CollectiveStep):
-            words += [COLLECTIVE, int(step.kind), COLLECTIVE_OPS.index(step.op),
-                      int(step.nccl), len(step.indices), *step.indices.tolist()]
+            words += [
+                COLLECTIVE,
+                int(step.kind),
+                COLLECTIVE_OPS.index(step.op),
+                int(step.nccl),
+                len(step.indices),
+                *step.indices.tolist(),
+            ]
         else:
             words += [FUNCTION, int(step)]
     return np.array(words, np.int64)
@@ -90,16 +105,22 @@ def decode_table(table: np.ndarray) -> tuple[list[Step], bool]:
             steps.append(words[pos + 1])
             pos += 2
         else:
-            kind, op, nccl, n = words[pos + 1: pos + 5]
-            steps.append(CollectiveStep(Collective(kind),
-                                        np.array(words[pos + 5: pos + 5 + n], np.int64),
-                                        COLLECTIVE_OPS[op], bool(nccl)))
+            kind, op, nccl, n = words[pos + 1 : pos + 5]
+            steps.append(
+                CollectiveStep(
+                    Collective(kind),
+                    np.array(words[pos + 5 : pos + 5 + n], np.int64),
+                    COLLECTIVE_OPS[op],
+                    bool(nccl),
+                )
+            )
             pos += 5 + n
     return steps, bool(words[1])
 
 
-def run_steps(state: RankState, steps: list[Step], plan: CallPlan | None, resolve,
-              fuse: bool = True) -> list[tuple]:
+def run_steps(
+    state: RankState, steps: list[Step], plan: CallPlan | None, resolve, fuse: bool = True
+) -> list[tuple]:
     """Run this rank's part of every step; ``plan`` is the first function step's. With
     ``fuse``, as one XLA program where :func:`~synkhronos.rank.fused_chain.run_fused` can.
 
@@ -120,16 +141,20 @@ def run_steps(state: RankState, steps: list[Step], plan: CallPlan | None, resolv
     for i, step in enumerate(steps):
         try:
             if isinstance(step, CollectiveStep):
-                collective_part.run(state, step.kind, state.shared(step.indices), step.op,
-                                     0, None, step.nccl)
+                collective_part.run(
+                    state, step.kind, state.shared(step.indices), step.op, 0, None, step.nccl
+                )
             else:
                 this = plan if not results and plan is not None else bare_plan(state, step)
                 results.append(run_plan(state, this, resolve))
         except Aborted:
             raise  # another rank failed; its error names its step
         except BaseException as error:
-            what = step.describe() if isinstance(step, CollectiveStep) else (
-                f"function {state.functions[step].spec.name or step}")
+            what = (
+                step.describe()
+                if isinstance(step, CollectiveStep)
+                else (f"function {state.functions[step].spec.name or step}")
+            )
             error.add_note(f"in step {i} ({what}) of a synkhronos chain, on rank {state.rank}")
             raise
     return results

@@ -24,8 +24,15 @@ import numpy as np
 from synkhronos.rank.routine_part import from_text, text
 from synkhronos.rank.state import RankState
 
-__all__ = ["digest", "generator_state", "is_generator", "local_values", "make_generator",
-           "report", "set_local"]
+__all__ = [
+    "digest",
+    "generator_state",
+    "is_generator",
+    "local_values",
+    "make_generator",
+    "report",
+    "set_local",
+]
 
 
 def is_generator(var) -> bool:
@@ -101,8 +108,9 @@ def local_values(state: RankState, indices: np.ndarray) -> list[np.ndarray]:
     return [np.array(var.get_value(borrow=True)) for var in state.shared(indices)]
 
 
-def set_local(state: RankState, indices: np.ndarray, n_ranks: np.ndarray,
-              *values: np.ndarray) -> list[np.ndarray]:
+def set_local(
+    state: RankState, indices: np.ndarray, n_ranks: np.ndarray, *values: np.ndarray
+) -> list[np.ndarray]:
     """(Routine) Set the shared variables at ``indices`` to this rank's values: ``values``
     holds every rank's, variable by variable (``values[k * n_ranks + rank]``), a
     generator's as :func:`generator_state`'s text."""

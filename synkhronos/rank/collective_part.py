@@ -32,12 +32,12 @@ class _HostPath:
     def __getattr__(self, name: str):
         method = getattr(ShmCommunicator, name)
         return lambda arrays, *args, **kwargs: method(
-            self._comm, None if arrays is None else _to_host(arrays), *args, **kwargs)
+            self._comm, None if arrays is None else _to_host(arrays), *args, **kwargs
+        )
 
 
 def _to_host(arrays: list) -> list:
-    return [[np.asarray(a) for a in p] if isinstance(p, list) else np.asarray(p)
-            for p in arrays]
+    return [[np.asarray(a) for a in p] if isinstance(p, list) else np.asarray(p) for p in arrays]
 
 
 def communicator(state, nccl: bool):
@@ -71,8 +71,10 @@ def _scatter(state, comm, variables, op, rank, values):
     parts = None
     if comm.rank == 0:
         bounds = [split_bounds(len(v), comm.n_ranks) for v in values]
-        parts = [[v[b[r]:b[r + 1]] for v, b in zip(values, bounds, strict=True)]
-                 for r in range(comm.n_ranks)]
+        parts = [
+            [v[b[r] : b[r + 1]] for v, b in zip(values, bounds, strict=True)]
+            for r in range(comm.n_ranks)
+        ]
     _set_all(state, variables, comm.scatter(parts))
 
 
@@ -85,8 +87,7 @@ def _get_value(state, comm, variables, op, rank, values):
 
 
 def _shapes(state, comm, variables, op, rank, values):
-    return comm.gather([np.array(np.shape(v.get_value(borrow=True)), np.int64)
-                              for v in variables])
+    return comm.gather([np.array(np.shape(v.get_value(borrow=True)), np.int64) for v in variables])
 
 
 def _all_gather(state, comm, variables, op, rank, values):
@@ -111,8 +112,12 @@ def _all_reduce(state, comm, variables, op, rank, values):
     # Reduce straight into the variables' storage when the backend handed out that storage
     # and lets collectives write into it.
     in_place = state.backend.writes_in_place and all(
-        isinstance(h, np.ndarray) and h.flags.writeable and h.flags.c_contiguous
-        and h is v.get_value(borrow=True) for h, v in zip(host, variables, strict=True))
+        isinstance(h, np.ndarray)
+        and h.flags.writeable
+        and h.flags.c_contiguous
+        and h is v.get_value(borrow=True)
+        for h, v in zip(host, variables, strict=True)
+    )
     got = comm.all_reduce(host, op, out=host if in_place else None)
     if not in_place:
         _set_all(state, variables, got, owned=True)  # fresh arrays: no copy needed
@@ -140,8 +145,15 @@ PARTS: dict[Collective, Callable] = {
 values)``."""
 
 
-def run(state, kind: Collective, variables: list, op: str | None = None, rank: int = 0,
-        values: list | None = None, nccl: bool = True):
+def run(
+    state,
+    kind: Collective,
+    variables: list,
+    op: str | None = None,
+    rank: int = 0,
+    values: list | None = None,
+    nccl: bool = True,
+):
     """This rank's part of a collective; returns rank 0's result (None elsewhere)."""
     return PARTS[kind](state, communicator(state, nccl), variables, op, rank, values)
 
@@ -150,6 +162,12 @@ def run_collective(state, arrays: list[np.ndarray]) -> list:
     """(Worker) decode a COLLECTIVE command (``[kind, op index, rank, nccl]``, then registry
     indices) and run this rank's part; return the reply arrays (none)."""
     kind, op_code, rank, nccl = (int(x) for x in arrays[0])
-    run(state, Collective(kind), state.shared(arrays[1]), COLLECTIVE_OPS[op_code], rank,
-        nccl=bool(nccl))
+    run(
+        state,
+        Collective(kind),
+        state.shared(arrays[1]),
+        COLLECTIVE_OPS[op_code],
+        rank,
+        nccl=bool(nccl),
+    )
     return []

@@ -67,14 +67,17 @@ class RankFunction:
         (:mod:`synkhronos.rank.first_calls`; not in JAX mode, which caches nothing on disk).
     """
 
-    def __init__(self, spec: GraphSpec, default_mode, device_outputs: bool,
-                 first_calls: FirstCalls):
+    def __init__(
+        self, spec: GraphSpec, default_mode, device_outputs: bool, first_calls: FirstCalls
+    ):
         self.spec = spec
         self.mode = spec.mode if spec.mode is not None else default_mode
         self.first_calls = first_calls
         self._called: set[tuple] = set()  # variants called at least once
-        self.on_device = [device_outputs and reduces_in_place(op, var.dtype)
-                          for var, op in zip(spec.outputs, spec.output_ops, strict=True)]
+        self.on_device = [
+            device_outputs and reduces_in_place(op, var.dtype)
+            for var, op in zip(spec.outputs, spec.output_ops, strict=True)
+        ]
         # Outputs of op None: rank 0's own result; the workers do not send theirs.
         self.rank_0_only = {i for i, op in enumerate(spec.output_ops) if op is None}
         # JAX traces slices with static bounds only, so JAX ranks select rows by index.
@@ -98,8 +101,9 @@ class RankFunction:
             self._shared = self._function(self._default_variant(), True).get_shared()
             return
         inputs, outputs, kwargs = self._graph(self._default_variant(), updates_as_outputs=True)
-        self._shared = pytensor.function(inputs, outputs, mode=_CHECK_MODE, name=self.spec.name,
-                                         **kwargs).get_shared()
+        self._shared = pytensor.function(
+            inputs, outputs, mode=_CHECK_MODE, name=self.spec.name, **kwargs
+        ).get_shared()
 
     def _default_variant(self) -> str:
         if not self.spec.sliceable:
@@ -113,8 +117,10 @@ class RankFunction:
         outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
         if variant != "plain":
             if variant == "slice":
-                extra = [pt.scalar("synk_start", dtype="int64"),
-                         pt.scalar("synk_stop", dtype="int64")]
+                extra = [
+                    pt.scalar("synk_start", dtype="int64"),
+                    pt.scalar("synk_stop", dtype="int64"),
+                ]
                 rows = slice(extra[0], extra[1])
             else:
                 extra = [pt.vector("synk_rows", dtype="int64")]
@@ -126,8 +132,12 @@ class RankFunction:
             givens = [(s, s[rows]) for s in spec.sliceable] + list(givens)
         if updates_as_outputs and updates:
             outputs, updates = list(outputs) + [u for _, u in updates], []
-        kwargs = {"updates": updates, "givens": givens, "on_unused_input": "ignore",
-                  **spec.function_kwargs}
+        kwargs = {
+            "updates": updates,
+            "givens": givens,
+            "on_unused_input": "ignore",
+            **spec.function_kwargs,
+        }
         return spec.inputs + spec.bcast_inputs + extra, outputs, kwargs
 
     def _function(self, variant: str, updates_as_outputs: bool = False):
@@ -141,14 +151,15 @@ class RankFunction:
             spec = self.spec
             inputs, outputs, kwargs = self._graph(variant, updates_as_outputs)
             try:
-                fn = pytensor.function(inputs, outputs, mode=self.mode, name=spec.name,
-                                       **kwargs)
+                fn = pytensor.function(inputs, outputs, mode=self.mode, name=spec.name, **kwargs)
             except NotImplementedError as error:
                 if is_jax(self.mode) and spec.mode is None:  # the backend's mode
-                    error.add_note("PyTensor's JAX mode lacks an op of this graph; on CPU "
-                                   "ranks fork with backend='cpu' (or set SYNK_CPU_BACKEND"
-                                   "=cpu: backend='auto' takes 'jax-cpu' where it measured "
-                                   "JAX mode faster)")
+                    error.add_note(
+                        "PyTensor's JAX mode lacks an op of this graph; on CPU "
+                        "ranks fork with backend='cpu' (or set SYNK_CPU_BACKEND"
+                        "=cpu: backend='auto' takes 'jax-cpu' where it measured "
+                        "JAX mode faster)"
+                    )
                 raise
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
             self._compiled[(variant, updates_as_outputs)] = fn
@@ -177,17 +188,24 @@ class RankFunction:
         weight = n_rows if n_rows is not None else (n_s if n_s is not None else 1)
         if isinstance(s_rows, slice) and self.slices_by_index:
             s_rows = np.arange(s_rows.start, s_rows.stop, dtype=np.int64)
-        variant = "plain" if s_rows is None else (
-            "slice" if isinstance(s_rows, slice) else "index")
+        variant = "plain" if s_rows is None else ("slice" if isinstance(s_rows, slice) else "index")
         return weight, s_rows, variant
 
     @staticmethod
-    def _arguments(scattered: list, by_position: list[int], chunk: Selection | None,
-                   pos: Selection | None, bcast_values: list,
-                   s_chunk: Selection | None) -> list:
+    def _arguments(
+        scattered: list,
+        by_position: list[int],
+        chunk: Selection | None,
+        pos: Selection | None,
+        bcast_values: list,
+        s_chunk: Selection | None,
+    ) -> list:
         """The compiled function's arguments for the rows ``chunk`` (and ``pos``)."""
-        args = [] if chunk is None else [
-            x[pos if mb else chunk] for x, mb in zip(scattered, by_position, strict=True)]
+        args = (
+            []
+            if chunk is None
+            else [x[pos if mb else chunk] for x, mb in zip(scattered, by_position, strict=True)]
+        )
         args += bcast_values
         if isinstance(s_chunk, slice):
             # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
@@ -196,20 +214,38 @@ class RankFunction:
             args.append(s_chunk)
         return args
 
-    def prepare(self, scattered: list, rows: Selection | None, positions: Selection | None,
-                by_position: list[int], bcast_values: list, s_rows: Selection | None):
+    def prepare(
+        self,
+        scattered: list,
+        rows: Selection | None,
+        positions: Selection | None,
+        by_position: list[int],
+        bcast_values: list,
+        s_rows: Selection | None,
+    ):
         """This rank's whole share as one slice, not run: ``(weight, compiled function,
         arguments)`` (arguments as for :meth:`run`; ``(0, None, None)`` without rows)."""
         weight, s_rows, variant = self._share(rows, s_rows)
         if weight == 0:
             return 0, None, None
-        return weight, self._function(variant), self._arguments(
-            scattered, by_position, rows, positions, bcast_values, s_rows)
+        return (
+            weight,
+            self._function(variant),
+            self._arguments(scattered, by_position, rows, positions, bcast_values, s_rows),
+        )
 
-    def run(self, scattered: list, rows: Selection | None, positions: Selection | None,
-            by_position: list[int], bcast_values: list, s_rows: Selection | None,
-            num_slices: int, subset: list[int],
-            pending: list | None = None) -> tuple[int, list | None]:
+    def run(
+        self,
+        scattered: list,
+        rows: Selection | None,
+        positions: Selection | None,
+        by_position: list[int],
+        bcast_values: list,
+        s_rows: Selection | None,
+        num_slices: int,
+        subset: list[int],
+        pending: list | None = None,
+    ) -> tuple[int, list | None]:
         """Run this rank's share in ``num_slices`` chunks and combine the chunks.
 
         Parameters
@@ -258,15 +294,17 @@ class RankFunction:
         n_out = len(self.spec.outputs)
         results, update_values, weights = [], [], []
         for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
-            w = selection_length(chunk) if chunk is not None else (
-                selection_length(s_chunk) if s_chunk is not None else 1)
+            w = (
+                selection_length(chunk)
+                if chunk is not None
+                else (selection_length(s_chunk) if s_chunk is not None else 1)
+            )
             if w == 0:
                 continue
             args = self._arguments(scattered, by_position, chunk, pos, bcast_values, s_chunk)
             with self._first_call((variant, deferred)):
                 outs = fn(*args)
-            results.append([outs[i] if self.on_device[i] else np.asarray(outs[i])
-                            for i in subset])
+            results.append([outs[i] if self.on_device[i] else np.asarray(outs[i]) for i in subset])
             update_values.append(outs[n_out:])
             weights.append(w)
         if deferred:
@@ -278,8 +316,10 @@ class RankFunction:
         if len(results) == 1:
             return weight, results[0]
         ops = self.spec.output_ops
-        return weight, [(accumulate if self.on_device[i] else combine)(
-            ops[i], [r[j] for r in results], weights) for j, i in enumerate(subset)]
+        return weight, [
+            (accumulate if self.on_device[i] else combine)(ops[i], [r[j] for r in results], weights)
+            for j, i in enumerate(subset)
+        ]
 
     def _updates(self, update_values: list[list], weights: list[int]) -> list[tuple]:
         """``(variable, value)`` of each update; over several chunks, each update's values
@@ -287,6 +327,12 @@ class RankFunction:
         targets = [var for var, _ in self.spec.updates]
         if len(update_values) == 1:
             return list(zip(targets, update_values[0], strict=True))
-        return [(var, np.asarray(combine(op, [np.asarray(u[j]) for u in update_values],
-                                         weights), dtype=var.dtype))
-                for j, (var, op) in enumerate(zip(targets, self.spec.update_ops, strict=True))]
+        return [
+            (
+                var,
+                np.asarray(
+                    combine(op, [np.asarray(u[j]) for u in update_values], weights), dtype=var.dtype
+                ),
+            )
+            for j, (var, op) in enumerate(zip(targets, self.spec.update_ops, strict=True))
+        ]

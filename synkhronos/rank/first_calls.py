@@ -51,4 +51,3 @@ class FirstCalls:
             yield
         finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
-

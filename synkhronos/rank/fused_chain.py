@@ -52,9 +52,11 @@ class _Call:
         # shared variable's cell is its container's, the same for every function).
         self.cells = [c.storage for c in compiled.input_storage[n_args:]]
         # The outputs after the returned ones update these cells, in this order.
-        self.updates = [c.storage for i, c in zip(compiled.maker.expanded_inputs,
-                                                  compiled.input_storage, strict=True)
-                        if i.update is not None]
+        self.updates = [
+            c.storage
+            for i, c in zip(compiled.maker.expanded_inputs, compiled.input_storage, strict=True)
+            if i.update is not None
+        ]
         self.n_out = len(compiled.maker.fgraph.outputs) - len(self.updates)
         # Positions in ``subset`` reduced by the communicator inside the program.
         self.reduced = [j for j, i in enumerate(subset) if fn.on_device[i]]
@@ -63,10 +65,18 @@ class _Call:
 def _fusable(state: RankState, steps) -> bool:
     """Whether this rank's communicator and the chain's collectives allow one program (the
     same answer on every rank)."""
-    return (isinstance(state.comm, XlaCommunicator) and state.n_ranks > 1
-            and all(isinstance(s, int) or (s.kind in _TRACED and all(
-                np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices)))
-                for s in steps))
+    return (
+        isinstance(state.comm, XlaCommunicator)
+        and state.n_ranks > 1
+        and all(
+            isinstance(s, int)
+            or (
+                s.kind in _TRACED
+                and all(np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices))
+            )
+            for s in steps
+        )
+    )
 
 
 def _calls(state: RankState, steps, plan: CallPlan, resolve):
@@ -113,8 +123,10 @@ class FusedChain:
             cells.update((id(c), c) for c in call.cells)
         for step in steps:
             if not isinstance(step, int):
-                cells.update((id(v.container.storage), v.container.storage)
-                             for v in state.shared(step.indices))
+                cells.update(
+                    (id(v.container.storage), v.container.storage)
+                    for v in state.shared(step.indices)
+                )
         self.cells = list(cells.values())
         self.program = state.comm.program(self._body)
 
@@ -129,11 +141,13 @@ class FusedChain:
                 call = next(calls)
                 args = list(xs[:n_args]) if call is self.function_calls[0] else []
                 got = call.jax_fn(*args, *(env[id(c)] for c in call.cells)) or ()
-                for cell, value in zip(call.updates, got[call.n_out:], strict=True):
+                for cell, value in zip(call.updates, got[call.n_out :], strict=True):
                     env[id(cell)] = value
                 ops = call.fn.spec.output_ops
-                outputs += [reduce_traced(got[i], ops[i], n) if j in call.reduced else got[i]
-                            for j, i in enumerate(call.subset)]
+                outputs += [
+                    reduce_traced(got[i], ops[i], n) if j in call.reduced else got[i]
+                    for j, i in enumerate(call.subset)
+                ]
             else:
                 traced = _TRACED[step.kind]
                 for var in self.state.shared(step.indices):
@@ -145,7 +159,7 @@ class FusedChain:
         """The program's inputs on this device: the first function's arguments, then the
         cells' current values (the cells keep them on the device from now on)."""
         values = self.state.comm.to_device([*args, *(c[0] for c in self.cells)])
-        for cell, value in zip(self.cells, values[len(args):], strict=True):
+        for cell, value in zip(self.cells, values[len(args) :], strict=True):
             cell[0] = value
         return values
 
@@ -160,7 +174,7 @@ class FusedChain:
             cell[0] = value
         results, pos = [], 0
         for call in self.function_calls:
-            outs = got[pos: pos + len(call.subset)]
+            outs = got[pos : pos + len(call.subset)]
             pos += len(call.subset)
             reduced = {j: outs[j] for j in call.reduced} if self.state.rank == 0 else {}
             host = host_outputs(self.state, call.fn, call.subset, outs, set(call.reduced))
@@ -177,8 +191,11 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     fused, inputs = None, None
     if found is not None:
         calls, args = found
-        key = (tuple(map(repr, steps)), tuple(tuple(c.subset) for c in calls),
-               tuple(id(c.jax_fn) for c in calls))
+        key = (
+            tuple(map(repr, steps)),
+            tuple(tuple(c.subset) for c in calls),
+            tuple(id(c.jax_fn) for c in calls),
+        )
         fused = state.fused.get(key)
         if fused is None:
             fused = state.fused[key] = FusedChain(state, steps, calls)

@@ -111,14 +111,20 @@ def _unreachable(obj) -> str | None:
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
     if module == "__main__":
-        return (f"{qualname} is defined in __main__ (the script), which the workers do not "
-                f"run; define it in a module they can import")
+        return (
+            f"{qualname} is defined in __main__ (the script), which the workers do not "
+            f"run; define it in a module they can import"
+        )
     if "<lambda>" in qualname or "<locals>" in qualname:
-        return (f"{module}.{qualname} is a lambda, or defined inside a function, which "
-                f"pickle cannot name; define it at a module's top level")
+        return (
+            f"{module}.{qualname} is a lambda, or defined inside a function, which "
+            f"pickle cannot name; define it at a module's top level"
+        )
     if module is not None and not _importable(module):
-        return (f"{module}.{qualname}: module {module} cannot be imported by a fresh "
-                f"interpreter (it is not on sys.path)")
+        return (
+            f"{module}.{qualname}: module {module} cannot be imported by a fresh "
+            f"interpreter (it is not on sys.path)"
+        )
     return None
 
 
@@ -168,8 +174,11 @@ def _contents(specs: list[GraphSpec], registry: SharedRegistry) -> tuple:
     # than Python allows. The graph's nodes go first, inputs before users: each node then
     # finds its inputs pickled already, and the recursion stays shallow.
     nodes = io_toposort([], roots)
-    updates = [(v, v.__dict__.get(_DEFAULT_UPDATE)) for v in new
-               if v.__dict__.get(_DEFAULT_UPDATE) is not None]
+    updates = [
+        (v, v.__dict__.get(_DEFAULT_UPDATE))
+        for v in new
+        if v.__dict__.get(_DEFAULT_UPDATE) is not None
+    ]
     return nodes, new, specs, updates
 
 
@@ -212,8 +221,10 @@ def _culprit(contents: tuple, registry: SharedRegistry) -> str:
     """``"<what>: "`` for the first Op or new shared variable that does not pickle alone
     (empty if each does)."""
     nodes, new, _, _ = contents
-    for label, obj in [*((f"Op {n.op} (in {n})", n.op) for n in nodes),
-                       *((f"shared variable {v}", v) for v in new)]:
+    for label, obj in [
+        *((f"Op {n.op} (in {n})", n.op) for n in nodes),
+        *((f"shared variable {v}", v) for v in new),
+    ]:
         try:
             _round_trip(obj, registry)
         except Exception:  # noqa: BLE001 - the first that fails is the one to name
@@ -234,6 +245,7 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
         registry.add(var)
         value = var.get_value(borrow=True)
         if isinstance(value, np.random.Generator):
-            var.set_value(np.random.default_rng([rank, *value.integers(2**63, size=2)]),
-                          borrow=True)
+            var.set_value(
+                np.random.default_rng([rank, *value.integers(2**63, size=2)]), borrow=True
+            )
     return specs

@@ -56,8 +56,9 @@ def _glibc() -> ctypes.CDLL | None:
 
 def _user_tuned() -> bool:
     """Whether the user set glibc's malloc parameters (theirs stand)."""
-    return ("glibc.malloc" in os.environ.get("GLIBC_TUNABLES", "")
-            or any(v.startswith("MALLOC_") and v.endswith("_") for v in os.environ))
+    return "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", "") or any(
+        v.startswith("MALLOC_") and v.endswith("_") for v in os.environ
+    )
 
 
 def keep_freed_memory() -> Callable[[], None] | None:

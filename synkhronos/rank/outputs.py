@@ -78,7 +78,8 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
             raise ValueError(
                 f"outputs {[int(subset[j]) for j in device]} have shapes {shapes} on rank "
                 f"{state.rank} but not on rank {rank} ({theirs[1:].tolist()} as ndim, dims); "
-                f"outputs reduced with avg/sum/prod/max/min need the same shape on every rank")
+                f"outputs reduced with avg/sum/prod/max/min need the same shape on every rank"
+            )
     total = sum(weights)
     ops = {j: fn.spec.output_ops[subset[j]] for j in device}
     # "avg" is a sum of values scaled by their share of the rows, so it goes with "sum".
@@ -86,8 +87,10 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     reduced = {}
     for comm_op in dict.fromkeys(comm_ops.values()):  # one collective per op, same order
         positions = [j for j in device if comm_ops[j] == comm_op]
-        values = [state.backend.to_comm(outs[j] * (weight / total) if ops[j] == "avg"
-                                        else outs[j]) for j in positions]
+        values = [
+            state.backend.to_comm(outs[j] * (weight / total) if ops[j] == "avg" else outs[j])
+            for j in positions
+        ]
         got = state.comm.reduce(values, comm_op)
         if got is not None:
             reduced.update(zip(positions, got, strict=True))
@@ -100,8 +103,11 @@ def host_outputs(state, fn, subset, outs: list, reduced: set = frozenset()) -> l
     None, which only rank 0's result gives."""
     if not outs:  # the rank computed nothing
         return []
-    return [np.asarray(o) for j, (o, i) in enumerate(zip(outs, subset, strict=True))
-            if j not in reduced and not (state.rank and i in fn.rank_0_only)]
+    return [
+        np.asarray(o)
+        for j, (o, i) in enumerate(zip(outs, subset, strict=True))
+        if j not in reduced and not (state.rank and i in fn.rank_0_only)
+    ]
 
 
 def _check_same_shapes(output: int, op: str, values: list) -> None:
@@ -113,14 +119,22 @@ def _check_same_shapes(output: int, op: str, values: list) -> None:
     shapes = [None if v is None else np.shape(v) for v in values]
     if len({s for s in shapes if s is not None}) > 1:
         offset = current_nodes().offset  # this node's rank 0, as a global rank
-        listed = ", ".join(f"rank {offset + r}: {s}" for r, s in enumerate(shapes)
-                           if s is not None)
-        raise ValueError(f"output {output} has shapes {listed}; outputs reduced with "
-                         f"avg/sum/prod/max/min need the same shape on every rank")
+        listed = ", ".join(f"rank {offset + r}: {s}" for r, s in enumerate(shapes) if s is not None)
+        raise ValueError(
+            f"output {output} has shapes {listed}; outputs reduced with "
+            f"avg/sum/prod/max/min need the same shape on every rank"
+        )
 
 
-def collect_outputs(replies: list[list[np.ndarray]], spec, subset, weight: int, host: list,
-                    reduced: dict, single: bool):
+def collect_outputs(
+    replies: list[list[np.ndarray]],
+    spec,
+    subset,
+    weight: int,
+    host: list,
+    reduced: dict,
+    single: bool,
+):
     """(Rank 0) Put together the call's results from its own share and the workers'
     ``replies`` (rank 1 onwards, each ``[weight, *host outputs]``)."""
     weights, per_rank = [weight], [host if weight else None]
@@ -136,8 +150,10 @@ def collect_outputs(replies: list[list[np.ndarray]], spec, subset, weight: int, 
             results.append(per_rank[0][mine] if weight else None)
             mine += 1
         else:
-            values = [None if o is None else o[theirs if rank else mine]
-                      for rank, o in enumerate(per_rank)]
+            values = [
+                None if o is None else o[theirs if rank else mine]
+                for rank, o in enumerate(per_rank)
+            ]
             mine, theirs = mine + 1, theirs + 1
             if op == "per_rank":
                 results.append([None if v is None else np.array(v) for v in values])
@@ -146,6 +162,7 @@ def collect_outputs(replies: list[list[np.ndarray]], spec, subset, weight: int, 
                 results.append(combine(op, values, weights))
     world = current_nodes()
     if world.n_nodes > 1:  # the same global result on every node
-        results = world.combine_outputs([spec.output_ops[i] for i in subset], results,
-                                        sum(weights), set(reduced))
+        results = world.combine_outputs(
+            [spec.output_ops[i] for i in subset], results, sum(weights), set(reduced)
+        )
     return results[0] if single else results

@@ -50,6 +50,8 @@ def run_routine(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.
     ``resolve`` maps a ``Data`` descriptor to its array.
     """
     routine = resolve_name(from_text(arrays[0]))
-    args = [resolve(a) if kind == DATA else a
-            for kind, a in zip(arrays[1].tolist(), arrays[2:], strict=True)]
+    args = [
+        resolve(a) if kind == DATA else a
+        for kind, a in zip(arrays[1].tolist(), arrays[2:], strict=True)
+    ]
     return list(routine(state, *args))

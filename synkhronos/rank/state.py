@@ -31,8 +31,9 @@ class RankState:
         The lock the first call of each compiled function takes.
     """
 
-    def __init__(self, rank: int, n_ranks: int, comm: Communicator, backend: Backend,
-                 first_calls: FirstCalls):
+    def __init__(
+        self, rank: int, n_ranks: int, comm: Communicator, backend: Backend, first_calls: FirstCalls
+    ):
         self.rank, self.n_ranks = rank, n_ranks
         self.comm, self.backend = comm, backend
         self.first_calls = first_calls
@@ -53,8 +54,9 @@ class RankState:
         ``check`` (rank 0, when the function is built) its graph is checked first
         (:meth:`RankFunction.check <synkhronos.rank.compiled.RankFunction.check>`), and a
         graph that fails is not kept."""
-        function = RankFunction(spec, self.backend.mode, self.backend.device_outputs,
-                                self.first_calls)
+        function = RankFunction(
+            spec, self.backend.mode, self.backend.device_outputs, self.first_calls
+        )
         if check:
             function.check()
         self.functions[spec.fid] = function
@@ -82,8 +84,10 @@ def share_of(state: RankState, plan: CallPlan, resolve) -> tuple[RankFunction, d
     fn = state.functions[plan.fid]
     rank = state.rank
     data = int(Arg.DATA)
-    bcast = [resolve(v) if k == data else v
-             for v, k in zip(plan.bcast, plan.bcast_kinds.tolist(), strict=True)]
+    bcast = [
+        resolve(v) if k == data else v
+        for v, k in zip(plan.bcast, plan.bcast_kinds.tolist(), strict=True)
+    ]
     rows = positions = None
     if plan.rows is not None:
         rows, positions = plan.rows.for_rank(rank), plan.rows.positions(rank)
@@ -93,21 +97,27 @@ def share_of(state: RankState, plan: CallPlan, resolve) -> tuple[RankFunction, d
         s_rows = slice(0, min(fn.sliceable_lengths()))
     else:
         s_rows = None
-    return fn, {"scattered": [resolve(d) for d in plan.scatter], "rows": rows,
-                "positions": positions, "by_position": plan.by_position.tolist(),
-                "bcast_values": bcast, "s_rows": s_rows, "num_slices": plan.num_slices,
-                "subset": [int(i) for i in plan.subset]}
+    return fn, {
+        "scattered": [resolve(d) for d in plan.scatter],
+        "rows": rows,
+        "positions": positions,
+        "by_position": plan.by_position.tolist(),
+        "bcast_values": bcast,
+        "s_rows": s_rows,
+        "num_slices": plan.num_slices,
+        "subset": [int(i) for i in plan.subset],
+    }
 
 
 def bare_plan(state: RankState, fid: int) -> CallPlan:
     """The plan of an argument-free call of function ``fid``, returning every output."""
     n_out = len(state.functions[fid].spec.outputs)
-    return CallPlan(fid, 1, np.arange(n_out, dtype=np.int64), [], _EMPTY, None, [], _EMPTY,
-                    None)
+    return CallPlan(fid, 1, np.arange(n_out, dtype=np.int64), [], _EMPTY, None, [], _EMPTY, None)
 
 
-def run_plan(state: RankState, plan: CallPlan, resolve,
-             pending: list | None = None) -> tuple[int, list, dict]:
+def run_plan(
+    state: RankState, plan: CallPlan, resolve, pending: list | None = None
+) -> tuple[int, list, dict]:
     """Run this rank's share of a planned call (rank 0 and workers alike); ``resolve`` as
     for :func:`share_of`. The updates go to ``pending`` where given, else are applied at
     once (a chain's later steps read them). Returns the rows it computed on and

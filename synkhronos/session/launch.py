@@ -87,8 +87,10 @@ def auto_backend(deciding: bool = True) -> tuple[str | None, str]:
     elif not gpu.visible_gpus():
         where = "no GPU visible"
     elif missing := gpu.gpu_packages_missing():
-        where = (f"GPUs are visible but {' and '.join(missing)} is missing, so CPU ranks; "
-                 f"{gpu.EXTRA_HINT}")
+        where = (
+            f"GPUs are visible but {' and '.join(missing)} is missing, so CPU ranks; "
+            f"{gpu.EXTRA_HINT}"
+        )
         if deciding:
             logger.warning("synkhronos: %s", where)
     else:
@@ -98,7 +100,7 @@ def auto_backend(deciding: bool = True) -> tuple[str | None, str]:
 
 
 def auto_cpu_backend(deciding: bool = True) -> tuple[str | None, str]:
-    """"jax-cpu" where PyTensor's JAX mode was measured faster on this machine, else "cpu"
+    """ "jax-cpu" where PyTensor's JAX mode was measured faster on this machine, else "cpu"
     (:mod:`synkhronos.rank.backends.cpu_choice`); "cpu" under an MPI launcher, where nodes
     measuring apart could choose apart. With the reason; without ``deciding``, None where
     it would measure."""
@@ -108,8 +110,10 @@ def auto_cpu_backend(deciding: bool = True) -> tuple[str | None, str]:
     if known is not None:
         return known
     if not deciding:
-        return None, ("not measured on this machine yet: the first fork with "
-                      "backend='auto' times PyTensor's default and JAX modes (seconds, once)")
+        return None, (
+            "not measured on this machine yet: the first fork with "
+            "backend='auto' times PyTensor's default and JAX modes (seconds, once)"
+        )
     return faster_cpu_backend(), "measured now"
 
 
@@ -124,15 +128,16 @@ def _match_jax_precision() -> None:
     try:
         import jax
     except ImportError:
-        raise ImportError("the jax-cpu and gpu backends need JAX; install the extra: "
-                          "pip install 'synkhronos[jax]' (or [cuda] for GPUs)") from None
+        raise ImportError(
+            "the jax-cpu and gpu backends need JAX; install the extra: "
+            "pip install 'synkhronos[jax]' (or [cuda] for GPUs)"
+        ) from None
     import pytensor.link.jax.dispatch  # noqa: F401 - sets x64 from floatX on first import
 
     jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
 
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "NUMBA_NUM_THREADS")
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
 def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
@@ -153,7 +158,7 @@ def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
     if len(cores) < n_ranks or os.environ.get("SYNK_AFFINITY") == "0":
         return None
     k = len(cores) // n_ranks
-    return [cores[r * k:(r + 1) * k] for r in range(n_ranks)]
+    return [cores[r * k : (r + 1) * k] for r in range(n_ranks)]
 
 
 class _RankZeroLimits:
@@ -178,10 +183,14 @@ class _RankZeroLimits:
 
     def restore_original_limits(self) -> None:
         """Undo each change, even when undoing another one fails."""
-        _run_all([self._blas.restore_original_limits,
-                  self._restore_heap or (lambda: None),
-                  lambda: os.sched_setaffinity(0, self._affinity),
-                  self._restore_xla_flags])
+        _run_all(
+            [
+                self._blas.restore_original_limits,
+                self._restore_heap or (lambda: None),
+                lambda: os.sched_setaffinity(0, self._affinity),
+                self._restore_xla_flags,
+            ]
+        )
 
     def _restore_xla_flags(self) -> None:
         if self._xla_flags is None:
@@ -246,8 +255,14 @@ def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
 class Session:
     """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
 
-    def __init__(self, n_ranks: int, backend_name: str, gpus: list[str] | None,
-                 timeout: float | None = DEFAULT_TIMEOUT_S, rank_prefix: bool = True):
+    def __init__(
+        self,
+        n_ranks: int,
+        backend_name: str,
+        gpus: list[str] | None,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
+        rank_prefix: bool = True,
+    ):
         self.n_ranks = n_ranks
         self.backend = get_backend(backend_name)
         self.broken = False
@@ -262,8 +277,9 @@ class Session:
         self.state = RankState(0, n_ranks, comm, self.backend, first_calls)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         # GPU ranks on GPUs are driven by them; pinning would only starve their threads.
-        self.cores = (rank_cores(n_ranks) if backend_name != "gpu" or _jax_on_cpus(backend_name)
-                      else None)
+        self.cores = (
+            rank_cores(n_ranks) if backend_name != "gpu" or _jax_on_cpus(backend_name) else None
+        )
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
@@ -271,8 +287,9 @@ class Session:
         self.lengths_cache: dict[tuple, list[int]] = {}
         self.output = WorkerOutput(rank_prefix, current_nodes().offset)
         try:
-            self.thread_limits = _limit_threads(self.threads, self.cores and self.cores[0],
-                                                backend_name)
+            self.thread_limits = _limit_threads(
+                self.threads, self.cores and self.cores[0], backend_name
+            )
             self._start_workers(backend_name, gpus)
         except BaseException as error:
             self.broken = True
@@ -292,8 +309,12 @@ class Session:
             try:
                 control = ControlBlock(name, self.n_ranks, create=True)
                 channel = Channel(name, 0, self.n_ranks, control, check_alive)
-                return name, control, channel, make_communicator(
-                    backend_name, name, 0, self.n_ranks, control, check_alive)
+                return (
+                    name,
+                    control,
+                    channel,
+                    make_communicator(backend_name, name, 0, self.n_ranks, control, check_alive),
+                )
             except NameTaken:
                 sweep(name)  # what this attempt made
                 if attempt == NAME_ATTEMPTS:
@@ -305,11 +326,25 @@ class Session:
     def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
         for rank in range(1, self.n_ranks):
             gpu = gpus[rank] if gpus else None
-            self.processes.append(self.output.spawn(
-                rank, [sys.executable, "-m", "synkhronos.worker", self.name, process_prefix(),
-                       str(rank), str(self.n_ranks), str(os.getpid()), backend_name],
-                env=_worker_env(self.threads, backend_name, gpu),
-                stdin=subprocess.DEVNULL, start_new_session=True))
+            self.processes.append(
+                self.output.spawn(
+                    rank,
+                    [
+                        sys.executable,
+                        "-m",
+                        "synkhronos.worker",
+                        self.name,
+                        process_prefix(),
+                        str(rank),
+                        str(self.n_ranks),
+                        str(os.getpid()),
+                        backend_name,
+                    ],
+                    env=_worker_env(self.threads, backend_name, gpu),
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
             if self.cores is not None:
                 # Set on the fresh interpreter before it loads numpy: every thread it
                 # starts later inherits the set. (One that died is reported just below.)
@@ -354,8 +389,9 @@ class Session:
             if code is not None:
                 self.broken = True
                 how = f"signal {-code}" if code < 0 else f"exit code {code}"
-                raise WorkerDied(f"synkhronos worker rank {rank} died ({how}); call "
-                                 f"synk.close() and fork again")
+                raise WorkerDied(
+                    f"synkhronos worker rank {rank} died ({how}); call synk.close() and fork again"
+                )
         try:
             self.watchdog.check()
         except WorkerHung:
@@ -374,15 +410,16 @@ class Session:
         command, which otherwise tells them to drop theirs.
         """
         if self.broken:
-            raise RuntimeError("this synkhronos session is broken (a worker died or a call "
-                               "was interrupted); call synk.close() and fork again")
+            raise RuntimeError(
+                "this synkhronos session is broken (a worker died or a call "
+                "was interrupted); call synk.close() and fork again"
+            )
         if released_ids:
             # Tell the workers to unmap released Data along with this command.
             code, arrays = code | FORGET_DATA, [*arrays, self._released()]
         if self.processes:
             self.watchdog.arm()
-            self.channel.send(code | DISCARD_UPDATES if self.discard_updates else code,
-                              arrays)
+            self.channel.send(code | DISCARD_UPDATES if self.discard_updates else code, arrays)
             self.discard_updates = False
         error = None
         try:
@@ -432,11 +469,18 @@ class Session:
         """
         # JAX's runtime, which holds GPU ranks' device arrays, goes with the communicator:
         # the backend first gives shared variables host values.
-        _run_all([self._stop_workers, self.output.close,
-                  lambda: self.backend.close(self.state.registry.variables),
-                  self.state.comm.close, self.control.segment.close_fd,
-                  lambda: sweep(self.name), self._restore_limits,
-                  self.functions.clear])  # they refer to this session: no cycle to wait on
+        _run_all(
+            [
+                self._stop_workers,
+                self.output.close,
+                lambda: self.backend.close(self.state.registry.variables),
+                self.state.comm.close,
+                self.control.segment.close_fd,
+                lambda: sweep(self.name),
+                self._restore_limits,
+                self.functions.clear,
+            ]
+        )  # they refer to this session: no cycle to wait on
 
     def _stop_workers(self) -> None:
         unsent = None
@@ -460,8 +504,10 @@ class Session:
                 try:
                     process.wait(STOP_GRACE_S)
                 except subprocess.TimeoutExpired:  # e.g. stuck in a driver call
-                    logger.warning("synkhronos: worker pid %d did not exit after SIGKILL; "
-                                   "leaving it", process.pid)
+                    logger.warning(
+                        "synkhronos: worker pid %d did not exit after SIGKILL; leaving it",
+                        process.pid,
+                    )
         if unsent is not None:
             raise unsent
 
@@ -531,11 +577,19 @@ def get_n_gpu() -> int:
     return len(gpu.visible_gpus())
 
 
-def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int = 0,
-         profile_workers: bool = False, max_n_var: int = 1000, max_dim: int = 16,
-         backend: str = "auto", gpus: list[int] | None = None,
-         timeout: float | None = DEFAULT_TIMEOUT_S, nodes: bool | None = None,
-         rank_prefix: bool | None = None) -> int:
+def fork(
+    n_parallel: int | None = None,
+    use_gpu: bool = True,
+    master_rank: int = 0,
+    profile_workers: bool = False,
+    max_n_var: int = 1000,
+    max_dim: int = 16,
+    backend: str = "auto",
+    gpus: list[int] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT_S,
+    nodes: bool | None = None,
+    rank_prefix: bool | None = None,
+) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
     Parameters
@@ -603,8 +657,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     """
     global _session
     if _session is not None:
-        raise RuntimeError("synkhronos is already forked; call synk.close() before forking "
-                           "again")
+        raise RuntimeError("synkhronos is already forked; call synk.close() before forking again")
     if not use_gpu:
         if backend == "gpu":
             raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
@@ -623,8 +676,7 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if not isinstance(n_parallel, int) or n_parallel < 1:
         raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
     if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds or None, got "
-                         f"{timeout!r}")
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
     sweep_dead()
     _start_guardian()
     world = start_nodes(nodes, n_parallel, close)
@@ -633,7 +685,8 @@ def fork(n_parallel: int | None = None, use_gpu: bool = True, master_rank: int =
     if backend == "gpu":  # where global rank 0 runs JAX's coordination service
         host = "127.0.0.1" if world.n_nodes == 1 else socket.getfqdn()
         os.environ[COORDINATOR_VAR] = world.from_node_0(
-            free_address(host) if world.node == 0 else None)
+            free_address(host) if world.node == 0 else None
+        )
     try:
         session = Session(n_parallel, backend, gpu_ids, timeout, prefix_wanted(rank_prefix))
     except BaseException:
@@ -669,8 +722,11 @@ def _start_guardian() -> None:
         return
     else:
         _guardian.stdin.close()  # it was ended: start another
-    _guardian = subprocess.Popen([sys.executable, "-I", "-S", names.__file__, process_prefix()],
-                                 stdin=subprocess.PIPE, start_new_session=True)
+    _guardian = subprocess.Popen(
+        [sys.executable, "-I", "-S", names.__file__, process_prefix()],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _stop_guardian() -> None:

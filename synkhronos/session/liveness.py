@@ -22,8 +22,13 @@ from collections.abc import Callable
 from synkhronos.transport.channel import WorkerHung
 
 STATES = {
-    "R": "running", "S": "sleeping", "D": "waiting for I/O", "T": "stopped (SIGSTOP)",
-    "t": "stopped by a debugger", "Z": "exited (zombie)", "X": "exited",
+    "R": "running",
+    "S": "sleeping",
+    "D": "waiting for I/O",
+    "T": "stopped (SIGSTOP)",
+    "t": "stopped by a debugger",
+    "Z": "exited (zombie)",
+    "X": "exited",
 }
 
 
@@ -37,7 +42,7 @@ def process_state(pid: int) -> tuple[str, int]:
             text = stat.read()
     except OSError:
         return "X", 0
-    fields = text[text.rindex(b")") + 2:].split()  # the command name may hold spaces
+    fields = text[text.rindex(b")") + 2 :].split()  # the command name may hold spaces
     return fields[0].decode(), int(fields[11]) + int(fields[12])  # state, utime + stime
 
 
@@ -84,8 +89,7 @@ class Watchdog:
     >>> sleeper.kill(); _ = sleeper.wait()
     """
 
-    def __init__(self, pids: list[int], heartbeat: Callable[[int], int],
-                 timeout: float | None):
+    def __init__(self, pids: list[int], heartbeat: Callable[[int], int], timeout: float | None):
         self.pids = pids
         self.heartbeat = heartbeat
         self.timeout = timeout
@@ -112,12 +116,12 @@ class Watchdog:
                 self.beats[i], self.progress_at[i] = beat, now
                 continue
             state, ticks = process_state(pid)
-            if (not self.armed or ticks != self.ticks[i] or state == "R"
-                    or has_children(pid)):
+            if not self.armed or ticks != self.ticks[i] or state == "R" or has_children(pid):
                 self.beats[i], self.ticks[i], self.progress_at[i] = beat, ticks, now
             elif now - self.progress_at[i] > self.timeout:
                 raise WorkerHung(
                     f"synkhronos worker rank {i + 1} (pid {pid}) made no progress for "
                     f"{self.timeout:g} s (it is {STATES.get(state, state)}); call "
-                    f"synk.close() and fork again")
+                    f"synk.close() and fork again"
+                )
         self.armed = True

@@ -98,9 +98,14 @@ class WorkerOutput:
         writes = dict(zip(kinds, (write for _, write in ends), strict=True))
         env = dict(env, **{LOG_FD_VAR: str(writes["log"]), LOG_LEVEL_VAR: str(lowest_level())})
         try:
-            process = subprocess.Popen(argv, env=env, pass_fds=(writes["log"],),
-                                       stdout=writes.get("stdout"), stderr=writes.get("stderr"),
-                                       **popen_args)
+            process = subprocess.Popen(
+                argv,
+                env=env,
+                pass_fds=(writes["log"],),
+                stdout=writes.get("stdout"),
+                stderr=writes.get("stderr"),
+                **popen_args,
+            )
         except BaseException:
             for read, _ in ends:
                 os.close(read)
@@ -116,8 +121,9 @@ class WorkerOutput:
 
     def start(self) -> None:
         """Start reading (once every worker is spawned)."""
-        self._thread = threading.Thread(target=self._run, name="synkhronos-worker-output",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="synkhronos-worker-output", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:
@@ -133,8 +139,10 @@ class WorkerOutput:
             os.write(self._wake_write, b"x")
             self._thread.join(JOIN_S)
             if self._thread.is_alive():
-                logger.warning("synkhronos: the thread passing on the workers' output is "
-                               "blocked writing to this process's output; leaving it")
+                logger.warning(
+                    "synkhronos: the thread passing on the workers' output is "
+                    "blocked writing to this process's output; leaving it"
+                )
                 return
         else:
             self._drain()
@@ -183,8 +191,7 @@ class WorkerOutput:
             self._write(pipe, lines)
         except Exception:  # noqa: BLE001 - e.g. a logging filter that raised
             with contextlib.suppress(Exception):
-                logger.exception("synkhronos: could not pass on rank %d's %s", pipe.rank,
-                                 pipe.kind)
+                logger.exception("synkhronos: could not pass on rank %d's %s", pipe.rank, pipe.kind)
 
     def _end(self, pipe: _Pipe) -> None:
         if pipe.partial:
@@ -216,9 +223,14 @@ class WorkerOutput:
         try:
             record = decode(line)
         except ValueError:  # cut off: the worker died while writing it
-            record = logging.makeLogRecord({"name": "synkhronos.worker", "levelno":
-                                            logging.WARNING, "levelname": "WARNING",
-                                            "msg": f"(a record cut off) {line[:1000]!r}"})
+            record = logging.makeLogRecord(
+                {
+                    "name": "synkhronos.worker",
+                    "levelno": logging.WARNING,
+                    "levelname": "WARNING",
+                    "msg": f"(a record cut off) {line[:1000]!r}",
+                }
+            )
         record.rank = rank
         if self.prefix:
             record.msg = f"[rank {rank}] {record.msg}"

@@ -55,8 +55,13 @@ from pytensor.graph.type import Type
 ifelse = importlib.import_module("pytensor.ifelse")
 
 # Theano paths whose module PyTensor keeps under the same name: importable from here.
-for _name, _module in {"compile": compile, "gradient": gradient, "ifelse": ifelse,
-                       "printing": printing, "scalar": scalar}.items():
+for _name, _module in {
+    "compile": compile,
+    "gradient": gradient,
+    "ifelse": ifelse,
+    "printing": printing,
+    "scalar": scalar,
+}.items():
     sys.modules[f"{__name__}.{_name}"] = _module
 
 from synkhronos.theano import gof, gpuarray, sandbox, tensor  # noqa: E402 - after the aliases
@@ -91,8 +96,33 @@ def clone(output, replace=None, strict: bool = True, share_inputs: bool = True):
 __version__ = pytensor.__version__
 
 __all__ = [
-    "Apply", "Constant", "FunctionGraph", "In", "Lop", "Mode", "Op", "OpFromGraph", "Out",
-    "Rop", "Type", "Variable", "clone", "compile", "config", "dprint", "function", "get_mode",
-    "gof", "gpuarray", "grad", "gradient", "ifelse", "printing", "sandbox", "scalar", "scan",
-    "shared", "tensor",
+    "Apply",
+    "Constant",
+    "FunctionGraph",
+    "In",
+    "Lop",
+    "Mode",
+    "Op",
+    "OpFromGraph",
+    "Out",
+    "Rop",
+    "Type",
+    "Variable",
+    "clone",
+    "compile",
+    "config",
+    "dprint",
+    "function",
+    "get_mode",
+    "gof",
+    "gpuarray",
+    "grad",
+    "gradient",
+    "ifelse",
+    "printing",
+    "sandbox",
+    "scalar",
+    "scan",
+    "shared",
+    "tensor",
 ]

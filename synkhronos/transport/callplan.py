@@ -60,8 +60,10 @@ class RankRows:
         if isinstance(sel, slice):
             cuts = [sel.start + c for c in split_bounds(sel.stop - sel.start, n_ranks)]
             return cls(ranges=np.array([cuts[:-1], cuts[1:]], np.int64).T)
-        return cls(indices=np.asarray(sel, np.int64),
-                   bounds=np.array(split_bounds(len(sel), n_ranks), np.int64))
+        return cls(
+            indices=np.asarray(sel, np.int64),
+            bounds=np.array(split_bounds(len(sel), n_ranks), np.int64),
+        )
 
     @classmethod
     def per_rank(cls, sels: list[Selection]) -> RankRows:
@@ -70,8 +72,10 @@ class RankRows:
             return cls(ranges=np.array([[s.start, s.stop] for s in sels], np.int64))
         parts = [np.arange(s.start, s.stop) if isinstance(s, slice) else s for s in sels]
         lengths = [len(p) for p in parts]
-        return cls(indices=np.concatenate(parts).astype(np.int64),
-                   bounds=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
+        return cls(
+            indices=np.concatenate(parts).astype(np.int64),
+            bounds=np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+        )
 
     def positions(self, rank: int) -> slice:
         """Where ``rank``'s rows sit within the whole selection (0 is its first row)."""
@@ -83,7 +87,7 @@ class RankRows:
     def for_rank(self, rank: int) -> Selection:
         if self.ranges is not None:
             return slice(int(self.ranges[rank, 0]), int(self.ranges[rank, 1]))
-        return self.indices[self.bounds[rank]: self.bounds[rank + 1]]
+        return self.indices[self.bounds[rank] : self.bounds[rank + 1]]
 
     def encode(self, words: list[int], arrays: list[np.ndarray]) -> None:
         """Append the description to ``words`` and any index array to ``arrays``."""
@@ -100,9 +104,9 @@ class RankRows:
         kind, n = words[pos], words[pos + 1]
         pos += 2
         if kind == _RANGES:
-            ranges = np.array(words[pos: pos + 2 * n], np.int64).reshape(n, 2)
+            ranges = np.array(words[pos : pos + 2 * n], np.int64).reshape(n, 2)
             return cls(ranges=ranges), pos + 2 * n
-        bounds = np.array(words[pos: pos + n], np.int64)
+        bounds = np.array(words[pos : pos + n], np.int64)
         return cls(indices=arrays.pop(0).copy(), bounds=bounds), pos + n
 
 
@@ -130,8 +134,15 @@ class CallPlan:
         """The plan as arrays for the command channel: one int64 vector of everything small
         (a message of few arrays is cheaper to post and read), then index arrays and the
         broadcast values."""
-        words = [self.fid, self.num_slices, len(self.subset), len(self.scatter),
-                 len(self.bcast), *self.subset.tolist(), *self.by_position.tolist()]
+        words = [
+            self.fid,
+            self.num_slices,
+            len(self.subset),
+            len(self.scatter),
+            len(self.bcast),
+            *self.subset.tolist(),
+            *self.by_position.tolist(),
+        ]
         for d in self.scatter:
             desc = d.descriptor()
             words += [len(desc), *desc.tolist()]
@@ -161,21 +172,21 @@ class CallPlan:
         words, rest = arrays[0].tolist(), list(arrays[1:])
         fid, num_slices, n_subset, n_scatter, n_bcast = words[:5]
         pos = 5
-        subset = np.array(words[pos: pos + n_subset], np.int64)
+        subset = np.array(words[pos : pos + n_subset], np.int64)
         pos += n_subset
-        by_position = np.array(words[pos: pos + n_scatter], np.int64)
+        by_position = np.array(words[pos : pos + n_scatter], np.int64)
         pos += n_scatter
         scatter = []
         for _ in range(n_scatter):
             n = words[pos]
-            scatter.append(words[pos + 1: pos + 1 + n])
+            scatter.append(words[pos + 1 : pos + 1 + n])
             pos += 1 + n
         kinds, bcast = [], []
         for _ in range(n_bcast):
             kinds.append(words[pos])
             if words[pos] == _DATA:
                 n = words[pos + 1]
-                bcast.append(words[pos + 2: pos + 2 + n])
+                bcast.append(words[pos + 2 : pos + 2 + n])
                 pos += 2 + n
             else:
                 bcast.append(None)  # a value: filled in below, after any index arrays
@@ -188,7 +199,17 @@ class CallPlan:
             else:
                 rows, pos = RankRows.decode(words, pos, rest)
                 found.append(rows)
-        bcast = [rest.pop(0).copy() if k == _VALUE else b
-                 for b, k in zip(bcast, kinds, strict=True)]
-        return cls(fid, num_slices, subset, scatter, by_position, found[0], bcast,
-                   np.array(kinds, np.int64), found[1])
+        bcast = [
+            rest.pop(0).copy() if k == _VALUE else b for b, k in zip(bcast, kinds, strict=True)
+        ]
+        return cls(
+            fid,
+            num_slices,
+            subset,
+            scatter,
+            by_position,
+            found[0],
+            bcast,
+            np.array(kinds, np.int64),
+            found[1],
+        )

@@ -28,8 +28,9 @@ POLL_S = 0.05  # how often a blocked wait checks that its peers are alive
 SPIN_S = 100e-6  # how long a wait polls before it blocks
 
 
-_OK, _ABORTED, _FAILED, _SHM_FULL = (int(s) for s in (Status.OK, Status.ABORTED, Status.FAILED,
-                                                      Status.SHM_FULL))
+_OK, _ABORTED, _FAILED, _SHM_FULL = (
+    int(s) for s in (Status.OK, Status.ABORTED, Status.FAILED, Status.SHM_FULL)
+)
 
 
 class RemoteError(RuntimeError):
@@ -52,8 +53,10 @@ def check_count(n_arrays: int, what: str, most: int = MAX_ARRAYS) -> None:
     """``ValueError`` naming ``what`` when ``n_arrays`` exceed the ``most`` one message
     carries (:data:`MAX_ARRAYS`, less what the message holds besides)."""
     if n_arrays > most:
-        raise ValueError(f"{what}: {n_arrays} arrays would travel in one message between "
-                         f"ranks, which carries at most {most} here")
+        raise ValueError(
+            f"{what}: {n_arrays} arrays would travel in one message between "
+            f"ranks, which carries at most {most} here"
+        )
 
 
 class Failure(NamedTuple):
@@ -107,11 +110,11 @@ class ControlBlock:
         self.words[1] = int(code)
 
     def command_header(self) -> np.ndarray:
-        return self.words[2: 2 + self.msg]
+        return self.words[2 : 2 + self.msg]
 
     def _rank_words(self, rank: int) -> np.ndarray:
         start = 2 + self.msg + rank * self.per_rank
-        return self.words[start: start + self.per_rank]
+        return self.words[start : start + self.per_rank]
 
     def status(self, rank: int) -> np.ndarray:
         return self._rank_words(rank)[0:1]
@@ -123,28 +126,28 @@ class ControlBlock:
 
     def note(self, rank: int) -> np.ndarray:
         """Rank ``rank``'s note: its length in bytes, then the text's words."""
-        return self._rank_words(rank)[self._NOTE: self._MAILBOXES]
+        return self._rank_words(rank)[self._NOTE : self._MAILBOXES]
 
     def write_note(self, rank: int, text: str) -> None:
         """Leave ``text`` (cut to :data:`NOTE_BYTES`) in rank ``rank``'s note."""
         data = text.encode()[:NOTE_BYTES]
         words = self.note(rank)
-        words[1:].view(np.uint8)[:len(data)] = np.frombuffer(data, np.uint8)
+        words[1:].view(np.uint8)[: len(data)] = np.frombuffer(data, np.uint8)
         words[0] = len(data)
 
     def read_note(self, rank: int) -> str:
         words = self.note(rank)
-        return bytes(words[1:].view(np.uint8)[:int(words[0])]).decode("utf-8", "replace")
+        return bytes(words[1:].view(np.uint8)[: int(words[0])]).decode("utf-8", "replace")
 
     def reply_header(self, rank: int) -> np.ndarray:
         start = self._MAILBOXES
-        return self._rank_words(rank)[start: start + self.msg]
+        return self._rank_words(rank)[start : start + self.msg]
 
     def comm_header(self, rank: int) -> np.ndarray:
-        return self._rank_words(rank)[self._MAILBOXES + self.msg:]
+        return self._rank_words(rank)[self._MAILBOXES + self.msg :]
 
     def result_header(self) -> np.ndarray:
-        return self.words[len(self.words) - self.msg:]
+        return self.words[len(self.words) - self.msg :]
 
     @property
     def aborted(self) -> bool:
@@ -158,8 +161,7 @@ def semaphore(name: str, create: bool) -> posix_ipc.Semaphore:
     """A named semaphore: created (this user's only, with value 0), or attached."""
     if create:
         try:
-            return posix_ipc.Semaphore("/" + name, posix_ipc.O_CREX, mode=0o600,
-                                       initial_value=0)
+            return posix_ipc.Semaphore("/" + name, posix_ipc.O_CREX, mode=0o600, initial_value=0)
         except posix_ipc.ExistentialError:
             raise taken("sem." + name) from None
     return posix_ipc.Semaphore("/" + name)
@@ -210,16 +212,23 @@ class Channel:
         Raises when a peer this rank waits on has died.
     """
 
-    def __init__(self, session: str, rank: int, n_ranks: int, control: ControlBlock,
-                 check_alive: Callable[[], None]):
+    def __init__(
+        self,
+        session: str,
+        rank: int,
+        n_ranks: int,
+        control: ControlBlock,
+        check_alive: Callable[[], None],
+    ):
         create = rank == 0
         self.rank, self.n_ranks, self.control = rank, n_ranks, control
         self.check_alive = check_alive
         self.go = [semaphore(f"{session}_go{r}", create) for r in range(1, n_ranks)]
         self.done = semaphore(f"{session}_done", create)
         self.payload = Mailbox(f"{session}_cmd", control.command_header())
-        self.replies = [Mailbox(f"{session}_reply{r}", control.reply_header(r))
-                        for r in range(n_ranks)]
+        self.replies = [
+            Mailbox(f"{session}_reply{r}", control.reply_header(r)) for r in range(n_ranks)
+        ]
 
     # ---- rank 0 -------------------------------------------------------------------------
     def send(self, code: int, arrays=()) -> None:
@@ -283,7 +292,10 @@ class Channel:
             self.replies[self.rank].post([np.frombuffer(text.encode(), np.uint8)])
             return Status.FAILED
         except Exception as posting:  # noqa: BLE001 - told to rank 0 in the note
-            self.control.write_note(self.rank, f"{type(error).__name__}: {error}\n(its "
-                                    f"traceback could not be sent: {posting})")
-            return Status.SHM_FULL if isinstance(posting, SharedMemoryFull) else (
-                Status.FAILED_NOTE)
+            self.control.write_note(
+                self.rank,
+                f"{type(error).__name__}: {error}\n(its traceback could not be sent: {posting})",
+            )
+            return (
+                Status.SHM_FULL if isinstance(posting, SharedMemoryFull) else (Status.FAILED_NOTE)
+            )

@@ -27,9 +27,24 @@ LOG_FD_VAR = "SYNK_LOG_FD"  # the worker's end of its record pipe
 LOG_LEVEL_VAR = "SYNK_LOG_LEVEL"  # the lowest level rank 0 may want a record of
 
 # What a record keeps on its way (the message and traceback travel formatted).
-_FIELDS = ("name", "levelno", "levelname", "pathname", "filename", "module", "lineno",
-           "funcName", "created", "msecs", "relativeCreated", "thread", "threadName",
-           "process", "processName", "stack_info")
+_FIELDS = (
+    "name",
+    "levelno",
+    "levelname",
+    "pathname",
+    "filename",
+    "module",
+    "lineno",
+    "funcName",
+    "created",
+    "msecs",
+    "relativeCreated",
+    "thread",
+    "threadName",
+    "process",
+    "processName",
+    "stack_info",
+)
 _FORMATTER = logging.Formatter()
 
 
@@ -66,7 +81,7 @@ class RecordWriter(logging.Handler):
         try:
             data = memoryview(encode(record))
             while data:
-                data = data[os.write(self.fd, data):]
+                data = data[os.write(self.fd, data) :]
         except BrokenPipeError:
             pass
         except Exception:  # noqa: BLE001 - logging's own way to report a failed record
@@ -89,6 +104,8 @@ def lowest_level() -> int:
     """The lowest level any logger of this process lets through: what a worker must
     forward so that rank 0's loggers can decide as they would for their own records."""
     manager = logging.getLogger().manager
-    loggers = [logging.getLogger(), *(logger for logger in manager.loggerDict.values()
-                                      if isinstance(logger, logging.Logger))]
+    loggers = [
+        logging.getLogger(),
+        *(logger for logger in manager.loggerDict.values() if isinstance(logger, logging.Logger)),
+    ]
     return min(logger.getEffectiveLevel() for logger in loggers)

@@ -65,7 +65,8 @@ def taken(entry: str, tries: int = 1) -> NameTaken:
         f"synkhronos cannot create {os.path.join(SHM_DIR, entry)}{others}: the name is taken, "
         f"by {owner(entry)}. Another program or user made it; if it is a leftover of yours, "
         f"remove it, else ask its owner (names are made with random parts, so this should "
-        f"not recur)")
+        f"not recur)"
+    )
 
 
 _prefix: str | None = None
@@ -126,15 +127,18 @@ def sweep(stem: str) -> list[str]:
     except OSError:
         return []
     lock = stem + LOCK_SUFFIX
-    found = sorted((e for e in entries if e.startswith(head) or e.startswith("sem." + head)),
-                   key=lambda e: e == lock)
+    found = sorted(
+        (e for e in entries if e.startswith(head) or e.startswith("sem." + head)),
+        key=lambda e: e == lock,
+    )
     uid, removed = os.geteuid(), []
     for entry in found:
         path = os.path.join(SHM_DIR, entry)
         try:
             if os.lstat(path).st_uid != uid:
-                log.warning("synkhronos left %s: it belongs to %s, not to this user", path,
-                            owner(entry))
+                log.warning(
+                    "synkhronos left %s: it belongs to %s, not to this user", path, owner(entry)
+                )
                 continue
             os.unlink(path)
         except FileNotFoundError:

@@ -62,7 +62,7 @@ class World:
     @property
     def offset(self) -> int:
         """The global rank of this node's rank 0."""
-        return sum(self.local_ranks[:self.node])
+        return sum(self.local_ranks[: self.node])
 
     @property
     def n_global(self) -> int:
@@ -77,9 +77,11 @@ class World:
     def describe(self) -> str:
         per_node = sorted(set(self.local_ranks))
         local = per_node[0] if len(per_node) == 1 else self.local_ranks
-        return (f"synkhronos: {self.n_nodes} nodes (MPI), {local} local ranks each, "
-                f"{self.n_global} global ranks; this is node {self.node} (pid {os.getpid()}), "
-                f"global ranks {self.offset}..{self.offset + self.local_ranks[self.node] - 1}")
+        return (
+            f"synkhronos: {self.n_nodes} nodes (MPI), {local} local ranks each, "
+            f"{self.n_global} global ranks; this is node {self.node} (pid {os.getpid()}), "
+            f"global ranks {self.offset}..{self.offset + self.local_ranks[self.node] - 1}"
+        )
 
     def from_node_0(self, value):
         """Node 0's ``value``, on every node (MPI among the leaders)."""
@@ -123,10 +125,15 @@ class World:
         """Log ``error`` (critical) naming this node, close the session, remove this
         process's shared memory, and end every node's process (``MPI_Abort``, which skips
         exit hooks): the other nodes may be waiting for this one in MPI."""
-        logger.critical("synkhronos: node %d of %d (global ranks %d..%d) failed in %s; "
-                        "aborting every node", self.node, self.n_nodes, self.offset,
-                        self.offset + self.local_ranks[self.node] - 1, what,
-                        exc_info=(type(error), error, error.__traceback__))
+        logger.critical(
+            "synkhronos: node %d of %d (global ranks %d..%d) failed in %s; aborting every node",
+            self.node,
+            self.n_nodes,
+            self.offset,
+            self.offset + self.local_ranks[self.node] - 1,
+            what,
+            exc_info=(type(error), error, error.__traceback__),
+        )
         try:
             self.on_abort()
             sweep(process_prefix())
@@ -151,8 +158,9 @@ def _leaders_comm(nodes: bool | None):
         from mpi4py import MPI
     except ImportError:
         if nodes:
-            raise ImportError("fork(nodes=True) needs mpi4py: pip install "
-                              "'synkhronos[mpi]'") from None
+            raise ImportError(
+                "fork(nodes=True) needs mpi4py: pip install 'synkhronos[mpi]'"
+            ) from None
         return None
     comm = MPI.COMM_WORLD
     return comm if nodes or comm.Get_size() > 1 else None
@@ -176,8 +184,7 @@ def start(nodes: bool | None, n_local: int, on_abort: Callable[[], None]) -> Wor
     if comm is None:
         _world = World(local_ranks=[n_local])
     else:
-        _world = World(comm.Get_rank(), comm.Get_size(), comm.allgather(n_local), comm,
-                       on_abort)
+        _world = World(comm.Get_rank(), comm.Get_size(), comm.allgather(n_local), comm, on_abort)
         logger.info("%s", _world.describe())
         if _world.n_nodes > 1:
             sys.excepthook = _abort_on_uncaught

@@ -59,8 +59,9 @@ def resolve_rows(spec, length: int | None, what: str) -> Selection:
     if isinstance(spec, slice):
         if length is None:
             if spec.stop is None or (spec.start or 0) < 0 or spec.stop < 0:
-                raise ValueError(f"{what}: give explicit non-negative slice bounds for "
-                                 f"minibatch data")
+                raise ValueError(
+                    f"{what}: give explicit non-negative slice bounds for minibatch data"
+                )
             length = spec.stop
         for bound in (spec.start, spec.stop):
             if bound is not None and not -length <= bound <= length:
@@ -78,8 +79,10 @@ def resolve_rows(spec, length: int | None, what: str) -> Selection:
             raise ValueError(f"{what}: a boolean mask must be 1-D with {length} entries")
         return np.flatnonzero(index).astype(np.int64)
     if index.ndim != 1 or (index.size and index.dtype.kind not in "iu"):
-        raise TypeError(f"{what} must be a 1-D array of integer row indices, got dtype "
-                        f"{index.dtype} and {index.ndim} dimensions")
+        raise TypeError(
+            f"{what} must be a 1-D array of integer row indices, got dtype "
+            f"{index.dtype} and {index.ndim} dimensions"
+        )
     index = index.astype(np.int64)
     if index.size and index.min() < 0:
         raise ValueError(f"{what}: negative row indices are not supported")

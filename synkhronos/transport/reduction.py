@@ -12,8 +12,7 @@ COLLECTIVE_OPS = ("avg", "sum", "prod", "max", "min")
 HOST_OPS = tuple(f"c_{op}" for op in (*COLLECTIVE_OPS, "gather"))
 OUTPUT_OPS = (*COLLECTIVE_OPS, "gather", None, "per_rank", *HOST_OPS)
 UPDATE_OPS = (*COLLECTIVE_OPS, *HOST_OPS[:-1])
-_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
-           "min": np.minimum}
+_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
 def check_output_op(op, what: str = "output") -> None:
@@ -108,8 +107,17 @@ def combine(op, values: list, weights: list[int]):
 
 
 # The dtypes GPU ranks reduce on the devices (comm/xla.py; all of them NCCL's too).
-IN_PLACE_DTYPES = ("float16", "float32", "float64", "int8", "uint8", "int32", "uint32",
-                   "int64", "uint64")
+IN_PLACE_DTYPES = (
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "uint8",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+)
 
 
 def reduces_in_place(op, dtype) -> bool:
@@ -117,8 +125,11 @@ def reduces_in_place(op, dtype) -> bool:
     (on the device): element-wise ops on :data:`IN_PLACE_DTYPES`, "avg" only of floating
     point values ("avg" of integers gives float64, as :func:`combine` does on the host)."""
     dtype = np.dtype(dtype)
-    return (op in COLLECTIVE_OPS and dtype.name in IN_PLACE_DTYPES
-            and (op != "avg" or dtype.kind == "f"))
+    return (
+        op in COLLECTIVE_OPS
+        and dtype.name in IN_PLACE_DTYPES
+        and (op != "avg" or dtype.kind == "f")
+    )
 
 
 def accumulate(op: str, values: list, weights: list[int]):
@@ -170,11 +181,12 @@ def empty_aligned(shape, dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + ALIGN_BYTES, np.uint8)
     start = -raw.ctypes.data % ALIGN_BYTES
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
-def reduce_into(op: str, inputs: list[np.ndarray], out: np.ndarray,
-                copies: tuple[np.ndarray, ...] = ()) -> None:
+def reduce_into(
+    op: str, inputs: list[np.ndarray], out: np.ndarray, copies: tuple[np.ndarray, ...] = ()
+) -> None:
     """Element-wise reduction of equally shaped 1-D ``inputs`` into ``out`` ("avg" = mean).
 
     Works block by block so that the passes over a block (adding each input, scaling for

@@ -41,8 +41,9 @@ def _cast(value: np.ndarray, dtype: np.dtype, force_cast: bool, what: str) -> np
         return value
     if force_cast or np.can_cast(value.dtype, dtype, "safe"):
         return value.astype(dtype)
-    raise TypeError(f"{what}: cannot cast {value.dtype} to {dtype} safely; pass force_cast=True "
-                    f"to cast anyway")
+    raise TypeError(
+        f"{what}: cannot cast {value.dtype} to {dtype} safely; pass force_cast=True to cast anyway"
+    )
 
 
 class Data:
@@ -64,9 +65,18 @@ class Data:
     (5, 2)
     """
 
-    def __init__(self, value=None, var=None, dtype=None, ndim: int | None = None, shape=None,
-                 minibatch: bool = False, force_cast: bool = False, oversize: float = 1.0,
-                 name: str | None = None):
+    def __init__(
+        self,
+        value=None,
+        var=None,
+        dtype=None,
+        ndim: int | None = None,
+        shape=None,
+        minibatch: bool = False,
+        force_cast: bool = False,
+        oversize: float = 1.0,
+        name: str | None = None,
+    ):
         import pytensor
 
         check_oversize(oversize)
@@ -143,8 +153,9 @@ class Data:
         if self._ndim is None:
             self._ndim = ndim
         elif ndim != self._ndim:
-            raise TypeError(f"{self!r}: {what} has {ndim} dimensions, but this Data has "
-                            f"{self._ndim}")
+            raise TypeError(
+                f"{self!r}: {what} has {ndim} dimensions, but this Data has {self._ndim}"
+            )
 
     def _resize(self, shape: tuple[int, ...], oversize: float, keep: bool) -> None:
         nbytes = int(np.prod(shape)) * self._dtype.itemsize
@@ -214,8 +225,10 @@ class Data:
     def descriptor(self) -> np.ndarray:
         """int64 words telling a worker where and what this array is."""
         self.data  # noqa: B018 - make sure the segment exists
-        return np.array([self._id, self._segment.generation, dtype_code(self._dtype),
-                         *self._shape], dtype=np.int64)
+        return np.array(
+            [self._id, self._segment.generation, dtype_code(self._dtype), *self._shape],
+            dtype=np.int64,
+        )
 
 
 class DataViews:

@@ -25,8 +25,20 @@ ALIGN = 64  # bytes; array starts in a message are aligned for SIMD loads
 DTYPES = tuple(
     np.dtype(d)
     for d in (
-        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-        "float16", "float32", "float64", "complex64", "complex128",
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
     )
 )
 DTYPE_CODES = {d: i for i, d in enumerate(DTYPES)}
@@ -48,7 +60,8 @@ def _full_error(name: str, size: int, free: int) -> SharedMemoryFull:
     return SharedMemoryFull(
         f"synkhronos needs a shared-memory segment of {_mib(size)} ({name}) but {SHM_DIR} has "
         f"{_mib(free)} free; free space there, enlarge it (e.g. docker run --shm-size=8g), "
-        f"or use smaller arrays")
+        f"or use smaller arrays"
+    )
 
 
 def _mib(n: int) -> str:
@@ -76,11 +89,14 @@ def check_travels(dtype, ndim: int, what: str) -> None:
     ValueError: output 0 has 9 dimensions; arrays sent between ranks have at most 8
     """
     if np.dtype(dtype) not in DTYPE_CODES:
-        raise TypeError(f"{what} has dtype {np.dtype(dtype)}, which cannot be sent between "
-                        f"ranks (they take {', '.join(d.name for d in DTYPES)})")
+        raise TypeError(
+            f"{what} has dtype {np.dtype(dtype)}, which cannot be sent between "
+            f"ranks (they take {', '.join(d.name for d in DTYPES)})"
+        )
     if ndim > MAX_NDIM:
-        raise ValueError(f"{what} has {ndim} dimensions; arrays sent between ranks have at "
-                         f"most {MAX_NDIM}")
+        raise ValueError(
+            f"{what} has {ndim} dimensions; arrays sent between ranks have at most {MAX_NDIM}"
+        )
 
 
 class Segment:
@@ -99,15 +115,13 @@ class Segment:
         :meth:`close_fd`), rather than closing it once mapped.
     """
 
-    def __init__(self, name: str, size: int = 0, create: bool = False,
-                 keep_fd: bool = False):
+    def __init__(self, name: str, size: int = 0, create: bool = False, keep_fd: bool = False):
         size = max(int(size), ALIGN)
         if create and size > free_bytes():
             raise _full_error(name, size, free_bytes())
         flags = posix_ipc.O_CREX if create else 0
         try:
-            shm = posix_ipc.SharedMemory("/" + name, flags, mode=0o600,
-                                         size=size if create else 0)
+            shm = posix_ipc.SharedMemory("/" + name, flags, mode=0o600, size=size if create else 0)
         except posix_ipc.ExistentialError:
             if create:
                 raise taken(name) from None
@@ -257,7 +271,7 @@ class Mailbox:
             end += -(-a.nbytes // ALIGN) * ALIGN
         self.data.reserve(end, oversize)
         self.header[1] = len(arrays)
-        self.header[2: 2 + len(words)] = words
+        self.header[2 : 2 + len(words)] = words
         segment = self.data.segment
         views = []
         for a, offset in zip(arrays, offsets, strict=True):
@@ -269,8 +283,8 @@ class Mailbox:
         return views
 
     def _descriptors(self) -> list[list[int]]:
-        words = self.header[2: 2 + int(self.header[1]) * DESC_WORDS].tolist()
-        return [words[i: i + DESC_WORDS] for i in range(0, len(words), DESC_WORDS)]
+        words = self.header[2 : 2 + int(self.header[1]) * DESC_WORDS].tolist()
+        return [words[i : i + DESC_WORDS] for i in range(0, len(words), DESC_WORDS)]
 
     def offsets(self) -> list[int]:
         """Byte offsets of the arrays last posted."""
@@ -282,5 +296,7 @@ class Mailbox:
             return []  # nothing to attach to (STOP reads this way after its names are gone)
         self.data.follow(int(self.header[0]))
         segment = self.data.segment
-        return [segment.array(DTYPES[code], tuple(shape[:ndim]), offset)
-                for code, ndim, offset, *shape in self._descriptors()]
+        return [
+            segment.array(DTYPES[code], tuple(shape[:ndim]), offset)
+            for code, ndim, offset, *shape in self._descriptors()
+        ]

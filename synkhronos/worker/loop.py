@@ -24,6 +24,7 @@ def _die_with_parent(master_pid: int, prefix: str) -> None:
     every worker of rank 0 (busy, blocked or stopped) and removes its names
     (:func:`synkhronos.transport.names.guard`), and every blocked wait checks the parent.
     """
+
     def on_term(signum, frame):
         if os.getppid() != master_pid:
             sweep(prefix)  # rank 0 is gone and cannot clean up
@@ -45,8 +46,9 @@ def main(argv: list[str]) -> None:
     if sys.stdout is not None:
         sys.stdout.reconfigure(line_buffering=True)
     keep_freed_memory()  # as rank 0 does at fork; this process ends with the session
-    sys.path[:0] = [p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]"))
-                    if p not in sys.path]
+    sys.path[:0] = [
+        p for p in json.loads(os.environ.get("SYNK_SYS_PATH", "[]")) if p not in sys.path
+    ]
     control = ControlBlock(session, n_ranks, create=False)
     heartbeat = control.heartbeat(rank)
 
@@ -117,4 +119,3 @@ def main(argv: list[str]) -> None:
             channel.report(error)
         else:
             channel.report()
-

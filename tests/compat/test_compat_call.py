@@ -66,8 +66,9 @@ def test_minibatch_data_by_position(fns, rng, batch):
 
 def test_batch_s_and_num_slices(ranks, rng):
     data = pytensor.shared(np.zeros((1, 3)), name="call_data")
-    f = synk.function([], [(data ** 2).mean(), (data.sum(axis=1), "gather")],
-                      sliceable_shareds=[data])
+    f = synk.function(
+        [], [(data**2).mean(), (data.sum(axis=1), "gather")], sliceable_shareds=[data]
+    )
     whole = rng.normal(size=(9, 3))
     synk.scatter(data, whole)  # rank 0: rows 0..4, rank 1: rows 5..8
     mean, sums = f(batch_s=slice(1, 4))
@@ -78,7 +79,7 @@ def test_batch_s_and_num_slices(ranks, rng):
     np.testing.assert_allclose(sums, whole[[0, 2, 6]].sum(axis=1))
     for num_slices in (2, 3):
         mean, sums = f(num_slices=num_slices)
-        np.testing.assert_allclose(mean, (whole ** 2).mean())
+        np.testing.assert_allclose(mean, (whole**2).mean())
         np.testing.assert_allclose(sums, whole.sum(axis=1))
 
 
@@ -94,8 +95,9 @@ def test_methods_and_attributes(fns, rng):
     f, ref = fns
     xv, yv = rng.normal(size=(7, 3)), rng.normal(size=7)
     check(f.as_theano(xv, yv, 1.5), ref(xv, yv, 1.5))
-    xd, yd, sd = f.build_inputs(xv, yv, 1.5, force_cast=False, oversize=1.5,
-                                minibatch=[False, True, False])
+    xd, yd, sd = f.build_inputs(
+        xv, yv, 1.5, force_cast=False, oversize=1.5, minibatch=[False, True, False]
+    )
     assert (xd.minibatch, yd.minibatch) == (False, True) and xd.ndim == 2
     check(f(xd, yd, sd), ref(xv, yv, 1.5))
     assert f.name == "call" and f.output_modes == ["avg", "gather"] and f.update_modes == []

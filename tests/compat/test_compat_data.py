@@ -10,8 +10,7 @@ import synkhronos as synk
 def test_data_signature_and_properties(rng):
     value = rng.normal(size=(5, 2))
     d = synk.data(value, None, None, None, None, True, False, 1.5, "d")  # positional order
-    assert (d.dtype, d.ndim, d.shape, d.size, len(d), d.name) == (
-        np.float64, 2, (5, 2), 10, 5, "d")
+    assert (d.dtype, d.ndim, d.shape, d.size, len(d), d.name) == (np.float64, 2, (5, 2), 10, 5, "d")
     assert d.minibatch
     np.testing.assert_array_equal(d.data, value)
     np.testing.assert_array_equal(d[1:3], value[1:3])

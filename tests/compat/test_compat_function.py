@@ -13,8 +13,14 @@ x = pt.matrix("x", dtype="float64")
 y = pt.vector("y", dtype="float64")
 ROWS_0 = 4  # rank 0's share of 7 rows
 
-EXPRS = [((x * 2) ** 2).mean(), (x.sum(axis=1) * y).sum(), pt.prod(1 + 0.01 * x), x.max(),
-         x.min(), x.sum(axis=1) + y]
+EXPRS = [
+    ((x * 2) ** 2).mean(),
+    (x.sum(axis=1) * y).sum(),
+    pt.prod(1 + 0.01 * x),
+    x.max(),
+    x.min(),
+    x.sum(axis=1) + y,
+]
 OPS = ["avg", "sum", "prod", "max", "min", "gather"]
 
 
@@ -64,9 +70,15 @@ def test_kwargs_go_to_pytensor_function(ranks, rng):
 
     x32 = pt.matrix("x32", dtype="float32")
     unused = pt.scalar("unused", dtype="float64")
-    f = synk.function([x32], (x32.sum(), "sum"), bcast_inputs=[unused],
-                      allow_input_downcast=True, on_unused_input="ignore", name="kw",
-                      mode="FAST_COMPILE")
+    f = synk.function(
+        [x32],
+        (x32.sum(), "sum"),
+        bcast_inputs=[unused],
+        allow_input_downcast=True,
+        on_unused_input="ignore",
+        name="kw",
+        mode="FAST_COMPILE",
+    )
     xv = rng.normal(size=(7, 3))  # float64 for a float32 input: a downcast
     # A float32 sum of 21 values, split over the ranks: compare with the exact sum of the
     # downcast values, to float32 rounding of the partial sums (they can cancel).
@@ -85,11 +97,15 @@ def test_updates_pairs_dict_and_triples_over_slices(ranks, rng):
     mean_w = pytensor.shared(np.zeros(3), name="mean_w")
     total_w = pytensor.shared(np.zeros(3), name="total_w")
     count = pytensor.shared(np.float64(0), name="count")
-    f = synk.function([x], (x.sum(), "sum"), updates=[
-        (mean_w, mean_w + x.mean(axis=0)),
-        (total_w, x.sum(axis=0), "sum"),
-        (count, count + 1, "max"),
-    ])
+    f = synk.function(
+        [x],
+        (x.sum(), "sum"),
+        updates=[
+            (mean_w, mean_w + x.mean(axis=0)),
+            (total_w, x.sum(axis=0), "sum"),
+            (count, count + 1, "max"),
+        ],
+    )
     assert f.update_modes == ["avg", "sum", "max"]
     xv = rng.normal(size=(7, 3))
     parts = [xv[:ROWS_0], xv[ROWS_0:]]
@@ -128,9 +144,14 @@ def test_any_iterable_where_a_list_is_taken(ranks, rng):
     w = pytensor.shared(np.zeros(2), name="w_iter")
     d = pytensor.shared(np.zeros(1), name="d_iter")
     outputs = {"total": (x.sum() * s, "sum"), "y_and_d": ((2 * q).sum() + d.sum(), "sum")}
-    f = synk.function(iter([x, y]), outputs.values(), bcast_inputs=(v for v in [s]),
-                      updates=((v, v + s) for v in [w]), givens={q: y}.items(),
-                      sliceable_shareds=iter([d]))
+    f = synk.function(
+        iter([x, y]),
+        outputs.values(),
+        bcast_inputs=(v for v in [s]),
+        updates=((v, v + s) for v in [w]),
+        givens={q: y}.items(),
+        sliceable_shareds=iter([d]),
+    )
     params = {"w": w, "d": d}
     synk.scatter(iter([d]), (v for v in [np.arange(4.0)]))  # rank 0: 0, 1; rank 1: 2, 3
     xv, yv = rng.normal(size=(7, 3)), rng.normal(size=7)

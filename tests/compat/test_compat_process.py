@@ -10,8 +10,7 @@ import synkhronos as synk
 @pytest.fixture(scope="module")
 def forked():
     # The original's arguments; the last three are accepted and ignored.
-    n = synk.fork(2, use_gpu=False, master_rank=0, profile_workers=True, max_n_var=10,
-                  max_dim=3)
+    n = synk.fork(2, use_gpu=False, master_rank=0, profile_workers=True, max_n_var=10, max_dim=3)
     yield n
     synk.close()
 

@@ -33,19 +33,23 @@ def dropout_regression(srng):
 def np_loss_grad(x, y, w, mask):
     xm = x * mask / KEEP
     err = xm @ w - y
-    return (err ** 2).mean(), 2 * xm.T @ err / len(y)
+    return (err**2).mean(), 2 * xm.T @ err / len(y)
 
 
 def test_givens_onto_sliceable_data_with_dropout(ranks, rng):
     x, y, w, mask, loss = dropout_regression(theano.sandbox.rng_mrg.MRG_RandomStreams(SEED))
     s_x = theano.shared(np.zeros((1, 3)), name="s_x")
     s_y = theano.shared(np.zeros(1), name="s_y")
-    f = synk.function(inputs=[], outputs=[loss, (mask, "gather")],
-                      givens=[(x, s_x), (y, s_y)], sliceable_shareds=[s_x, s_y],
-                      updates=[(w, w - LR * T.grad(loss, w))], mode=MODE)
+    f = synk.function(
+        inputs=[],
+        outputs=[loss, (mask, "gather")],
+        givens=[(x, s_x), (y, s_y)],
+        sliceable_shareds=[s_x, s_y],
+        updates=[(w, w - LR * T.grad(loss, w))],
+        mode=MODE,
+    )
     # One process, the same seed: rank 0's draws, chunk by chunk.
-    rx, ry, _, r_mask, r_loss = dropout_regression(
-        theano.sandbox.rng_mrg.MRG_RandomStreams(SEED))
+    rx, ry, _, r_mask, r_loss = dropout_regression(theano.sandbox.rng_mrg.MRG_RandomStreams(SEED))
     reference = theano.function([rx, ry], [r_loss, r_mask], mode=MODE)
 
     xv, yv = rng.normal(size=(11, 3)), rng.normal(size=11)
@@ -54,20 +58,22 @@ def test_givens_onto_sliceable_data_with_dropout(ranks, rng):
     for batch_s in (slice(1, 5), [[4, 0, 2, 5], [3, 1, 0, 2]]):  # slice and index variants
         w_before = [synk.get_value(r, w) for r in range(ranks)]
         got_loss, got_masks = f(batch_s=batch_s, num_slices=2)
-        rows = [np.arange(6)[batch_s], np.arange(5)[batch_s]] if isinstance(batch_s, slice) \
+        rows = (
+            [np.arange(6)[batch_s], np.arange(5)[batch_s]]
+            if isinstance(batch_s, slice)
             else batch_s
+        )
         masks = np.split(got_masks, ranks)
         for chunk in range(2):  # rank 0 drew what one process draws, slice after slice
-            idx = rows[0][2 * chunk: 2 * chunk + 2]
+            idx = rows[0][2 * chunk : 2 * chunk + 2]
             _, want_mask = reference(xv[:6][idx], yv[:6][idx])
-            np.testing.assert_array_equal(masks[0][2 * chunk: 2 * chunk + 2], want_mask)
+            np.testing.assert_array_equal(masks[0][2 * chunk : 2 * chunk + 2], want_mask)
         assert not np.array_equal(masks[0], masks[1])  # the ranks draw different numbers
         losses = []
         for r, ((px, py), idx, m) in enumerate(zip(parts, rows, masks, strict=True)):
             rank_loss, grad = np_loss_grad(px[idx], py[idx], w_before[r], m)
             losses.append(rank_loss)
-            np.testing.assert_allclose(synk.get_value(r, w), w_before[r] - LR * grad,
-                                       rtol=1e-10)
+            np.testing.assert_allclose(synk.get_value(r, w), w_before[r] - LR * grad, rtol=1e-10)
         np.testing.assert_allclose(got_loss, np.mean(losses), rtol=1e-10)
 
 
@@ -86,36 +92,45 @@ def test_mnist_data_on_device_program(ranks, rng):
     X_val, y_val = rng.normal(size=(9, 1, 4, 4)).astype(floatX), rng.integers(0, 3, 9)
     y_train, y_val = y_train.astype("int32"), y_val.astype("int32")
 
-    input_var = T.tensor4('inputs')
-    target_var = T.ivector('targets')
+    input_var = T.tensor4("inputs")
+    target_var = T.ivector("targets")
     network = build_mlp(input_var)
     prediction = L.get_output(network)
     loss = objectives.categorical_crossentropy(prediction, target_var).mean()
     params = L.get_all_params(network, trainable=True)
     grad_updates, param_updates, grad_shared = updates.nesterov_momentum(
-        loss, params, learning_rate=0.01, momentum=0.9)
+        loss, params, learning_rate=0.01, momentum=0.9
+    )
     test_prediction = L.get_output(network, deterministic=True)
     test_loss = objectives.categorical_crossentropy(test_prediction, target_var).mean()
-    test_acc = T.mean(T.eq(T.argmax(test_prediction, axis=1), target_var),
-                      dtype=theano.config.floatX)
+    test_acc = T.mean(
+        T.eq(T.argmax(test_prediction, axis=1), target_var), dtype=theano.config.floatX
+    )
 
-    s_input_train = theano.shared(X_train[:len(X_train) // ranks])
-    s_target_train = theano.shared(y_train[:len(y_train) // ranks])
-    s_input_val = theano.shared(X_val[:len(X_val) // ranks])
-    s_target_val = theano.shared(y_val[:len(y_val) // ranks])
-    train_grad_fn = synk.function(inputs=[], outputs=loss,
-                                  givens=[(input_var, s_input_train),
-                                          (target_var, s_target_train)],
-                                  sliceable_shareds=[s_input_train, s_target_train],
-                                  updates=grad_updates, mode=MODE)
+    s_input_train = theano.shared(X_train[: len(X_train) // ranks])
+    s_target_train = theano.shared(y_train[: len(y_train) // ranks])
+    s_input_val = theano.shared(X_val[: len(X_val) // ranks])
+    s_target_val = theano.shared(y_val[: len(y_val) // ranks])
+    train_grad_fn = synk.function(
+        inputs=[],
+        outputs=loss,
+        givens=[(input_var, s_input_train), (target_var, s_target_train)],
+        sliceable_shareds=[s_input_train, s_target_train],
+        updates=grad_updates,
+        mode=MODE,
+    )
     train_update_fn = synk.function([], updates=param_updates, mode=MODE)
-    val_fn = synk.function(inputs=[],
-                           givens=[(input_var, s_input_val), (target_var, s_target_val)],
-                           sliceable_shareds=[s_input_val, s_target_val],
-                           outputs=[test_loss, test_acc], mode=MODE)
+    val_fn = synk.function(
+        inputs=[],
+        givens=[(input_var, s_input_val), (target_var, s_target_val)],
+        sliceable_shareds=[s_input_val, s_target_val],
+        outputs=[test_loss, test_acc],
+        mode=MODE,
+    )
     synk.distribute()
-    synk.scatter([s_input_train, s_target_train, s_input_val, s_target_val],
-                 [X_train, y_train, X_val, y_val])
+    synk.scatter(
+        [s_input_train, s_target_train, s_input_val, s_target_val], [X_train, y_train, X_val, y_val]
+    )
     train_worker_len = min(synk.get_lengths(s_target_train))
 
     losses = []
@@ -136,21 +151,20 @@ def test_mnist_data_on_device_program(ranks, rng):
 def test_resnet_program_loss(ranks, rng):
     """``train_resnet.py``'s training and prediction functions (its loss is
     ``T.nnet.categorical_crossentropy``) on a small CNN, against one process."""
-    x = T.ftensor4('x')
-    y = T.imatrix('y')
+    x = T.ftensor4("x")
+    y = T.imatrix("y")
     net = {"input": L.InputLayer((None, 1, 5, 5), input_var=x)}
     net["conv"] = L.Conv2DLayer(net["input"], 4, 3, pad=1)
     net["pool"] = L.GlobalPoolLayer(net["conv"])
     net["prob"] = L.DenseLayer(net["pool"], 3, nonlinearity=nonlinearities.softmax)
     params = L.get_all_params(net["prob"], trainable=True)
 
-    prob = L.get_output(net['prob'], x, deterministic=False)
+    prob = L.get_output(net["prob"], x, deterministic=False)
     loss = T.nnet.categorical_crossentropy(prob, y.flatten()).mean()
     grad_updates, param_updates, grad_shared = updates.sgd(loss, params, learning_rate=LR)
-    f_grad_shared = synk.function(inputs=[x, y], outputs=loss, updates=grad_updates,
-                                  mode=MODE)
+    f_grad_shared = synk.function(inputs=[x, y], outputs=loss, updates=grad_updates, mode=MODE)
     f_param_update = synk.function(inputs=[], updates=param_updates, mode=MODE)
-    v_prob = L.get_output(net['prob'], x, deterministic=True)
+    v_prob = L.get_output(net["prob"], x, deterministic=True)
     v_loss = T.nnet.categorical_crossentropy(v_prob, y.flatten()).mean()
     v_mc = T.mean(T.neq(T.argmax(v_prob, axis=1), y.flatten()))
     f_predict = synk.function(inputs=[x, y], outputs=[v_loss, v_mc], mode=MODE)
@@ -173,4 +187,3 @@ def test_resnet_program_loss(ranks, rng):
     valid_loss, valid_mc = f_predict(x_train, y_train, num_slices=2)
     want = theano.function([x, y], [v_loss, v_mc], mode=MODE)(xv, yv)
     np.testing.assert_allclose([valid_loss, valid_mc], want, rtol=1e-5)
-

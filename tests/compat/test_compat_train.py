@@ -42,18 +42,23 @@ def select(a, batch):
 def reference(xs, ys, batches):
     """Nesterov momentum, one phase, on the selected rows of each step."""
     params, x, y, loss = model()
-    f = pytensor.function([x, y], loss, updates=lasagne_updates.nesterov_momentum(
-        loss, params, learning_rate=0.1, momentum=0.8))
-    losses = [float(f(select(xb, b), select(yb, b)))
-              for xb, yb, b in zip(xs, ys, batches, strict=True)]
+    f = pytensor.function(
+        [x, y],
+        loss,
+        updates=lasagne_updates.nesterov_momentum(loss, params, learning_rate=0.1, momentum=0.8),
+    )
+    losses = [
+        float(f(select(xb, b), select(yb, b))) for xb, yb, b in zip(xs, ys, batches, strict=True)
+    ]
     return losses, [p.get_value() for p in params]
 
 
 def test_make_train_function(ranks):
     """train(x_data, y_data, batch=None) on 2 ranks equals the whole-batch step."""
     params, x, y, loss = model()
-    train = synk_train.make_train_function(loss, params, x, y, updates.nesterov_momentum,
-                                           learning_rate=0.1, momentum=0.8)
+    train = synk_train.make_train_function(
+        loss, params, x, y, updates.nesterov_momentum, learning_rate=0.1, momentum=0.8
+    )
     xs, ys = data()
     x_data, y_data = synk.data(xs[0]), synk.data(ys[0])
     losses = []
@@ -77,8 +82,9 @@ def test_make_train_function(ranks):
 def test_make_train_function_theano():
     """The single-process twin: train(x_data, y_data) on whole arrays."""
     params, x, y, loss = model()
-    train = synk_train.make_train_function_theano(loss, params, x, y, updates.nesterov_momentum,
-                                                  learning_rate=0.1, momentum=0.8)
+    train = synk_train.make_train_function_theano(
+        loss, params, x, y, updates.nesterov_momentum, learning_rate=0.1, momentum=0.8
+    )
     xs, ys = data()
     losses = [float(train(xb, yb)) for xb, yb in zip(xs, ys, strict=True)]
     want_losses, want_params = reference(xs, ys, [None] * len(xs))

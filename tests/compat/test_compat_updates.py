@@ -20,6 +20,8 @@ from synkhronos.extensions.lasagne import updates as lasagne_updates
 MODE = "FAST_COMPILE"  # passed through **kwargs to pytensor.function, as the original allows
 ROWS = 7  # 2 ranks: 4 and 3 rows
 HYPER = RULE_KWARGS  # non-default hyperparameters of every rule
+
+
 def model(seed=1):
     """y_hat = x @ W + b; loss: mean over rows of the squared error."""
     rng = np.random.default_rng(seed)
@@ -56,13 +58,14 @@ def check_params_on_ranks(params, want):
 
 # Every rule with the original's all_reduce spelling (op None: the default "avg"); the
 # explicit ops on two rules.
-@pytest.mark.parametrize(("rule", "op"), [(rule, None) for rule in HYPER]
-                         + [("sgd", "sum"), ("adam", "sum"), ("adam", "avg")])
+@pytest.mark.parametrize(
+    ("rule", "op"),
+    [(rule, None) for rule in HYPER] + [("sgd", "sum"), ("adam", "sum"), ("adam", "avg")],
+)
 def test_rules_return_three_parts(ranks, batches, rule, op):
     """grad_updates, param_updates, grad_shared = rule(loss, params, ...); all_reduce between."""
     params, x, y, loss = model()
-    grad_updates, param_updates, grad_shared = getattr(updates, rule)(loss, params,
-                                                                      **HYPER[rule])
+    grad_updates, param_updates, grad_shared = getattr(updates, rule)(loss, params, **HYPER[rule])
     f_grad = synk.function([x, y], outputs=loss, updates=grad_updates, mode=MODE)
     f_update = synk.function([], updates=param_updates, mode=MODE)
     x_data, y_data = synk.data(batches[0][0]), synk.data(batches[1][0])
@@ -108,10 +111,13 @@ def test_grad_shared_is_flat_gradient_with_batch_index_list(ranks, batches):
     np.testing.assert_allclose(reduced[0][:-1] / reduced[0][-1], want, rtol=1e-12)
 
 
-@pytest.mark.parametrize(("apply", "one_phase"), [
-    (updates.apply_momentum, lasagne_updates.momentum),
-    (updates.apply_nesterov_momentum, lasagne_updates.nesterov_momentum),
-])
+@pytest.mark.parametrize(
+    ("apply", "one_phase"),
+    [
+        (updates.apply_momentum, lasagne_updates.momentum),
+        (updates.apply_nesterov_momentum, lasagne_updates.nesterov_momentum),
+    ],
+)
 def test_apply_momentum_takes_pairs(ranks, batches, apply, one_phase):
     params, x, y, loss = model()
     grad_updates, param_updates, grad_shared = updates.sgd(loss, params, learning_rate=0.05)
@@ -167,8 +173,7 @@ def test_flat_unflat_grads(ranks, batches):
 def test_nonflat_grads(ranks, batches):
     params, x, y, loss = sum_loss_model()
     grads_shared, grads = updates.nonflat_grads(loss, params)
-    f_grad = synk.function([x, y], updates=list(zip(grads_shared, grads, strict=True)),
-                           mode=MODE)
+    f_grad = synk.function([x, y], updates=list(zip(grads_shared, grads, strict=True)), mode=MODE)
     xb, yb = batches[0][0], batches[1][0]
     f_grad(xb, yb)
     synk.all_reduce(grads_shared, op="sum")
@@ -186,14 +191,14 @@ def test_flatten_vars_vars_flat_size_unflatten_vars(ranks, batches):
     f = synk.function([x], outputs=(updates.flatten_vars([x, 2 * x]), "gather"), mode=MODE)
     xb = batches[0][0]
     halves = (xb[:4], xb[4:])
-    np.testing.assert_allclose(f(xb), np.concatenate([np.concatenate([h.ravel(), 2 * h.ravel()])
-                                                      for h in halves]))
+    np.testing.assert_allclose(
+        f(xb), np.concatenate([np.concatenate([h.ravel(), 2 * h.ravel()]) for h in halves])
+    )
     # unflatten_vars: views of an all-reduced flat vector, shaped like the params.
     flat = pytensor.shared(np.zeros(8), name="flat")
     synk.function([], updates=[(flat, updates.flatten_vars(params))], mode=MODE)()
     synk.all_reduce(flat, op="sum")
     views = updates.unflatten_vars(flat, params)
-    f_views = synk.function([], outputs=[(v, "max") for v in views],
-                            mode=MODE)
+    f_views = synk.function([], outputs=[(v, "max") for v in views], mode=MODE)
     for got, p in zip(f_views(), params, strict=True):
         np.testing.assert_allclose(got, 2 * p.get_value())

@@ -14,5 +14,13 @@ from .local import LocalStep
 from .phase import PhaseResult, Trainer
 from .shared_block import HolderDied
 
-__all__ = ["AsyncEASGD", "Downpour", "EASGD", "Gossip", "HolderDied", "LocalStep",
-           "PhaseResult", "Trainer"]
+__all__ = [
+    "AsyncEASGD",
+    "Downpour",
+    "EASGD",
+    "Gossip",
+    "HolderDied",
+    "LocalStep",
+    "PhaseResult",
+    "Trainer",
+]

@@ -89,8 +89,15 @@ class Downpour(Trainer):
 
     routine = staticmethod(downpour_phase)
 
-    def __init__(self, step: LocalStep, batch_size: int, n_push: int = 1, n_pull: int = 1,
-                 log: bool = False, seed: int = 0):
+    def __init__(
+        self,
+        step: LocalStep,
+        batch_size: int,
+        n_push: int = 1,
+        n_pull: int = 1,
+        log: bool = False,
+        seed: int = 0,
+    ):
         self.n_push, self.n_pull = every("n_push", n_push), every("n_pull", n_pull)
         super().__init__(step, batch_size, log, seed)
 

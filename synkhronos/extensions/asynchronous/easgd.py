@@ -117,8 +117,16 @@ class EASGD(Trainer):
 
     routine = staticmethod(easgd_phase)
 
-    def __init__(self, step: LocalStep, batch_size: int, tau: int = 10, alpha: float = 0.1,
-                 beta: float | None = None, log: bool = False, seed: int = 0):
+    def __init__(
+        self,
+        step: LocalStep,
+        batch_size: int,
+        tau: int = 10,
+        alpha: float = 0.1,
+        beta: float | None = None,
+        log: bool = False,
+        seed: int = 0,
+    ):
         self.tau, self.alpha = every("tau", tau), float(alpha)
         super().__init__(step, batch_size, log, seed)
         self.beta = self.n_ranks * self.alpha if beta is None else float(beta)
@@ -151,8 +159,15 @@ class AsyncEASGD(Trainer):
 
     routine = staticmethod(async_easgd_phase)
 
-    def __init__(self, step: LocalStep, batch_size: int, tau: int = 10, alpha: float = 0.1,
-                 log: bool = False, seed: int = 0):
+    def __init__(
+        self,
+        step: LocalStep,
+        batch_size: int,
+        tau: int = 10,
+        alpha: float = 0.1,
+        log: bool = False,
+        seed: int = 0,
+    ):
         self.tau, self.alpha = every("tau", tau), float(alpha)
         super().__init__(step, batch_size, log, seed)
 

@@ -41,8 +41,7 @@ class GossipExchange(Exchange):
         self.mailboxes = self.blocks[1:]
         self.own = self.mailboxes[self.rank]
         self.weight = float(self.own.read(self.rank, self.check)[OWN_WEIGHT])
-        self.rng = np.random.default_rng([self.settings.seed, self.rank,
-                                          self.settings.first_step])
+        self.rng = np.random.default_rng([self.settings.seed, self.rank, self.settings.first_step])
         self.peers = [r for r in range(self.n_ranks) if r != self.rank]
 
     def after_step(self, step: int) -> None:
@@ -115,8 +114,9 @@ class Gossip(Trainer):
 
     routine = staticmethod(gossip_phase)
 
-    def __init__(self, step: LocalStep, batch_size: int, p: float = 0.1, log: bool = False,
-                 seed: int = 0):
+    def __init__(
+        self, step: LocalStep, batch_size: int, p: float = 0.1, log: bool = False, seed: int = 0
+    ):
         if not 0 <= p <= 1:
             raise ValueError(f"p is a probability, between 0 and 1; got {p}")
         self.p = float(p)
@@ -134,4 +134,3 @@ class Gossip(Trainer):
 
     def hyper(self) -> tuple:
         return (self.p,)
-

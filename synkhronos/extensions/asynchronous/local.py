@@ -48,9 +48,16 @@ class LocalStep:
     ...                  learning_rate=0.1)
     """
 
-    def __init__(self, loss: TensorVariable, params: Sequence[SharedVariable],
-                 inputs: Sequence[TensorVariable], update_rule: Callable[..., Any],
-                 *args: Any, mode: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        loss: TensorVariable,
+        params: Sequence[SharedVariable],
+        inputs: Sequence[TensorVariable],
+        update_rule: Callable[..., Any],
+        *args: Any,
+        mode: Any = None,
+        **kwargs: Any,
+    ):
         self.params = list(params)
         dtypes = {p.dtype for p in self.params}
         if len(dtypes) != 1:
@@ -59,9 +66,10 @@ class LocalStep:
         rule = update_rule(loss, self.params, *args, **kwargs)
         if isinstance(rule, tuple) and len(rule) == 3:  # three-part: gradient, then update
             grad_updates, param_updates, _ = rule
-            self.functions = [synk.function(list(inputs), loss, updates=grad_updates,
-                                            mode=mode),
-                              synk.function([], updates=param_updates, mode=mode)]
+            self.functions = [
+                synk.function(list(inputs), loss, updates=grad_updates, mode=mode),
+                synk.function([], updates=param_updates, mode=mode),
+            ]
         else:
             self.functions = [synk.function(list(inputs), loss, updates=rule, mode=mode)]
         self.n_inputs = len(inputs)
@@ -117,7 +125,7 @@ class RankStep:
         start = 0
         for param, shape in zip(self.params, self.shapes, strict=True):
             size = int(np.prod(shape))
-            param.set_value(np.array(flat[start:start + size], self.dtype).reshape(shape))
+            param.set_value(np.array(flat[start : start + size], self.dtype).reshape(shape))
             start += size
 
 

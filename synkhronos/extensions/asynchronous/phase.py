@@ -48,8 +48,18 @@ class Settings(NamedTuple):
     hyper: tuple  #: the algorithm's own parameters
 
     def encode(self) -> np.ndarray:
-        return np.array([self.n_steps, self.batch_size, self.first_step, self.reset,
-                         self.log, self.seed, *self.hyper], np.float64)
+        return np.array(
+            [
+                self.n_steps,
+                self.batch_size,
+                self.first_step,
+                self.reset,
+                self.log,
+                self.seed,
+                *self.hyper,
+            ],
+            np.float64,
+        )
 
     @classmethod
     def decode(cls, words: np.ndarray) -> Settings:
@@ -72,8 +82,9 @@ class Exchange:
         The shared blocks, the centre first.
     """
 
-    def __init__(self, state: RankState, step: RankStep, settings: Settings,
-                 blocks: list[SharedBlock]):
+    def __init__(
+        self, state: RankState, step: RankStep, settings: Settings, blocks: list[SharedBlock]
+    ):
         self.state, self.step, self.settings = state, step, settings
         self.rank, self.n_ranks = state.rank, state.n_ranks
         self.centre = blocks[0]
@@ -97,8 +108,7 @@ class Exchange:
     def record(self, *parts) -> None:
         """Append one row to the log (when the phase logs)."""
         if self.settings.log:
-            self.log.append(np.concatenate([np.ravel(np.asarray(p, np.float64))
-                                            for p in parts]))
+            self.log.append(np.concatenate([np.ravel(np.asarray(p, np.float64)) for p in parts]))
 
     def after_step(self, step: int) -> None:
         """Called after local step ``step`` (counted over the trainer's phases)."""
@@ -118,9 +128,16 @@ def every(name: str, steps: int) -> int:
     return int(steps)
 
 
-def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
-              fids: np.ndarray, param_indices: np.ndarray, names: np.ndarray,
-              indices: np.ndarray, *data: np.ndarray) -> list[np.ndarray]:
+def run_phase(
+    state: RankState,
+    exchange: type[Exchange],
+    config: np.ndarray,
+    fids: np.ndarray,
+    param_indices: np.ndarray,
+    names: np.ndarray,
+    indices: np.ndarray,
+    *data: np.ndarray,
+) -> list[np.ndarray]:
     """(Every rank) run one phase; return ``[losses, *exchange.finish()]``.
 
     Called by each algorithm's routine with its :class:`Exchange` class. ``indices``: the
@@ -128,8 +145,10 @@ def run_phase(state: RankState, exchange: type[Exchange], config: np.ndarray,
     """
     settings = Settings.decode(config)
     step = RankStep(state, fids, param_indices)
-    blocks = [SharedBlock(name, 0, step.dtype, create=False)
-              for name in routine_part.from_text(names).split(",")]
+    blocks = [
+        SharedBlock(name, 0, step.dtype, create=False)
+        for name in routine_part.from_text(names).split(",")
+    ]
     try:
         algorithm = exchange(state, step, settings, blocks)
         n_rows = len(indices) if len(indices) else len(data[0])
@@ -182,8 +201,10 @@ class Trainer:
         flat = step.flat_params()
         base = f"{session.name}_async{next(_block_count)}"
         self.blocks = [SharedBlock(f"{base}_centre", flat.size, flat.dtype, create=True)]
-        self.blocks += [SharedBlock(f"{base}_{i}", self.block_size(flat.size), flat.dtype,
-                                    create=True) for i in range(self.n_blocks())]
+        self.blocks += [
+            SharedBlock(f"{base}_{i}", self.block_size(flat.size), flat.dtype, create=True)
+            for i in range(self.n_blocks())
+        ]
         self.blocks[0].values[:] = flat
         self.init_blocks()
         self.steps_done = 0
@@ -203,8 +224,9 @@ class Trainer:
         """The algorithm's parameters, sent with each phase."""
         return ()
 
-    def run(self, data: Sequence[Data | np.ndarray], n_steps: int,
-            rows: np.ndarray | None = None) -> PhaseResult:
+    def run(
+        self, data: Sequence[Data | np.ndarray], n_steps: int, rows: np.ndarray | None = None
+    ) -> PhaseResult:
         """Run ``n_steps`` local steps on every rank, exchanging as the algorithm says.
 
         Parameters
@@ -223,19 +245,30 @@ class Trainer:
         -------
         PhaseResult
         """
-        settings = Settings(int(n_steps), self.batch_size, self.steps_done,
-                            self.steps_done == 0, self.log, self.seed, self.hyper())
+        settings = Settings(
+            int(n_steps),
+            self.batch_size,
+            self.steps_done,
+            self.steps_done == 0,
+            self.log,
+            self.seed,
+            self.hyper(),
+        )
         names = routine_part.text(",".join(b.name for b in self.blocks))
         indices = np.zeros(0, np.int64) if rows is None else np.asarray(rows, np.int64)
-        replies = routines.run(self.routine, settings.encode(), self.fids,
-                              self.param_indices, names, indices, *data)
+        replies = routines.run(
+            self.routine, settings.encode(), self.fids, self.param_indices, names, indices, *data
+        )
         self.steps_done += int(n_steps)
         n_rows = len(data[0]) if rows is None else len(indices)
-        batches = [minibatch(rank_rows(n_rows, r, self.n_ranks), self.batch_size, 0)
-                   for r in range(self.n_ranks)]
+        batches = [
+            minibatch(rank_rows(n_rows, r, self.n_ranks), self.batch_size, 0)
+            for r in range(self.n_ranks)
+        ]
         samples = int(n_steps) * sum(b.stop - b.start for b in batches)
-        return PhaseResult(np.array([r[0] for r in replies]), self.centre(), samples,
-                           [r[1:] for r in replies])
+        return PhaseResult(
+            np.array([r[0] for r in replies]), self.centre(), samples, [r[1:] for r in replies]
+        )
 
     def centre(self) -> list[np.ndarray]:
         """The centre, shaped like the parameters."""

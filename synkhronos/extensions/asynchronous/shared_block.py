@@ -90,8 +90,9 @@ class SharedBlock:
         return int(self.header[SEQUENCE])
 
     @contextmanager
-    def locked(self, rank: int, check: Callable[[], None] | None = None,
-               count: bool = True) -> Iterator[np.ndarray]:
+    def locked(
+        self, rank: int, check: Callable[[], None] | None = None, count: bool = True
+    ) -> Iterator[np.ndarray]:
         """Hold the lock as ``rank``; yields the values to read and change in place.
 
         ``check`` is called while the lock is busy (it raises to give up); with ``count``
@@ -117,7 +118,8 @@ class SharedBlock:
             if self.header[DIRTY]:
                 raise HolderDied(
                     f"rank {int(self.header[OWNER])} died or failed while holding the lock "
-                    f"of {self.name}; its values may be half-written, so they are not used")
+                    f"of {self.name}; its values may be half-written, so they are not used"
+                )
             self.header[OWNER], self.header[DIRTY] = rank, 1
             if _DIE_RANK == str(rank):
                 os.kill(os.getpid(), signal.SIGKILL)

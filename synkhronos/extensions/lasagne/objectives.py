@@ -53,8 +53,10 @@ def align_targets(predictions, targets) -> tuple:
     >>> t.broadcastable
     (False, True)
     """
-    if (getattr(predictions, "broadcastable", None) == (False, True)
-            and getattr(targets, "ndim", None) == 1):
+    if (
+        getattr(predictions, "broadcastable", None) == (False, True)
+        and getattr(targets, "ndim", None) == 1
+    ):
         targets = as_theano_expression(targets).dimshuffle(0, "x")
     return predictions, targets
 
@@ -213,10 +215,13 @@ def binary_hinge_loss(
     array([0. , 1.5])
     """
     if log_odds is None:
-        warn("The `log_odds` argument to `binary_hinge_loss` will change its default to "
-             "`False` in a future version. Explicitly give `log_odds=True` to retain current "
-             "behavior in your code, but also check the documentation if this is what you "
-             "want.", stacklevel=2)
+        warn(
+            "The `log_odds` argument to `binary_hinge_loss` will change its default to "
+            "`False` in a future version. Explicitly give `log_odds=True` to retain current "
+            "behavior in your code, but also check the documentation if this is what you "
+            "want.",
+            stacklevel=2,
+        )
         log_odds = True
     predictions, targets = pt.as_tensor_variable(predictions), pt.as_tensor_variable(targets)
     if not log_odds:

@@ -75,8 +75,9 @@ def _zeros_like(param: SharedVariable, suffix: str) -> SharedVariable:
     """A zero-filled optimizer-state variable with ``param``'s shape, dtype and static shape."""
     value = param.get_value(borrow=True)
     name = f"{param.name}_{suffix}" if param.name else suffix
-    return pytensor.shared(np.zeros(value.shape, dtype=value.dtype), name=name,
-                           shape=param.type.shape)
+    return pytensor.shared(
+        np.zeros(value.shape, dtype=value.dtype), name=name, shape=param.type.shape
+    )
 
 
 def _check_shared(params: Sequence[SharedVariable]) -> None:
@@ -84,8 +85,9 @@ def _check_shared(params: Sequence[SharedVariable]) -> None:
         raise ValueError("params must contain shared variables only")
 
 
-def get_or_compute_grads(loss_or_grads: LossOrGrads,
-                         params: Iterable[SharedVariable]) -> list[TensorVariable]:
+def get_or_compute_grads(
+    loss_or_grads: LossOrGrads, params: Iterable[SharedVariable]
+) -> list[TensorVariable]:
     """The gradients of ``loss_or_grads`` with respect to ``params``.
 
     Parameters
@@ -124,8 +126,9 @@ def get_or_compute_grads(loss_or_grads: LossOrGrads,
     return pytensor.grad(loss_or_grads, params)
 
 
-def sgd(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-        learning_rate: Scalar) -> Updates:
+def sgd(
+    loss_or_grads: LossOrGrads, params: Iterable[SharedVariable], learning_rate: Scalar
+) -> Updates:
     """Stochastic gradient descent: ``param = param - learning_rate * grad``.
 
     Parameters
@@ -158,8 +161,9 @@ def sgd(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     return updates
 
 
-def _apply_momentum(updates: Updates, params: Iterable[SharedVariable] | None,
-                    momentum: Scalar, nesterov: bool) -> Updates:
+def _apply_momentum(
+    updates: Updates, params: Iterable[SharedVariable] | None, momentum: Scalar, nesterov: bool
+) -> Updates:
     """Classical (``nesterov=False``) or Nesterov momentum; they differ only in the step."""
     if params is None:
         params = list(updates.keys())
@@ -178,8 +182,9 @@ def _apply_momentum(updates: Updates, params: Iterable[SharedVariable] | None,
     return updates
 
 
-def apply_momentum(updates: Updates, params: Iterable[SharedVariable] | None = None,
-                   momentum: Scalar = 0.9) -> Updates:
+def apply_momentum(
+    updates: Updates, params: Iterable[SharedVariable] | None = None, momentum: Scalar = 0.9
+) -> Updates:
     """Add classical momentum to existing updates.
 
     For each parameter, with a new zero-initialised ``velocity``::
@@ -205,8 +210,12 @@ def apply_momentum(updates: Updates, params: Iterable[SharedVariable] | None = N
     return _apply_momentum(updates, params, momentum, nesterov=False)
 
 
-def momentum(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-             learning_rate: Scalar, momentum: Scalar = 0.9) -> Updates:
+def momentum(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar,
+    momentum: Scalar = 0.9,
+) -> Updates:
     """Stochastic gradient descent with classical momentum.
 
     ``apply_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)``;
@@ -215,8 +224,9 @@ def momentum(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     return apply_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)
 
 
-def apply_nesterov_momentum(updates: Updates, params: Iterable[SharedVariable] | None = None,
-                            momentum: Scalar = 0.9) -> Updates:
+def apply_nesterov_momentum(
+    updates: Updates, params: Iterable[SharedVariable] | None = None, momentum: Scalar = 0.9
+) -> Updates:
     """Add Nesterov momentum to existing updates.
 
     For each parameter, with a new zero-initialised ``velocity``::
@@ -230,20 +240,28 @@ def apply_nesterov_momentum(updates: Updates, params: Iterable[SharedVariable] |
     return _apply_momentum(updates, params, momentum, nesterov=True)
 
 
-def nesterov_momentum(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-                      learning_rate: Scalar, momentum: Scalar = 0.9) -> Updates:
+def nesterov_momentum(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar,
+    momentum: Scalar = 0.9,
+) -> Updates:
     """Stochastic gradient descent with Nesterov momentum.
 
     ``apply_nesterov_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)``;
     see :func:`sgd` and :func:`apply_nesterov_momentum`.
     """
-    return apply_nesterov_momentum(sgd(loss_or_grads, params, learning_rate),
-                                   momentum=momentum)
+    return apply_nesterov_momentum(sgd(loss_or_grads, params, learning_rate), momentum=momentum)
 
 
-def _rms_scaled(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-                learning_rate: Scalar, rho: Scalar | None, epsilon: Scalar,
-                moving_average: bool) -> Updates:
+def _rms_scaled(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar,
+    rho: Scalar | None,
+    epsilon: Scalar,
+    moving_average: bool,
+) -> Updates:
     """Adagrad or RMSProp: both step by ``learning_rate * grad / sqrt(accu + epsilon)``.
 
     ``accu`` is the sum of the squared gradients for Adagrad (``moving_average=False``,
@@ -261,13 +279,18 @@ def _rms_scaled(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
         else:
             accu_new = accu + pt.square(grad)
         updates[accu] = accu_new
-        updates[param] = param - (_const(learning_rate, dtype) * grad
-                                  / pt.sqrt(accu_new + _const(epsilon, dtype)))
+        updates[param] = param - (
+            _const(learning_rate, dtype) * grad / pt.sqrt(accu_new + _const(epsilon, dtype))
+        )
     return updates
 
 
-def adagrad(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-            learning_rate: Scalar = 1.0, epsilon: Scalar = 1e-6) -> Updates:
+def adagrad(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar = 1.0,
+    epsilon: Scalar = 1e-6,
+) -> Updates:
     """Adagrad: per-element step sizes from the sum of squared gradients.
 
     ::
@@ -289,12 +312,16 @@ def adagrad(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     OrderedDict
         Updates of the parameters and their accumulators.
     """
-    return _rms_scaled(loss_or_grads, params, learning_rate, None, epsilon,
-                       moving_average=False)
+    return _rms_scaled(loss_or_grads, params, learning_rate, None, epsilon, moving_average=False)
 
 
-def rmsprop(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-            learning_rate: Scalar = 1.0, rho: Scalar = 0.9, epsilon: Scalar = 1e-6) -> Updates:
+def rmsprop(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar = 1.0,
+    rho: Scalar = 0.9,
+    epsilon: Scalar = 1e-6,
+) -> Updates:
     """RMSProp: steps scaled by a moving average of squared gradients.
 
     ::
@@ -314,12 +341,16 @@ def rmsprop(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     OrderedDict
         Updates of the parameters and their accumulators.
     """
-    return _rms_scaled(loss_or_grads, params, learning_rate, rho, epsilon,
-                       moving_average=True)
+    return _rms_scaled(loss_or_grads, params, learning_rate, rho, epsilon, moving_average=True)
 
 
-def adadelta(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-             learning_rate: Scalar = 1.0, rho: Scalar = 0.95, epsilon: Scalar = 1e-6) -> Updates:
+def adadelta(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar = 1.0,
+    rho: Scalar = 0.95,
+    epsilon: Scalar = 1e-6,
+) -> Updates:
     """Adadelta: steps scaled by the ratio of moving RMS of updates and of gradients.
 
     ::
@@ -357,9 +388,15 @@ def adadelta(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     return updates
 
 
-def _adam_like(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-               learning_rate: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar,
-               variant: str) -> Updates:
+def _adam_like(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    variant: str,
+) -> Updates:
     """Adam, Adamax or AMSGrad (``variant``); they share ``t`` and the first moment ``m``."""
     infinity_norm = variant == "adamax"
     params = list(params)  # any iterable, read more than once
@@ -371,9 +408,9 @@ def _adam_like(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     b1, b2, eps = _const(beta1, dtype), _const(beta2, dtype), _const(epsilon, dtype)
     t = t_prev + one
     if infinity_norm:
-        a_t = _const(learning_rate, dtype) / (one - b1 ** t)
+        a_t = _const(learning_rate, dtype) / (one - b1**t)
     else:
-        a_t = _const(learning_rate, dtype) * pt.sqrt(one - b2 ** t) / (one - b1 ** t)
+        a_t = _const(learning_rate, dtype) * pt.sqrt(one - b2**t) / (one - b1**t)
     updates: Updates = OrderedDict()
     for param, grad in zip(params, grads, strict=True):
         m_prev = _zeros_like(param, "m")
@@ -398,9 +435,14 @@ def _adam_like(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     return updates
 
 
-def adam(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-         learning_rate: Scalar = 0.001, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
-         epsilon: Scalar = 1e-8) -> Updates:
+def adam(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar = 0.001,
+    beta1: Scalar = 0.9,
+    beta2: Scalar = 0.999,
+    epsilon: Scalar = 1e-8,
+) -> Updates:
     """Adam, with the bias correction folded into the step size.
 
     ::
@@ -430,9 +472,14 @@ def adam(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     return _adam_like(loss_or_grads, params, learning_rate, beta1, beta2, epsilon, "adam")
 
 
-def adamax(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-           learning_rate: Scalar = 0.002, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
-           epsilon: Scalar = 1e-8) -> Updates:
+def adamax(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar = 0.002,
+    beta1: Scalar = 0.9,
+    beta2: Scalar = 0.999,
+    epsilon: Scalar = 1e-8,
+) -> Updates:
     """Adamax: Adam with the infinity norm.
 
     ::
@@ -462,9 +509,14 @@ def adamax(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     return _adam_like(loss_or_grads, params, learning_rate, beta1, beta2, epsilon, "adamax")
 
 
-def amsgrad(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
-            learning_rate: Scalar = 0.001, beta1: Scalar = 0.9, beta2: Scalar = 0.999,
-            epsilon: Scalar = 1e-8) -> Updates:
+def amsgrad(
+    loss_or_grads: LossOrGrads,
+    params: Iterable[SharedVariable],
+    learning_rate: Scalar = 0.001,
+    beta1: Scalar = 0.9,
+    beta2: Scalar = 0.999,
+    epsilon: Scalar = 1e-8,
+) -> Updates:
     """AMSGrad: Adam stepping with the running maximum of the second moment.
 
     ::
@@ -489,9 +541,12 @@ def amsgrad(loss_or_grads: LossOrGrads, params: Iterable[SharedVariable],
     return _adam_like(loss_or_grads, params, learning_rate, beta1, beta2, epsilon, "amsgrad")
 
 
-def norm_constraint(tensor_var: TensorVariable, max_norm: Scalar,
-                    norm_axes: Sequence[int] | None = None,
-                    epsilon: Scalar = 1e-7) -> TensorVariable:
+def norm_constraint(
+    tensor_var: TensorVariable,
+    max_norm: Scalar,
+    norm_axes: Sequence[int] | None = None,
+    epsilon: Scalar = 1e-7,
+) -> TensorVariable:
     """Rescale ``tensor_var`` so that its norms over ``norm_axes`` are at most ``max_norm``.
 
     ``tensor_var * clip(norms, 0, max_norm) / (epsilon + norms)``, typically
@@ -520,17 +575,21 @@ def norm_constraint(tensor_var: TensorVariable, max_norm: Scalar,
     ValueError
         If ``norm_axes`` is not given and ``tensor_var`` is not 2- to 5-D.
     """
-    sum_over = (default_norm_axes(tensor_var.ndim, vectors=False) if norm_axes is None
-                else tuple(norm_axes))
+    sum_over = (
+        default_norm_axes(tensor_var.ndim, vectors=False) if norm_axes is None else tuple(norm_axes)
+    )
     dtype = tensor_var.dtype
     norms = pt.sqrt(pt.sum(pt.square(tensor_var), axis=sum_over, keepdims=True))
     target_norms = pt.clip(norms, _const(0, dtype), _const(max_norm, dtype))
     return tensor_var * (target_norms / (_const(epsilon, dtype) + norms))
 
 
-def total_norm_constraint(tensor_vars: Iterable[TensorVariable], max_norm: Scalar,
-                          epsilon: Scalar = 1e-7, return_norm: bool = False
-                          ) -> list[TensorVariable] | tuple[list[TensorVariable], TensorVariable]:
+def total_norm_constraint(
+    tensor_vars: Iterable[TensorVariable],
+    max_norm: Scalar,
+    epsilon: Scalar = 1e-7,
+    return_norm: bool = False,
+) -> list[TensorVariable] | tuple[list[TensorVariable], TensorVariable]:
     """Rescale tensors jointly so that their total (concatenated) L2 norm is at most ``max_norm``.
 
     Typically used for gradient clipping::

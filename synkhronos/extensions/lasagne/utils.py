@@ -209,8 +209,10 @@ def create_param(spec, shape: Iterable[int], name: str | None = None) -> Variabl
     """
     shape = tuple(shape)
     if any(d <= 0 for d in shape):
-        raise ValueError(f"Cannot create param with a non-positive shape dimension: "
-                         f"shape={shape!r}, name={name!r}")
+        raise ValueError(
+            f"Cannot create param with a non-positive shape dimension: "
+            f"shape={shape!r}, name={name!r}"
+        )
     from_callable = callable(spec)
     what = "the {} returned by the provided callable" if from_callable else "the provided {}"
     if from_callable:
@@ -220,23 +222,29 @@ def create_param(spec, shape: Iterable[int], name: str | None = None) -> Variabl
         spec = np.asarray(spec)
     if isinstance(spec, np.ndarray):
         if spec.shape != shape:
-            raise ValueError(prefix + what.format("numpy array")
-                             + f" has shape {spec.shape}, should be {shape}")
+            raise ValueError(
+                prefix + what.format("numpy array") + f" has shape {spec.shape}, should be {shape}"
+            )
         # Parameters keep their shape, so a static one lets PyTensor infer every
         # shape computed from them (and broadcast their size-1 axes).
         spec = pytensor.shared(spec, shape=shape)
     if isinstance(spec, Variable):
         if spec.ndim != len(shape):
-            raise ValueError(prefix + what.format("variable")
-                             + f" has {spec.ndim} dimensions, should be {len(shape)}")
+            raise ValueError(
+                prefix
+                + what.format("variable")
+                + f" has {spec.ndim} dimensions, should be {len(shape)}"
+            )
         if not spec.name:
             spec.name = name
         return spec
     if from_callable:
-        raise TypeError(prefix + what.format("value")
-                        + " is not a numpy array or a PyTensor expression")
-    raise TypeError(prefix + what.format("spec")
-                    + " is not a numpy array, a PyTensor expression, or a callable")
+        raise TypeError(
+            prefix + what.format("value") + " is not a numpy array or a PyTensor expression"
+        )
+    raise TypeError(
+        prefix + what.format("spec") + " is not a numpy array, a PyTensor expression, or a callable"
+    )
 
 
 def unique(l: Iterable) -> list:  # noqa: E741 (Lasagne's parameter name)
@@ -296,11 +304,11 @@ def as_tuple(x, N: int, t: type | tuple[type, ...] | None = None) -> tuple:  # n
     except TypeError:
         values = (x,) * N
     if t is not None and not all(isinstance(v, t) for v in values):
-        raise TypeError(f"expected a single value or an iterable of {_type_names(t)}, "
-                        f"got {x} instead")
+        raise TypeError(
+            f"expected a single value or an iterable of {_type_names(t)}, got {x} instead"
+        )
     if len(values) != N:
-        raise ValueError(f"expected a single value or an iterable with length {N}, "
-                         f"got {x} instead")
+        raise ValueError(f"expected a single value or an iterable with length {N}, got {x} instead")
     return values
 
 
@@ -384,8 +392,10 @@ def compute_norms(array: np.ndarray | Variable, norm_axes: Sequence[int] | None 
     array([5.        , 1.41421356])
     """
     if not isinstance(array, np.ndarray | Variable):
-        raise RuntimeError(f"Unsupported type {type(array)}: compute_norms takes PyTensor "
-                           "variables and NumPy arrays")
+        raise RuntimeError(
+            f"Unsupported type {type(array)}: compute_norms takes PyTensor "
+            "variables and NumPy arrays"
+        )
     norm_axes = default_norm_axes(array.ndim) if norm_axes is None else tuple(norm_axes)
     if isinstance(array, np.ndarray):
         return np.sqrt(np.sum(array**2, axis=norm_axes))

@@ -50,9 +50,13 @@ class Backend:
         result), in which case the variable takes it as it is where the dtype matches.
         """
         current = var.get_value(borrow=True)
-        if (self.writes_in_place and isinstance(current, np.ndarray)
-                and current.flags.writeable and current.shape == np.shape(value)
-                and current.dtype == value.dtype):
+        if (
+            self.writes_in_place
+            and isinstance(current, np.ndarray)
+            and current.flags.writeable
+            and current.shape == np.shape(value)
+            and current.dtype == value.dtype
+        ):
             np.copyto(current, value)  # in place: keeps the storage the function uses
             return
         # Replace the storage (JAX mode's is read-only, or must stay unchanged). borrow=True,
@@ -62,4 +66,3 @@ class Backend:
         if not self.writes_in_place:
             new.flags.writeable = False  # nothing writes into it while JAX may read it
         var.set_value(new, borrow=True)
-

@@ -50,12 +50,19 @@ _SIZES, _ROWS, _STEPS, _ROUNDS = (784, 512, 512, 10), 128, 20, 3
 def cache_file() -> Path:
     """Where the measured choice is kept."""
     base = os.environ.get(CACHE_VAR) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "synkhronos")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "synkhronos"
+    )
     return Path(base) / "cpu_backend.json"
 
 
-_CPU_LINES = ("model name", "flags", "Features", "CPU implementer", "CPU part",
-              "CPU architecture")  # /proc/cpuinfo lines naming the CPU (x86, then Arm)
+_CPU_LINES = (
+    "model name",
+    "flags",
+    "Features",
+    "CPU implementer",
+    "CPU part",
+    "CPU architecture",
+)  # /proc/cpuinfo lines naming the CPU (x86, then Arm)
 
 
 def machine_key(float_x: str) -> str:
@@ -74,10 +81,16 @@ def machine_key(float_x: str) -> str:
         cpu = "".join(sorted(set(lines))) or cpu
     except OSError:
         pass
-    installed = [f"{package}={version or 'none'}" for package, version in versions(
-        ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba")).items()]
-    flags = [os.environ.get(v, "") for v in ("PYTENSOR_FLAGS", "XLA_FLAGS",
-                                              "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")]
+    installed = [
+        f"{package}={version or 'none'}"
+        for package, version in versions(
+            ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba")
+        ).items()
+    ]
+    flags = [
+        os.environ.get(v, "")
+        for v in ("PYTENSOR_FLAGS", "XLA_FLAGS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+    ]
     text = "\n".join([platform.machine(), cpu, *installed, float_x, *flags])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -96,7 +109,7 @@ def choose(seconds: dict[str, float]) -> str:
 
 
 def faster_cpu_backend() -> str:
-    """"cpu" or "jax-cpu": the environment's choice, else the remembered or new measurement.
+    """ "cpu" or "jax-cpu": the environment's choice, else the remembered or new measurement.
 
     Without JAX installed the answer is "cpu", unmeasured. A measurement that fails
     logs why (a warning) and gives "cpu" (and is not remembered).
@@ -108,18 +121,27 @@ def faster_cpu_backend() -> str:
 
     float_x = pytensor.config.floatX
     path, key = cache_file(), machine_key(float_x)
-    logger.info("synkhronos: backend='auto' is timing PyTensor's default and JAX modes on "
-                "this CPU, once (the answer is kept in %s)", path)
+    logger.info(
+        "synkhronos: backend='auto' is timing PyTensor's default and JAX modes on "
+        "this CPU, once (the answer is kept in %s)",
+        path,
+    )
     try:
         seconds = _measure_in_child(float_x)
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as error:
-        logger.warning("synkhronos: the measurement of the CPU backends failed (%s); using "
-                       "backend 'cpu'", error)
+        logger.warning(
+            "synkhronos: the measurement of the CPU backends failed (%s); using backend 'cpu'",
+            error,
+        )
         return "cpu"
     choice = choose(seconds)
-    logger.info("synkhronos: backend='auto' takes %r on this CPU (a step took %.3g ms in the "
-                "default mode, %.3g ms in JAX mode)", choice, 1e3 * seconds["cpu"],
-                1e3 * seconds["jax-cpu"])
+    logger.info(
+        "synkhronos: backend='auto' takes %r on this CPU (a step took %.3g ms in the "
+        "default mode, %.3g ms in JAX mode)",
+        choice,
+        1e3 * seconds["cpu"],
+        1e3 * seconds["jax-cpu"],
+    )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written aside and renamed, so that a program starting meanwhile reads all or none.
@@ -169,11 +191,23 @@ def _measure_in_child(float_x: str) -> dict[str, float]:
     flags = ",".join(f for f in (os.environ.get("PYTENSOR_FLAGS"), f"floatX={float_x}") if f)
     # As a one-core rank runs: one BLAS thread, XLA without its pool (the user's flags
     # kept), and this process's sys.path (synkhronos may be importable only through it).
-    env = dict(os.environ, PYTENSOR_FLAGS=flags, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               MKL_NUM_THREADS="1", XLA_FLAGS=xla_flags(os.environ.get("XLA_FLAGS", ""), 1),
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run([sys.executable, "-m", __name__], env=env, capture_output=True,
-                          text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    env = dict(
+        os.environ,
+        PYTENSOR_FLAGS=flags,
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        XLA_FLAGS=xla_flags(os.environ.get("XLA_FLAGS", ""), 1),
+        PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", __name__],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+    )
     if done.returncode:
         tail = done.stderr.strip().splitlines()[-1:] or ["no message"]
         raise subprocess.SubprocessError(f"exit {done.returncode}: {tail[0]}")
@@ -202,15 +236,16 @@ def _step_seconds() -> dict[str, float]:
         x, y = pt.matrix("x", dtype="float32"), pt.vector("y", dtype="int32")
         h, params = x, []
         for i, (n_in, n_out) in enumerate(zip(_SIZES[:-1], _SIZES[1:], strict=True)):
-            w = pytensor.shared((rng.normal(size=(n_in, n_out)) / np.sqrt(n_in))
-                                .astype(np.float32))
+            w = pytensor.shared((rng.normal(size=(n_in, n_out)) / np.sqrt(n_in)).astype(np.float32))
             b = pytensor.shared(np.zeros(n_out, np.float32))
             params += [w, b]
             h = h @ w + b
             h = pt.maximum(h, 0) if i < len(_SIZES) - 2 else pt.special.log_softmax(h, axis=1)
         loss = -h[pt.arange(y.shape[0]), y].mean()
-        updates = [(p, p - np.float32(0.01) * g) for p, g in zip(params, pt.grad(loss, params),
-                                                       strict=True)]
+        updates = [
+            (p, p - np.float32(0.01) * g)
+            for p, g in zip(params, pt.grad(loss, params), strict=True)
+        ]
         fn = pytensor.function([x, y], loss, updates=updates, mode=mode)
 
         def run(n, fn=fn, params=params):

@@ -38,8 +38,10 @@ def on_cpu_devices() -> bool:
 def _cuda_plugin_installed() -> bool:
     """Whether a JAX CUDA plugin (``jax[cuda12]``'s ``jax-cuda12-plugin``, or a later CUDA
     version's) is installed, found without importing it."""
-    return any(re.fullmatch(r"jax[-_]cuda\d+[-_]plugin", d.metadata["Name"] or "")
-               for d in importlib.metadata.distributions())
+    return any(
+        re.fullmatch(r"jax[-_]cuda\d+[-_]plugin", d.metadata["Name"] or "")
+        for d in importlib.metadata.distributions()
+    )
 
 
 def gpu_packages_missing() -> list[str]:
@@ -61,11 +63,18 @@ def gpu_table() -> list[tuple[str, str, str]]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True).stdout
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise RuntimeError(f"no usable GPU: nvidia-smi failed ({e})") from e
-    return [tuple(field.strip() for field in line.split(",")) for line in out.splitlines()
-            if line.strip()]
+    return [
+        tuple(field.strip() for field in line.split(","))
+        for line in out.splitlines()
+        if line.strip()
+    ]
 
 
 def parse_visible_devices(text: str) -> list[str]:
@@ -98,8 +107,9 @@ def visible_gpus(table: list[tuple[str, str, str]] | None = None) -> list[str]:
     return sorted((row[0] for row in table), key=int)
 
 
-def prepare_gpus(n_parallel: int | None, gpus: list[int] | None,
-                 master_rank: int = 0) -> list[str] | None:
+def prepare_gpus(
+    n_parallel: int | None, gpus: list[int] | None, master_rank: int = 0
+) -> list[str] | None:
     """Choose one GPU per rank, log them, and set rank 0's process up for its GPU.
 
     Without ``gpus``, the visible GPUs from the ``master_rank``-th on (it is rank 0's),
@@ -117,22 +127,28 @@ def prepare_gpus(n_parallel: int | None, gpus: list[int] | None,
     available = visible_gpus(rows)
     if gpus is None and master_rank:
         if not 0 <= master_rank < len(available):
-            raise ValueError(f"master_rank={master_rank}, but {len(available)} GPUs are "
-                             f"visible")
-        available = [available[master_rank], *available[:master_rank],
-                     *available[master_rank + 1:]]
+            raise ValueError(f"master_rank={master_rank}, but {len(available)} GPUs are visible")
+        available = [
+            available[master_rank],
+            *available[:master_rank],
+            *available[master_rank + 1 :],
+        ]
     chosen = [str(g) for g in gpus] if gpus is not None else available[:n_parallel]
     if not chosen or (n_parallel is not None and len(chosen) != n_parallel):
-        raise ValueError(f"asked for {n_parallel} GPU ranks with gpus={gpus}, but GPUs "
-                         f"{available} are visible")
+        raise ValueError(
+            f"asked for {n_parallel} GPU ranks with gpus={gpus}, but GPUs {available} are visible"
+        )
     for rank, gpu in enumerate(chosen):
         name, memory = table.get(gpu, ("?", "?"))
         logger.info("synkhronos rank %d: GPU %s, %s, %s", rank, gpu, name, memory)
     # JAX would otherwise take 75% of each GPU's memory at start; keep the user's choice.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if "jax" in sys.modules:
-        warnings.warn("jax was imported before synk.fork(): rank 0 uses the default "
-                      "device, which may not be GPU " + chosen[0], stacklevel=3)
+        warnings.warn(
+            "jax was imported before synk.fork(): rank 0 uses the default "
+            "device, which may not be GPU " + chosen[0],
+            stacklevel=3,
+        )
     else:
         os.environ["CUDA_VISIBLE_DEVICES"] = chosen[0]
     _default_float32()

@@ -24,10 +24,12 @@ from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.tensor.basic import ARange
 from pytensor.tensor.shape import Shape_i
 
-warnings.filterwarnings("ignore", message="Explicitly requested dtype .* is not available",
-                        category=UserWarning)
-warnings.filterwarnings("ignore", message="Skipping Assert.*Could not broadcast dimensions",
-                        category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="Explicitly requested dtype .* is not available", category=UserWarning
+)
+warnings.filterwarnings(
+    "ignore", message="Skipping Assert.*Could not broadcast dimensions", category=UserWarning
+)
 
 
 @jax_funcify.register(ARange)
@@ -39,12 +41,14 @@ def _jax_arange(op, node, **kwargs):
         elif arg.owner is not None and isinstance(arg.owner.op, Shape_i):
             constants.append(None)  # a shape: concrete when JAX traces
         else:
-            raise NotImplementedError("JAX needs the bounds of arange to be constants or "
-                                      "shapes of inputs")
+            raise NotImplementedError(
+                "JAX needs the bounds of arange to be constants or shapes of inputs"
+            )
 
     def arange(start, stop, step):
-        bounds = [a if c is None else c for a, c in zip((start, stop, step), constants,
-                                                         strict=True)]
+        bounds = [
+            a if c is None else c for a, c in zip((start, stop, step), constants, strict=True)
+        ]
         return jnp.arange(*bounds, dtype=op.dtype)
 
     return arange

@@ -17,8 +17,9 @@ from pytensor.graph.rewriting.utils import is_same_graph
 from pytensor.graph.traversal import walk
 
 
-def ancestors(variable_list: Iterable[Variable], blockers: Iterable[Variable] | None = None
-              ) -> list[Variable]:
+def ancestors(
+    variable_list: Iterable[Variable], blockers: Iterable[Variable] | None = None
+) -> list[Variable]:
     """The variables of the graphs of ``variable_list`` (not beyond ``blockers``), in
     the order of a left-recursive depth-first search; as in Theano, the search starts
     from the list's last variable (Lasagne passes its expressions reversed)."""
@@ -32,8 +33,9 @@ def ancestors(variable_list: Iterable[Variable], blockers: Iterable[Variable] | 
     return list(walk(variable_list, expand, bfs=False))
 
 
-def inputs(variable_list: Iterable[Variable], blockers: Iterable[Variable] | None = None
-           ) -> list[Variable]:
+def inputs(
+    variable_list: Iterable[Variable], blockers: Iterable[Variable] | None = None
+) -> list[Variable]:
     """The inputs of the graphs of ``variable_list`` (their variables without an owner,
     the search going no further than ``blockers``), in :func:`ancestors`' order."""
     return [v for v in ancestors(variable_list, blockers) if v.owner is None]

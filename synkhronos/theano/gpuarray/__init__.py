@@ -14,12 +14,20 @@ logger = logging.getLogger(__name__)
 pygpu_activated = False
 
 
-def use(device, force: bool = False, default_to_move_computation_to_gpu: bool = True,
-        move_shared_to_gpu: bool = True, preallocate=None) -> None:
+def use(
+    device,
+    force: bool = False,
+    default_to_move_computation_to_gpu: bool = True,
+    move_shared_to_gpu: bool = True,
+    preallocate=None,
+) -> None:
     """Theano's ``theano.gpuarray.use(device)``: does nothing but log that GPU ranks come
     from ``synk.fork`` (``synk.fork(gpus=...)`` chooses the devices)."""
-    logger.info("theano.gpuarray.use(%r) does nothing: synk.fork() starts one rank per GPU "
-                "(synk.fork(gpus=...) chooses them)", device)
+    logger.info(
+        "theano.gpuarray.use(%r) does nothing: synk.fork() starts one rank per GPU "
+        "(synk.fork(gpus=...) chooses them)",
+        device,
+    )
 
 
 __all__ = ["dnn", "pygpu_activated", "use"]

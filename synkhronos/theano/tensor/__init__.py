@@ -58,8 +58,9 @@ def patternbroadcast(x, broadcastable: Sequence[bool]) -> TensorVariable:
     (None, 1)
     """
     if len(broadcastable) != x.ndim:
-        raise ValueError(f"patternbroadcast: {len(broadcastable)} flags for a tensor of "
-                         f"{x.ndim} dimensions")
+        raise ValueError(
+            f"patternbroadcast: {len(broadcastable)} flags for a tensor of {x.ndim} dimensions"
+        )
     return pt.specify_broadcastable(x, *[i for i, b in enumerate(broadcastable) if b])
 
 

@@ -12,8 +12,9 @@ from synkhronos.transport.comm.base import Communicator
 from synkhronos.transport.nodes import LAYOUT_VAR, current
 
 
-def make_communicator(backend: str, session: str, rank: int, n_ranks: int, control,
-                      check_alive) -> Communicator:
+def make_communicator(
+    backend: str, session: str, rank: int, n_ranks: int, control, check_alive
+) -> Communicator:
     """The communicator for ranks of ``backend`` (XLA for "gpu", shared memory else),
     over every node's ranks when the :data:`~synkhronos.transport.nodes.LAYOUT_VAR` environment
     variable (set by :func:`synkhronos.fork` under MPI) gives their layout."""

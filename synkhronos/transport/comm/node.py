@@ -179,8 +179,10 @@ class NodeCommunicator(Communicator):
             chunks = None
             if self.rank == 0:
                 bounds = np.cumsum([0, *self.world.local_ranks]).tolist()
-                chunks = [[[np.asarray(a) for a in p] for p in parts[a:b]]
-                          for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+                chunks = [
+                    [[np.asarray(a) for a in p] for p in parts[a:b]]
+                    for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+                ]
             parts = self.world.mpi.scatter(chunks, root=0)
         if self.spread:
             return self.local.scatter(parts if self.leader else None)

@@ -36,14 +36,21 @@ class ShmCommunicator(Communicator):
         Raises when a peer has died; polled while blocked in a barrier.
     """
 
-    def __init__(self, session: str, rank: int, n_ranks: int, control: ControlBlock,
-                 check_alive: Callable[[], None]):
+    def __init__(
+        self,
+        session: str,
+        rank: int,
+        n_ranks: int,
+        control: ControlBlock,
+        check_alive: Callable[[], None],
+    ):
         self.rank, self.n_ranks, self.control = rank, n_ranks, control
         self.check_alive = check_alive
         create = rank == 0
         self.barrier_sems = [semaphore(f"{session}_bar{r}", create) for r in range(n_ranks)]
-        self.mailboxes = [Mailbox(f"{session}_comm{r}", control.comm_header(r))
-                          for r in range(n_ranks)]
+        self.mailboxes = [
+            Mailbox(f"{session}_comm{r}", control.comm_header(r)) for r in range(n_ranks)
+        ]
         self.result = GrowingSegment(f"{session}_result")
         self.result_header = control.result_header()
 
@@ -83,8 +90,7 @@ class ShmCommunicator(Communicator):
         if self.rank == root:
             self.mailboxes[root].post(arrays)
         self.barrier()
-        got = list(arrays) if self.rank == root else [
-            a.copy() for a in self.mailboxes[root].read()]
+        got = list(arrays) if self.rank == root else [a.copy() for a in self.mailboxes[root].read()]
         self.barrier()  # the mailbox is read: a next collective may post again
         return got
 
@@ -100,15 +106,14 @@ class ShmCommunicator(Communicator):
         else:
             flat = self.mailboxes[root].read()
             k = len(flat) // self.n_ranks
-            got = [a.copy() for a in flat[self.rank * k:(self.rank + 1) * k]]
+            got = [a.copy() for a in flat[self.rank * k : (self.rank + 1) * k]]
         self.barrier()
         return got
 
     def gather(self, arrays, root=0):
         self.mailboxes[self.rank].post(arrays)
         self.barrier()
-        got = None if self.rank != root else [
-            [a.copy() for a in box] for box in self._all_boxes()]
+        got = None if self.rank != root else [[a.copy() for a in box] for box in self._all_boxes()]
         self.barrier()
         return got
 
@@ -134,7 +139,7 @@ class ShmCommunicator(Communicator):
             bounds = split_bounds(o.size, self.n_ranks)
             for rank in range(self.n_ranks):
                 if rank != self.rank:  # this rank's own chunk is in place already
-                    o[bounds[rank]:bounds[rank + 1]] = r[bounds[rank]:bounds[rank + 1]]
+                    o[bounds[rank] : bounds[rank + 1]] = r[bounds[rank] : bounds[rank + 1]]
         return out
 
     def _reduce_to_result(self, arrays, op, flat_out=None) -> list[np.ndarray]:
@@ -148,8 +153,8 @@ class ShmCommunicator(Communicator):
         chunks = [split_bounds(a.size, self.n_ranks) for a in flat]
         for view, a, bounds in zip(views, flat, chunks, strict=True):
             view = view.reshape(-1)
-            view[:bounds[self.rank]] = a[:bounds[self.rank]]
-            view[bounds[self.rank + 1]:] = a[bounds[self.rank + 1]:]
+            view[: bounds[self.rank]] = a[: bounds[self.rank]]
+            view[bounds[self.rank + 1] :] = a[bounds[self.rank + 1] :]
         if self.rank == 0:
             self.result.reserve(mine.data.size)
             self.result_header[0] = self.result.generation
@@ -161,15 +166,18 @@ class ShmCommunicator(Communicator):
                 # Every rank sees the same headers, so every rank raises: no one hangs.
                 raise ValueError(
                     f"all_reduce/reduce needs equal shapes and dtypes on every rank; rank 0 "
-                    f"has {layout}, rank {r} has {[(a.dtype, a.shape) for a in box]}")
+                    f"has {layout}, rank {r} has {[(a.dtype, a.shape) for a in box]}"
+                )
         self.result.follow(int(self.result_header[0]))
         results = []
         for i, ((dtype, shape), offset) in enumerate(zip(layout, mine.offsets(), strict=True)):
             res = self.result.segment.array(dtype, (int(np.prod(shape)),), offset)
-            lo, hi = chunks[i][self.rank: self.rank + 2]
+            lo, hi = chunks[i][self.rank : self.rank + 2]
             copies = () if flat_out is None else (flat_out[i][lo:hi],)
-            inputs = [flat[i][lo:hi] if r == self.rank else box[i].reshape(-1)[lo:hi]
-                      for r, box in enumerate(boxes)]
+            inputs = [
+                flat[i][lo:hi] if r == self.rank else box[i].reshape(-1)[lo:hi]
+                for r, box in enumerate(boxes)
+            ]
             reduce_into(op, inputs, res[lo:hi], copies)
             results.append(res)
         self.barrier()

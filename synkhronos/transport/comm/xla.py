@@ -82,8 +82,11 @@ def _root_bits(x, root: int):
     import jax.numpy as jnp
     from jax import lax
 
-    bits = x if x.dtype.kind != "f" else lax.bitcast_convert_type(
-        x, np.dtype(f"uint{x.dtype.itemsize * 8}"))
+    bits = (
+        x
+        if x.dtype.kind != "f"
+        else lax.bitcast_convert_type(x, np.dtype(f"uint{x.dtype.itemsize * 8}"))
+    )
     return jnp.where(lax.axis_index(AXIS) == root, bits, jnp.zeros_like(bits))
 
 
@@ -150,7 +153,7 @@ def _layout(words) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
         return None
     for _ in range(words[0]):
         code, ndim = words[pos], words[pos + 1]
-        layout.append((DTYPES[code], tuple(words[pos + 2: pos + 2 + ndim])))
+        layout.append((DTYPES[code], tuple(words[pos + 2 : pos + 2 + ndim])))
         pos += 2 + ndim
     return layout
 
@@ -203,8 +206,10 @@ class XlaCommunicator(ShmCommunicator):
         self.barrier()  # every rank of this node started: none can leave rank 0 waiting below
         address = os.environ[COORDINATOR_VAR]
         local = address.startswith("127.0.0.1:")
-        self._config = {name: getattr(jax.config, name) for name in (
-            "jax_cpu_collectives_implementation", "jax_enable_recoverability")}
+        self._config = {
+            name: getattr(jax.config, name)
+            for name in ("jax_cpu_collectives_implementation", "jax_enable_recoverability")
+        }
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.config.update("jax_enable_recoverability", True)
         clear_backends()  # JAX may have run in this process before the fork
@@ -212,16 +217,24 @@ class XlaCommunicator(ShmCommunicator):
             # No cluster detection: the workers inherit an MPI launcher's variables from
             # their node's rank 0, which would name other ranks and devices.
             jax.distributed.initialize(
-                address, n_ranks, rank, coordinator_bind_address=address if local else None,
-                cluster_detection_method="deactivate", initialization_timeout=120)
+                address,
+                n_ranks,
+                rank,
+                coordinator_bind_address=address if local else None,
+                cluster_detection_method="deactivate",
+                initialization_timeout=120,
+            )
         finally:  # read only when the service starts
-            jax.config.update("jax_enable_recoverability",
-                              self._config["jax_enable_recoverability"])
+            jax.config.update(
+                "jax_enable_recoverability", self._config["jax_enable_recoverability"]
+            )
         devices = sorted(jax.devices(), key=lambda d: d.process_index)
         if len(devices) != n_ranks or len(jax.local_devices()) != 1:
-            raise RuntimeError(f"every rank needs one device of its own; JAX gives "
-                               f"{len(devices)} devices to {n_ranks} ranks, "
-                               f"{len(jax.local_devices())} of them to this one")
+            raise RuntimeError(
+                f"every rank needs one device of its own; JAX gives "
+                f"{len(devices)} devices to {n_ranks} ranks, "
+                f"{len(jax.local_devices())} of them to this one"
+            )
         self.mesh = Mesh(np.array(devices), (AXIS,))
         self.device = jax.local_devices()[0]
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
@@ -237,8 +250,9 @@ class XlaCommunicator(ShmCommunicator):
         self.mesh = self._programs = None
         jax.distributed.shutdown()  # also after a failed start: JAX may hold half of it
         clear_backends()
-        jax.config.update("jax_cpu_collectives_implementation",
-                          self._config["jax_cpu_collectives_implementation"])
+        jax.config.update(
+            "jax_cpu_collectives_implementation", self._config["jax_cpu_collectives_implementation"]
+        )
         self._config = None
 
     # ---- programs ---------------------------------------------------------------------------
@@ -248,15 +262,26 @@ class XlaCommunicator(ShmCommunicator):
         import jax
         from jax.sharding import PartitionSpec
 
-        return jax.jit(jax.shard_map(body, mesh=self.mesh, in_specs=PartitionSpec(),
-                                     out_specs=PartitionSpec(), check_vma=False))
+        return jax.jit(
+            jax.shard_map(
+                body,
+                mesh=self.mesh,
+                in_specs=PartitionSpec(),
+                out_specs=PartitionSpec(),
+                check_vma=False,
+            )
+        )
 
     def to_device(self, arrays) -> list:
         """``arrays`` on this rank's device (JAX arrays elsewhere are moved, host ones put)."""
         import jax
 
-        return [a if isinstance(a, jax.Array) and a.devices() == {self.device}
-                else jax.device_put(a, self.device) for a in arrays]
+        return [
+            a
+            if isinstance(a, jax.Array) and a.devices() == {self.device}
+            else jax.device_put(a, self.device)
+            for a in arrays
+        ]
 
     def run(self, program, arrays: list) -> list:
         """Run ``program`` (from :meth:`program`) on this rank's device ``arrays``, wait for
@@ -264,10 +289,13 @@ class XlaCommunicator(ShmCommunicator):
         import jax
 
         if self._abandoned:
-            raise RuntimeError("an XLA collective was abandoned on this rank; call "
-                               "synk.close() and fork again")
-        whole = [jax.make_array_from_single_device_arrays(np.shape(a), self._replicated, [a])
-                 for a in arrays]
+            raise RuntimeError(
+                "an XLA collective was abandoned on this rank; call synk.close() and fork again"
+            )
+        whole = [
+            jax.make_array_from_single_device_arrays(np.shape(a), self._replicated, [a])
+            for a in arrays
+        ]
         self.dispatches += 1
         results = [r.addressable_data(0) for r in program(whole)]
         self.wait(results)
@@ -333,21 +361,23 @@ class XlaCommunicator(ShmCommunicator):
     def _zeros(self, layout, leading: tuple = ()) -> list:
         import jax.numpy as jnp
 
-        return [jnp.zeros((*leading, *shape), dtype, device=self.device)
-                for dtype, shape in layout]
+        return [jnp.zeros((*leading, *shape), dtype, device=self.device) for dtype, shape in layout]
 
     # ---- collectives ----------------------------------------------------------------------
     def all_reduce(self, arrays, op, out=None):
         layouts, on_device = self.agree(arrays)
         for r, layout in enumerate(layouts):
             if layout != layouts[0]:  # every rank sees the same layouts, so every rank raises
-                raise ValueError(f"all_reduce/reduce needs equal shapes and dtypes on every "
-                                 f"rank; rank 0 has {layouts[0]}, rank {r} has {layout}")
+                raise ValueError(
+                    f"all_reduce/reduce needs equal shapes and dtypes on every "
+                    f"rank; rank 0 has {layouts[0]}, rank {r} has {layout}"
+                )
         if not on_device or not _supported(layouts[0]):
             return super().all_reduce([np.asarray(a) for a in arrays], op, out)
         n = self._span()[1]
-        program = self._program(("reduce", op), lambda: lambda xs: [
-            reduce_traced(x, op, n) for x in xs])
+        program = self._program(
+            ("reduce", op), lambda: lambda xs: [reduce_traced(x, op, n) for x in xs]
+        )
         return self.run(program, self.to_device(arrays))
 
     def reduce(self, arrays, op, root=0):
@@ -363,8 +393,9 @@ class XlaCommunicator(ShmCommunicator):
         layout = _layout(described)
         if not on_device[0] or not _supported(layout):
             return host_broadcast([np.asarray(a) for a in arrays] if mine else None, root)
-        program = self._program(("broadcast", root), lambda: lambda xs: [
-            broadcast_traced(x, root) for x in xs])
+        program = self._program(
+            ("broadcast", root), lambda: lambda xs: [broadcast_traced(x, root) for x in xs]
+        )
         return self.run(program, self.to_device(arrays) if mine else self._zeros(layout))
 
     def all_gather(self, arrays):
@@ -376,8 +407,12 @@ class XlaCommunicator(ShmCommunicator):
         from jax import lax
 
         n, k = self.n_ranks, len(arrays)
-        program = self._program(("all_gather", n), lambda: lambda xs: [
-            g[r] for g in (lax.all_gather(x, AXIS) for x in xs) for r in range(n)])
+        program = self._program(
+            ("all_gather", n),
+            lambda: (
+                lambda xs: [g[r] for g in (lax.all_gather(x, AXIS) for x in xs) for r in range(n)]
+            ),
+        )
         flat = self.run(program, self.to_device(arrays))
         return [[flat[i * n + r] for i in range(k)] for r in range(n)]
 
@@ -392,24 +427,36 @@ class XlaCommunicator(ShmCommunicator):
             if len({len(p) for p in parts}) != 1:
                 raise ValueError("scatter needs the same number of arrays for every rank")
             layouts = [_layout(signature(p)) for p in parts]
-            on_device = (self.span is None and self._device_kind([a for p in parts for a in p])
-                         and all(lay == layouts[0] for lay in layouts)
-                         and _supported(layouts[0]))
+            on_device = (
+                self.span is None
+                and self._device_kind([a for p in parts for a in p])
+                and all(lay == layouts[0] for lay in layouts)
+                and _supported(layouts[0])
+            )
             words = [np.array([on_device]), signature(parts[0])]
         on_device, described = super().broadcast(words, root)
         if not on_device[0]:
             return super().scatter(
-                [[np.asarray(a) for a in p] for p in parts] if mine else None, root)
+                [[np.asarray(a) for a in p] for p in parts] if mine else None, root
+            )
         if mine:
             import jax.numpy as jnp
 
             columns = [jnp.stack(self.to_device(c)) for c in zip(*parts, strict=True)]
         else:
             columns = self._zeros(_layout(described), (self.n_ranks,))
-        program = self._program(("scatter", root), lambda: lambda xs: [
-            scatter_traced(x, root) for x in xs])
+        program = self._program(
+            ("scatter", root), lambda: lambda xs: [scatter_traced(x, root) for x in xs]
+        )
         return self.run(program, columns)
 
 
-__all__ = ["COORDINATOR_VAR", "XlaCommunicator", "broadcast_traced", "free_address",
-           "reduce_traced", "scatter_traced", "signature"]
+__all__ = [
+    "COORDINATOR_VAR",
+    "XlaCommunicator",
+    "broadcast_traced",
+    "free_address",
+    "reduce_traced",
+    "scatter_traced",
+    "signature",
+]

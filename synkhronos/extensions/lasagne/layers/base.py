@@ -88,7 +88,8 @@ class Layer:
             Parameters in the order they were added.
         """
         params = [
-            p for p, p_tags in self.params.items()
+            p
+            for p, p_tags in self.params.items()
             if all((t in p_tags) == bool(v) for t, v in tags.items())
         ]
         return collect_shared_vars(params) if unwrap_shared else params

@@ -228,8 +228,9 @@ class BaseConvLayer(Layer):
         pads = self.pad if isinstance(self.pad, tuple) else (self.pad,) * self.n
         spatial = (
             conv_output_length(size, k, s, p)
-            for size, k, s, p in zip(input_shape[2:], self.filter_size, self.stride, pads,
-                                     strict=True)
+            for size, k, s, p in zip(
+                input_shape[2:], self.filter_size, self.stride, pads, strict=True
+            )
         )
         return (input_shape[0], self.num_filters, *spatial)
 
@@ -262,9 +263,16 @@ class _ForwardConvLayer(BaseConvLayer):
         border_mode = "half" if self.pad == "same" else self.pad
         # Only grouped convolutions pass num_groups, so that functions without it serve.
         groups = {"num_groups": self.num_groups} if self.num_groups > 1 else {}
-        return self.convolution(input, self.W, self.input_shape, self.get_W_shape(),
-                                subsample=self.stride, border_mode=border_mode,
-                                filter_flip=self.flip_filters, **groups)
+        return self.convolution(
+            input,
+            self.W,
+            self.input_shape,
+            self.get_W_shape(),
+            subsample=self.stride,
+            border_mode=border_mode,
+            filter_flip=self.flip_filters,
+            **groups,
+        )
 
 
 class Conv1DLayer(_ForwardConvLayer):
@@ -433,16 +441,18 @@ class _TransposedConvLayer(BaseConvLayer):
         """``(batch, num_filters, *sizes)``: ``output_size`` if given (None for each size
         when it is symbolic), else the smallest sizes the convolution maps to the input's."""
         if self.output_size is not None:
-            sizes = (None,) * self.n if isinstance(self.output_size, Variable) else (
-                self.output_size)
+            sizes = (
+                (None,) * self.n if isinstance(self.output_size, Variable) else (self.output_size)
+            )
             return (input_shape[0], self.num_filters, *sizes)
         # during __init__ (the untied biases' shape) the mode is still in pad
         crop = getattr(self, "crop", getattr(self, "pad", None))
         crops = crop if isinstance(crop, tuple) else (crop,) * self.n
         spatial = (
             conv_input_length(size, k, s, c)
-            for size, k, s, c in zip(input_shape[2:], self.filter_size, self.stride, crops,
-                                     strict=True)
+            for size, k, s, c in zip(
+                input_shape[2:], self.filter_size, self.stride, crops, strict=True
+            )
         )
         return (input_shape[0], self.num_filters, *spatial)
 
@@ -450,18 +460,27 @@ class _TransposedConvLayer(BaseConvLayer):
         """The gradient, with respect to its input, of the convolution with ``W`` that
         flips its filters unless ``flip_filters``, at ``input``."""
         gradient = AbstractConv2d_gradInputs if self.n == 2 else AbstractConv3d_gradInputs
-        op = gradient(imshp=self.output_shape, kshp=self.get_W_shape(), subsample=self.stride,
-                      border_mode="half" if self.crop == "same" else self.crop,
-                      filter_flip=not self.flip_filters)
+        op = gradient(
+            imshp=self.output_shape,
+            kshp=self.get_W_shape(),
+            subsample=self.stride,
+            border_mode="half" if self.crop == "same" else self.crop,
+            filter_flip=not self.flip_filters,
+        )
         if isinstance(self.output_size, Variable):
             sizes = self.output_size
         else:
             sizes = [
                 conv_input_length(input.shape[2 + i], k, s, c) if size is None else size
-                for i, (size, k, s, c) in enumerate(zip(
-                    self.output_shape[2:], self.filter_size, self.stride,
-                    self.crop if isinstance(self.crop, tuple) else (self.crop,) * self.n,
-                    strict=True))
+                for i, (size, k, s, c) in enumerate(
+                    zip(
+                        self.output_shape[2:],
+                        self.filter_size,
+                        self.stride,
+                        self.crop if isinstance(self.crop, tuple) else (self.crop,) * self.n,
+                        strict=True,
+                    )
+                )
             ]
         return op(self.W, input, sizes)
 

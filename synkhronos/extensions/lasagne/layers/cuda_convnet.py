@@ -90,12 +90,16 @@ class Conv2DCCLayer(Conv2DDNNLayer):
         if isinstance(self.pad, tuple):
             _square(self.pad, "square padding", "Conv2DCCLayer", RuntimeError)
         if num_filters % 16:
-            raise RuntimeError("Conv2DCCLayer requires num_filters to be a multiple of 16, "
-                               f"but num_filters is {num_filters}")
+            raise RuntimeError(
+                "Conv2DCCLayer requires num_filters to be a multiple of 16, "
+                f"but num_filters is {num_filters}"
+            )
         channels = self.num_input_channels
         if not (channels < 4 or channels % 4 == 0):
-            raise RuntimeError("Conv2DCCLayer requires the number of input channels to be 1, "
-                               f"2, 3 or a multiple of 4, but it is {channels}")
+            raise RuntimeError(
+                "Conv2DCCLayer requires the number of input channels to be 1, "
+                f"2, 3 or a multiple of 4, but it is {channels}"
+            )
 
     @property
     def num_input_channels(self) -> int:
@@ -127,12 +131,19 @@ class Conv2DCCLayer(Conv2DDNNLayer):
         if self.dimshuffle:
             return super().get_output_for(input, **kwargs)
         input = pt.as_tensor_variable(input).dimshuffle(3, 0, 1, 2)  # c01b to bc01
-        conved = conv2d(input, self.W.dimshuffle(3, 0, 1, 2), subsample=self.stride,
-                        border_mode="half" if self.pad == "same" else self.pad,
-                        filter_flip=self.flip_filters)
+        conved = conv2d(
+            input,
+            self.W.dimshuffle(3, 0, 1, 2),
+            subsample=self.stride,
+            border_mode="half" if self.pad == "same" else self.pad,
+            filter_flip=self.flip_filters,
+        )
         if self.b is not None:
-            conved = conved + (self.b.dimshuffle("x", 0, 1, 2) if self.untie_biases
-                               else self.b.dimshuffle("x", 0, "x", "x"))
+            conved = conved + (
+                self.b.dimshuffle("x", 0, 1, 2)
+                if self.untie_biases
+                else self.b.dimshuffle("x", 0, "x", "x")
+            )
         return self.nonlinearity(conved).dimshuffle(1, 2, 3, 0)  # bc01 to c01b
 
 
@@ -175,11 +186,19 @@ class MaxPool2DCCLayer(Layer):
             raise NotImplementedError("MaxPool2DCCLayer does not support padding")
         super().__init__(incoming, **kwargs)
         name = "MaxPool2DCCLayer"
-        self.pool_size = _square(as_tuple(pool_size, 2), "square pooling regions", name,
-                                 NotImplementedError)
-        self.stride = self.pool_size if stride is None else _square(
-            as_tuple(stride, 2), "using the same stride in both directions", name,
-            NotImplementedError)
+        self.pool_size = _square(
+            as_tuple(pool_size, 2), "square pooling regions", name, NotImplementedError
+        )
+        self.stride = (
+            self.pool_size
+            if stride is None
+            else _square(
+                as_tuple(stride, 2),
+                "using the same stride in both directions",
+                name,
+                NotImplementedError,
+            )
+        )
         if self.stride > self.pool_size:
             raise NotImplementedError("MaxPool2DCCLayer only supports stride <= pool_size.")
         if ignore_border:

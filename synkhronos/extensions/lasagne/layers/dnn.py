@@ -110,8 +110,16 @@ class Pool2DDNNLayer(Pool2DLayer):
         For ``ignore_border=False``.
     """
 
-    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0),
-                 ignore_border: bool = True, mode: str = "max", **kwargs):
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        pool_size,
+        stride=None,
+        pad=(0, 0),
+        ignore_border: bool = True,
+        mode: str = "max",
+        **kwargs,
+    ):
         _full_windows_only(ignore_border, "Pool2DDNNLayer")
         super().__init__(incoming, pool_size, stride, pad, ignore_border, mode, **kwargs)
 
@@ -120,8 +128,15 @@ class MaxPool2DDNNLayer(Pool2DDNNLayer):
     """:class:`Pool2DDNNLayer` with ``mode="max"``; parameters those of
     :class:`~.pool.MaxPool2DLayer`."""
 
-    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0),
-                 ignore_border: bool = True, **kwargs):
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        pool_size,
+        stride=None,
+        pad=(0, 0),
+        ignore_border: bool = True,
+        **kwargs,
+    ):
         super().__init__(incoming, pool_size, stride, pad, ignore_border, "max", **kwargs)
 
 
@@ -136,8 +151,16 @@ class Pool3DDNNLayer(Pool3DLayer):
         For ``ignore_border=False``.
     """
 
-    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0, 0),
-                 ignore_border: bool = True, mode: str = "max", **kwargs):
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        pool_size,
+        stride=None,
+        pad=(0, 0, 0),
+        ignore_border: bool = True,
+        mode: str = "max",
+        **kwargs,
+    ):
         _full_windows_only(ignore_border, "Pool3DDNNLayer")
         super().__init__(incoming, pool_size, stride, pad, ignore_border, mode, **kwargs)
 
@@ -146,8 +169,15 @@ class MaxPool3DDNNLayer(Pool3DDNNLayer):
     """:class:`Pool3DDNNLayer` with ``mode="max"``; parameters those of
     :class:`~.pool.MaxPool3DLayer`."""
 
-    def __init__(self, incoming: Layer | Shape, pool_size, stride=None, pad=(0, 0, 0),
-                 ignore_border: bool = True, **kwargs):
+    def __init__(
+        self,
+        incoming: Layer | Shape,
+        pool_size,
+        stride=None,
+        pad=(0, 0, 0),
+        ignore_border: bool = True,
+        **kwargs,
+    ):
         super().__init__(incoming, pool_size, stride, pad, ignore_border, "max", **kwargs)
 
 

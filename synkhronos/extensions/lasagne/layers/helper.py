@@ -101,8 +101,9 @@ def _network_inputs(layers: list, given: dict, inputs, value_of, what: tuple[str
     """Layer -> its value for the walk's start: the input layers' own values, then the
     given mapping (whose None key stands for every missing input) or the one value
     for the only input layer."""
-    known = {lay: value_of(lay) for lay in layers
-             if isinstance(lay, InputLayer) and lay not in given}
+    known = {
+        lay: value_of(lay) for lay in layers if isinstance(lay, InputLayer) and lay not in given
+    }
     if given:
         known.update(given)
     elif inputs is not None and not isinstance(inputs, dict):
@@ -150,17 +151,22 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
     if isinstance(inputs, dict):
         for key in inputs:
             if key is not None and not isinstance(key, Layer):
-                raise TypeError(f"The inputs dictionary keys must be lasagne layers, "
-                                f"not {type(key)}.")
-    given = {} if not isinstance(inputs, dict) else {
-        lay: as_theano_expression(expr) for lay, expr in inputs.items()
-    }
+                raise TypeError(
+                    f"The inputs dictionary keys must be lasagne layers, not {type(key)}."
+                )
+    given = (
+        {}
+        if not isinstance(inputs, dict)
+        else {lay: as_theano_expression(expr) for lay, expr in inputs.items()}
+    )
     wanted, single = _as_list(layer_or_layers)
     layers = get_all_layers(wanted, treat_as_input=given)
-    single_input = None if inputs is None or isinstance(inputs, dict) else (
-        as_theano_expression(inputs))
-    outputs = _network_inputs(layers, given, single_input, lambda lay: lay.input_var,
-                              ("get_output", "expression"))
+    single_input = (
+        None if inputs is None or isinstance(inputs, dict) else (as_theano_expression(inputs))
+    )
+    outputs = _network_inputs(
+        layers, given, single_input, lambda lay: lay.input_var, ("get_output", "expression")
+    )
     accepted = {"deterministic"}
     for layer in layers:
         if layer in outputs:
@@ -177,8 +183,7 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
         for kwarg in sorted(unused):
             close = get_close_matches(kwarg, accepted)
             names.append(f"{kwarg} (perhaps you meant {close[0]})" if close else kwarg)
-        warn("get_output() was called with unused kwargs:\n\t" + "\n\t".join(names),
-             stacklevel=2)
+        warn("get_output() was called with unused kwargs:\n\t" + "\n\t".join(names), stacklevel=2)
     return outputs[wanted[0]] if single else [outputs[lay] for lay in wanted]
 
 
@@ -225,8 +230,9 @@ def get_output_shape(layer_or_layers: Layers, input_shapes: Shape | dict | None 
         return wanted[0].output_shape if single else [lay.output_shape for lay in wanted]
     given = input_shapes if isinstance(input_shapes, dict) else {}
     layers = get_all_layers(wanted, treat_as_input=given)
-    shapes = _network_inputs(layers, given, input_shapes, lambda lay: lay.shape,
-                             ("get_output_shape", "shape"))
+    shapes = _network_inputs(
+        layers, given, input_shapes, lambda lay: lay.shape, ("get_output_shape", "shape")
+    )
     for layer in layers:
         if layer not in shapes:
             shapes[layer] = layer.get_output_shape_for(_layer_inputs(layer, shapes))
@@ -253,8 +259,9 @@ def get_all_params(layer: Layers, unwrap_shared: bool = True, **tags: bool) -> l
         Parameters in layer order.
     """
     return unique(
-        p for lay in get_all_layers(layer) for p in lay.get_params(unwrap_shared=unwrap_shared,
-                                                                   **tags)
+        p
+        for lay in get_all_layers(layer)
+        for p in lay.get_params(unwrap_shared=unwrap_shared, **tags)
     )
 
 

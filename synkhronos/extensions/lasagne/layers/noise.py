@@ -210,5 +210,4 @@ class GaussianNoiseLayer(Layer):
         """
         if deterministic or self.sigma == 0:
             return input
-        return input + self._srng.normal(input.shape, avg=0.0, std=self.sigma,
-                                         dtype=input.dtype)
+        return input + self._srng.normal(input.shape, avg=0.0, std=self.sigma, dtype=input.dtype)

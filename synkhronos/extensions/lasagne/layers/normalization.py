@@ -70,8 +70,9 @@ class BatchNormLayer(Layer):
         self.epsilon, self.alpha = epsilon, alpha
         shape = [size for axis, size in enumerate(self.input_shape) if axis not in self.axes]
         if any(size is None for size in shape):
-            raise ValueError("BatchNormLayer needs specified input sizes for all axes not "
-                             "normalized over.")
+            raise ValueError(
+                "BatchNormLayer needs specified input sizes for all axes not normalized over."
+            )
         stats = {"trainable": False, "regularizable": False, "batch_norm_stat": True}
         self.beta = (
             None if beta is None else self.add_param(beta, shape, "beta", regularizable=False)

@@ -367,8 +367,10 @@ class _FeatureGroupLayer(Layer):
         self.pool_size, self.axis = pool_size, axis % len(self.input_shape)
         size = self.input_shape[self.axis]
         if size is not None and size % pool_size:
-            raise ValueError(f"Number of input feature maps ({size}) is not a multiple of the "
-                             f"pool size (pool_size={pool_size})")
+            raise ValueError(
+                f"Number of input feature maps ({size}) is not a multiple of the "
+                f"pool size (pool_size={pool_size})"
+            )
 
 
 class FeaturePoolLayer(_FeatureGroupLayer):
@@ -482,8 +484,9 @@ class GlobalPoolLayer(Layer):
 
 def _check_mode(mode: str) -> None:
     if mode not in POOL_MODES:
-        raise ValueError("Mode must be either 'max', 'average_inc_pad' or 'average_exc_pad'. "
-                         f"Got '{mode}'")
+        raise ValueError(
+            f"Mode must be either 'max', 'average_inc_pad' or 'average_exc_pad'. Got '{mode}'"
+        )
 
 
 def _grid(input: TensorVariable, sizes, count: int, bounds: Callable, mode: str) -> list:
@@ -595,8 +598,10 @@ class SpatialPyramidPoolingLayer(Layer):
         """Every bin's pooled value, grids in ``pool_dims`` order, bins row-major."""
         _check_mode(self.mode)
         input = pt.as_tensor_variable(input)
-        sizes = [input.shape[2 + a] if known is None else known
-                 for a, known in enumerate(self.input_shape[2:])]
+        sizes = [
+            input.shape[2 + a] if known is None else known
+            for a, known in enumerate(self.input_shape[2:])
+        ]
         bounds = _kaiming_bounds if self.implementation == "kaiming" else _window_bounds
         pooled = [b for d in self.pool_dims for b in _grid(input, sizes, d, bounds, self.mode)]
         return pt.concatenate(pooled, axis=2)

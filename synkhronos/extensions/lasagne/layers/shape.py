@@ -86,12 +86,15 @@ class ReshapeLayer(Layer):
         for s in shape:
             if isinstance(s, list):
                 if len(s) != 1 or not isinstance(s[0], int_types) or s[0] < 0:
-                    raise ValueError("`shape` input references must be single-element lists "
-                                     "of int >= 0")
+                    raise ValueError(
+                        "`shape` input references must be single-element lists of int >= 0"
+                    )
             elif isinstance(s, TensorVariable):
                 if s.ndim != 0:
-                    raise ValueError("A symbolic variable in a shape specification must be a "
-                                     f"scalar, but had {s.ndim} dimensions")
+                    raise ValueError(
+                        "A symbolic variable in a shape specification must be a "
+                        f"scalar, but had {s.ndim} dimensions"
+                    )
             elif not isinstance(s, int_types):
                 raise ValueError("`shape` must be a tuple of int and/or [int]")
             elif s == 0 or s < -1:
@@ -112,8 +115,10 @@ class ReshapeLayer(Layer):
             if isinstance(spec, list):
                 axis = spec[0]
                 if axis >= len(input_shape):
-                    raise ValueError(f"specification contains [{axis}], but input shape has "
-                                     f"{len(input_shape)} dimensions only")
+                    raise ValueError(
+                        f"specification contains [{axis}], but input shape has "
+                        f"{len(input_shape)} dimensions only"
+                    )
                 size = input_shape[axis]
                 out.append(size)
                 if size is None and axis not in copied:
@@ -137,8 +142,10 @@ class ReshapeLayer(Layer):
             out[[isinstance(s, int_types) and s == -1 for s in out].index(True)] = inferred
             known_out = None if inferred is None else known_out * inferred
         if None not in (known_in, known_out) and known_in != known_out:
-            raise ValueError(f"{input_shape} cannot be reshaped to specification {self.shape}. "
-                             "The total size mismatches.")
+            raise ValueError(
+                f"{input_shape} cannot be reshaped to specification {self.shape}. "
+                "The total size mismatches."
+            )
         return tuple(out)
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
@@ -179,8 +186,7 @@ class DimshuffleLayer(Layer):
                     raise ValueError(f"pattern contains dimension {p} more than once")
                 used.add(p)
             elif p != "x":
-                raise ValueError(f"pattern should only contain dimension indices or 'x', "
-                                 f"not {p}")
+                raise ValueError(f"pattern should only contain dimension indices or 'x', not {p}")
         self.pattern = pattern
         self.get_output_shape_for(self.input_shape)  # fail early on a bad pattern
 
@@ -194,13 +200,16 @@ class DimshuffleLayer(Layer):
         """
         for p in self.pattern:
             if p != "x" and not 0 <= p < len(input_shape):
-                raise ValueError(f"pattern contains {p}, but input shape has "
-                                 f"{len(input_shape)} dimensions only")
+                raise ValueError(
+                    f"pattern contains {p}, but input shape has {len(input_shape)} dimensions only"
+                )
         for axis, size in enumerate(input_shape):
             if axis not in self.pattern and size not in (1, None):
-                raise ValueError(f"pattern attempted to collapse dimension {axis} of size "
-                                 f"{size}; dimensions with size != 1/None are not "
-                                 "broadcastable and cannot be collapsed")
+                raise ValueError(
+                    f"pattern attempted to collapse dimension {axis} of size "
+                    f"{size}; dimensions with size != 1/None are not "
+                    "broadcastable and cannot be collapsed"
+                )
         return tuple(1 if p == "x" else input_shape[p] for p in self.pattern)
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:

@@ -86,8 +86,10 @@ class _PerAxisParamLayer(Layer):
         self.shared_axes = _shared_axes(shared_axes, len(self.input_shape))
         shape = [s for a, s in enumerate(self.input_shape) if a not in self.shared_axes]
         if None in shape:
-            raise ValueError(f"{type(self).__name__} needs specified input sizes for all axes "
-                             f"that its {param_name} is not shared over.")
+            raise ValueError(
+                f"{type(self).__name__} needs specified input sizes for all axes "
+                f"that its {param_name} is not shared over."
+            )
         param = self.add_param(spec, shape, name=param_name, regularizable=regularizable)
         setattr(self, param_name, param)
 
@@ -385,8 +387,9 @@ class RandomizedRectifierLayer(Layer):
     ):
         super().__init__(incoming, **kwargs)
         if not isinstance(lower > upper, Variable) and lower > upper:
-            raise ValueError("Upper bound for RandomizedRectifierLayer needs to be higher than "
-                             "lower bound.")
+            raise ValueError(
+                "Upper bound for RandomizedRectifierLayer needs to be higher than lower bound."
+            )
         self.lower, self.upper = lower, upper
         self.shared_axes = _shared_axes(shared_axes, len(self.input_shape))
         self._srng = layer_streams()

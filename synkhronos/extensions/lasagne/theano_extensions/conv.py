@@ -28,20 +28,29 @@ def _valid_only(name: str, border_mode) -> None:
         raise RuntimeError(f"Unsupported border_mode for {name}: {border_mode}")
 
 
-def _valid_strided(name: str, input, filters, filter_shape, border_mode, subsample,
-                   filter_flip: bool) -> TensorVariable:
+def _valid_strided(
+    name: str, input, filters, filter_shape, border_mode, subsample, filter_flip: bool
+) -> TensorVariable:
     """A valid convolution whose filter length the stride divides, as Lasagne's
     strided variants require."""
     filter_length, stride = filter_shape[2], subsample[0]
     if filter_length % stride:
-        raise RuntimeError(f"Filter length ({filter_length}) is not a multiple of the "
-                           f"stride ({stride})")
+        raise RuntimeError(
+            f"Filter length ({filter_length}) is not a multiple of the stride ({stride})"
+        )
     _valid_only(name, border_mode)
     return conv_nd(input, filters, 1, None, 0, subsample, filter_flip)
 
 
-def conv1d_sc(input, filters, image_shape=None, filter_shape=None, border_mode="valid",
-              subsample=(1,), filter_flip=True) -> TensorVariable:
+def conv1d_sc(
+    input,
+    filters,
+    image_shape=None,
+    filter_shape=None,
+    border_mode="valid",
+    subsample=(1,),
+    filter_flip=True,
+) -> TensorVariable:
     """Valid 1-D convolution of ``input`` (b, c, length) with ``filters`` (f, c, k).
 
     Parameters
@@ -66,8 +75,16 @@ def conv1d_sc(input, filters, image_shape=None, filter_shape=None, border_mode="
     return conv_nd(input, filters, 1, None, 0, subsample, filter_flip)
 
 
-def conv1d_mc0(input, filters, image_shape=None, filter_shape=None, border_mode="valid",
-               subsample=(1,), filter_flip=True, num_groups=1) -> TensorVariable:
+def conv1d_mc0(
+    input,
+    filters,
+    image_shape=None,
+    filter_shape=None,
+    border_mode="valid",
+    subsample=(1,),
+    filter_flip=True,
+    num_groups=1,
+) -> TensorVariable:
     """1-D convolution with any of Theano's border modes and channel groups.
 
     Parameters
@@ -91,12 +108,21 @@ def conv1d_mc0(input, filters, image_shape=None, filter_shape=None, border_mode=
     TensorVariable
         ``(b, f, output length)``.
     """
-    return conv_nd(input, filters, 1, filter_shape, border_mode, subsample, filter_flip,
-                   num_groups=num_groups)
+    return conv_nd(
+        input, filters, 1, filter_shape, border_mode, subsample, filter_flip, num_groups=num_groups
+    )
 
 
-def conv1d_mc1(input, filters, image_shape=None, filter_shape=None, border_mode="valid",
-               subsample=(1,), filter_flip=True, num_groups=1) -> TensorVariable:
+def conv1d_mc1(
+    input,
+    filters,
+    image_shape=None,
+    filter_shape=None,
+    border_mode="valid",
+    subsample=(1,),
+    filter_flip=True,
+    num_groups=1,
+) -> TensorVariable:
     """Same as :func:`conv1d_mc0` (Lasagne computed it with the other image axis).
 
     Parameters
@@ -109,13 +135,21 @@ def conv1d_mc1(input, filters, image_shape=None, filter_shape=None, border_mode=
     TensorVariable
         ``(b, f, output length)``.
     """
-    return conv1d_mc0(input, filters, image_shape, filter_shape, border_mode, subsample,
-                      filter_flip, num_groups)
+    return conv1d_mc0(
+        input, filters, image_shape, filter_shape, border_mode, subsample, filter_flip, num_groups
+    )
 
 
-def conv1d_unstrided(input, filters, image_shape, filter_shape, border_mode="valid",
-                     subsample=(1,), filter_flip=True, implementation=conv1d_sc
-                     ) -> TensorVariable:
+def conv1d_unstrided(
+    input,
+    filters,
+    image_shape,
+    filter_shape,
+    border_mode="valid",
+    subsample=(1,),
+    filter_flip=True,
+    implementation=conv1d_sc,
+) -> TensorVariable:
     """Valid strided 1-D convolution whose filter length is a multiple of the stride.
 
     Parameters
@@ -138,12 +172,14 @@ def conv1d_unstrided(input, filters, image_shape, filter_shape, border_mode="val
     TensorVariable
         ``(b, f, output length)``.
     """
-    return _valid_strided("conv1d_unstrided", input, filters, filter_shape, border_mode,
-                          subsample, filter_flip)
+    return _valid_strided(
+        "conv1d_unstrided", input, filters, filter_shape, border_mode, subsample, filter_flip
+    )
 
 
-def conv1d_sd(input, filters, image_shape, filter_shape, border_mode="valid",
-              subsample=(1,), filter_flip=True) -> TensorVariable:
+def conv1d_sd(
+    input, filters, image_shape, filter_shape, border_mode="valid", subsample=(1,), filter_flip=True
+) -> TensorVariable:
     """Valid strided 1-D convolution (Lasagne's "single dot product" variant).
 
     Parameters
@@ -156,13 +192,16 @@ def conv1d_sd(input, filters, image_shape, filter_shape, border_mode="valid",
     TensorVariable
         ``(b, f, output length)``.
     """
-    return _valid_strided("conv1d_sd", input, filters, filter_shape, border_mode, subsample,
-                          filter_flip)
+    return _valid_strided(
+        "conv1d_sd", input, filters, filter_shape, border_mode, subsample, filter_flip
+    )
 
 
-def conv1d_md(input, filters, image_shape, filter_shape, border_mode="valid",
-              subsample=(1,), filter_flip=True) -> TensorVariable:
+def conv1d_md(
+    input, filters, image_shape, filter_shape, border_mode="valid", subsample=(1,), filter_flip=True
+) -> TensorVariable:
     """:func:`conv1d_sd` under the name of Lasagne's "multiple dot products" variant
     (same parameters and result)."""
-    return _valid_strided("conv1d_md", input, filters, filter_shape, border_mode, subsample,
-                          filter_flip)
+    return _valid_strided(
+        "conv1d_md", input, filters, filter_shape, border_mode, subsample, filter_flip
+    )

@@ -24,6 +24,14 @@ from synkhronos.theano.tensor.nnet import abstract_conv
 from synkhronos.theano.tensor.nnet.abstract_conv import conv2d, conv3d
 
 __all__ = [
-    "abstract_conv", "binary_crossentropy", "categorical_crossentropy", "conv2d", "conv3d",
-    "crossentropy_categorical_1hot", "relu", "sigmoid", "softmax", "softplus",
+    "abstract_conv",
+    "binary_crossentropy",
+    "categorical_crossentropy",
+    "conv2d",
+    "conv3d",
+    "crossentropy_categorical_1hot",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "softplus",
 ]

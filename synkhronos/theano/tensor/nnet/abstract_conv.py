@@ -20,6 +20,10 @@ from synkhronos.extensions.theano_nnet import (
 )
 
 __all__ = [
-    "AbstractConv2d_gradInputs", "AbstractConv2d_gradWeights", "AbstractConv3d_gradInputs",
-    "AbstractConv3d_gradWeights", "conv2d", "conv3d",
+    "AbstractConv2d_gradInputs",
+    "AbstractConv2d_gradWeights",
+    "AbstractConv3d_gradInputs",
+    "AbstractConv3d_gradWeights",
+    "conv2d",
+    "conv3d",
 ]
