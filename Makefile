@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m ruff check synkhronos tests demos bench
 	$(PY) -m ruff format --check synkhronos tests demos bench
+	$(PY) -m mypy
 	$(PY) -m synkhronos check
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile tests
 	$(PY) -m pytest -q --doctest-modules synkhronos
@@ -31,6 +32,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check synkhronos tests demos bench
 	$(PY) -m ruff format --check synkhronos tests demos bench
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache

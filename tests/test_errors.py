@@ -66,6 +66,9 @@ def test_unknown_reduce_op_at_build(ranks):
         synk.all_reduce(w, op="median")
     with pytest.raises(TypeError, match="at least one dimension"):
         synk.function([pt.scalar("a")], x.sum())
+    generator = pytensor.shared(np.random.default_rng(0))  # a shared variable without ndim
+    with pytest.raises(TypeError, match=r"sliceable_shareds\[0\] must be a shared variable"):
+        synk.function([x], x.sum(), sliceable_shareds=[generator])
 
 
 def test_row_dependent_output_shapes_name_the_ranks(ranks):

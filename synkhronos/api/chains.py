@@ -67,7 +67,9 @@ class Chain:
         self._session = session
         self._fuse = fuse
         self._every_rank_rows = every_rank_rows
-        steps, functions, written = [], [], {}
+        steps: list = []
+        functions: list[Function] = []
+        written: dict = {}
         for entry in entries:
             if isinstance(entry, Function):
                 if entry._session is not session:
@@ -170,7 +172,7 @@ class Chain:
         for j, (f, (weight, host, reduced)) in enumerate(
             zip(self._functions, results, strict=True)
         ):
-            subset = plan.subset if j == 0 else f._all_outputs
+            subset = plan.subset if j == 0 and plan is not None else f._all_outputs
             single = f._single if j or output_subset is None else len(subset) == 1
             outputs.append(
                 collect_outputs(

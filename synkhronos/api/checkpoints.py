@@ -197,7 +197,7 @@ def _write_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as file:
-            np.savez(file, **arrays)
+            np.savez(file, allow_pickle=False, **arrays)
             file.flush()
             os.fsync(file.fileno())
         os.replace(partial, path)

@@ -152,6 +152,7 @@ def _collective(
     )
     if kind in _WRITES:
         session.forget_lengths()
+    out: list
     if kind == Collective.GET_VALUE:
         out = [np.asarray(v) for v in result[rank]]
     elif kind in (Collective.GATHER, Collective.ALL_GATHER):

@@ -127,14 +127,14 @@ def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
     """
     import jax
 
-    if jax.config.jax_enable_x64:
+    if jax.config.read("jax_enable_x64"):
         return
     shared = [
         v
         for v in graph_inputs(list(spec.outputs) + [u for _, u in spec.updates])
         if isinstance(v, SharedVariable)
     ]
-    labels = {}
+    labels: dict = {}
     for i, v in enumerate([*spec.inputs, *spec.bcast_inputs]):
         labels.setdefault(v, v.name or f"input {i}")
     for j, v in enumerate(spec.outputs):
@@ -183,7 +183,7 @@ class Function:
         name,
         mode,
         function_kwargs,
-    ):
+    ) -> None:
         inputs, bcast_inputs = list(inputs), list(bcast_inputs or ())
         for i, var in enumerate(inputs + bcast_inputs):
             if not isinstance(var, Variable) or var.owner is not None:
@@ -201,7 +201,8 @@ class Function:
                 )
         sliceable = list(sliceable_shareds or ())
         for i, var in enumerate(sliceable):
-            if not isinstance(var, SharedVariable) or var.ndim < 1:
+            # getattr: a shared random generator has no dimensions to give
+            if not isinstance(var, SharedVariable) or getattr(var.type, "ndim", 0) < 1:
                 raise TypeError(
                     f"sliceable_shareds[{i}] must be a shared variable with at least one dimension"
                 )
@@ -317,8 +318,8 @@ class Function:
         """
         if len(args) != len(self.inputs):
             raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
-        flags = (
-            list(minibatch) if isinstance(minibatch, (list, tuple)) else ([minibatch] * len(args))
+        flags: list = (
+            list(minibatch) if isinstance(minibatch, (list, tuple)) else [minibatch] * len(args)
         )
         if len(flags) != len(args):
             raise ValueError(
@@ -452,7 +453,8 @@ class Function:
             self._scattered(i, var, arg)
             for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))
         ]
-        bcast, kinds = [], []
+        bcast: list[Data | np.ndarray] = []
+        kinds = []
         for i, (var, arg) in enumerate(zip(spec.bcast_inputs, args[n_in:], strict=True)):
             what = f"{self._what}, {_label(var, i, 'broadcast input')}"
             if isinstance(arg, Data):
@@ -545,6 +547,7 @@ class Function:
 
     def _batch_rows(self, scatter: list[Data], batch) -> Selection:
         full = [len(d) for d in scatter if not d.minibatch]
+        sel: Selection
         if batch is None:
             lengths = {len(d) for d in scatter}
             if len(lengths) > 1:

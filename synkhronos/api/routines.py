@@ -90,15 +90,15 @@ def run(routine: Callable[..., list], *args: np.ndarray | Data) -> list[list[np.
     """
     session = launch.current()
     name = _name(routine)
-    args = [a if isinstance(a, Data) else np.asarray(a) for a in args]
-    check_count(len(args) + 2, f"routine {name} with {len(args)} arguments")
-    for i, a in enumerate(args):
+    sent = [a if isinstance(a, Data) else np.asarray(a) for a in args]
+    check_count(len(sent) + 2, f"routine {name} with {len(sent)} arguments")
+    for i, a in enumerate(sent):
         if not isinstance(a, Data):
             check_travels(a.dtype, a.ndim, f"argument {i} of routine {name}")
     session.distribute()
-    kinds = np.array([DATA if isinstance(a, Data) else ARRAY for a in args], np.int64)
-    message = [text(name), kinds, *[a.descriptor() if isinstance(a, Data) else a for a in args]]
-    local_args = [a.data if isinstance(a, Data) else a for a in args]
+    kinds = np.array([DATA if isinstance(a, Data) else ARRAY for a in sent], np.int64)
+    message = [text(name), kinds, *[a.descriptor() if isinstance(a, Data) else a for a in sent]]
+    local_args = [a.data if isinstance(a, Data) else a for a in sent]
     local_error: list[BaseException] = []
 
     def local() -> list[np.ndarray]:

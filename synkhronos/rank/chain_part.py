@@ -137,7 +137,7 @@ def run_steps(
             raise
         if fused is not None:
             return fused
-    results = []
+    results: list = []
     for i, step in enumerate(steps):
         try:
             if isinstance(step, CollectiveStep):

@@ -52,7 +52,7 @@ def digest(value) -> int:
     array = np.ascontiguousarray(np.asarray(value))
     hashed = hashlib.blake2b(digest_size=8)
     hashed.update(f"{array.dtype.str}{array.shape}".encode())
-    hashed.update(array.reshape(-1).view(np.uint8))
+    hashed.update(array.data)
     return int.from_bytes(hashed.digest(), "little")
 
 

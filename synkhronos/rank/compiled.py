@@ -13,11 +13,13 @@ new array).
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
+from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
@@ -84,7 +86,7 @@ class RankFunction:
         self.slices_by_index = is_jax(self.mode)
         if self.slices_by_index:
             from synkhronos.rank.backends import jax_compat  # noqa: F401 - registers fixes to PyTensor's JAX backend
-        self._compiled: dict[str, object] = {}
+        self._compiled: dict[tuple[str, bool], Any] = {}  # (variant, updates as outputs)
 
     def check(self) -> None:
         """Build the graph of a plain call without rewriting or compiling it (rank 0, when
@@ -115,6 +117,7 @@ class RankFunction:
         for ``variant``, as :meth:`_function` describes it."""
         spec = self.spec
         outputs, updates, givens, extra = spec.outputs, spec.updates, spec.givens, []
+        rows: slice | TensorVariable
         if variant != "plain":
             if variant == "slice":
                 extra = [
@@ -287,7 +290,7 @@ class RankFunction:
             return 0, None
         k = num_slices if (rows is not None or s_rows is not None) else 1
         row_chunks = split_selection(rows, k) if rows is not None else [None] * k
-        pos_chunks = split_selection(positions, k) if rows is not None else [None] * k
+        pos_chunks = split_selection(positions, k) if positions is not None else [None] * k
         s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
         deferred = bool(self.spec.updates) and (pending is not None or k > 1)
         fn = self._function(variant, updates_as_outputs=deferred)

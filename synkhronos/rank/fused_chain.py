@@ -63,28 +63,25 @@ class _Call:
 
 
 def _fusable(state: RankState, steps) -> bool:
-    """Whether this rank's communicator and the chain's collectives allow one program (the
-    same answer on every rank)."""
-    return (
-        isinstance(state.comm, XlaCommunicator)
-        and state.n_ranks > 1
-        and all(
-            isinstance(s, int)
-            or (
-                s.kind in _TRACED
-                and all(np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices))
-            )
-            for s in steps
+    """Whether the chain's collectives allow one program (the same answer on every rank;
+    the communicator is an XLA one)."""
+    return state.n_ranks > 1 and all(
+        isinstance(s, int)
+        or (
+            s.kind in _TRACED
+            and all(np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices))
         )
+        for s in steps
     )
 
 
-def _calls(state: RankState, steps, plan: CallPlan, resolve):
+def _calls(state: RankState, steps, plan: CallPlan | None, resolve):
     """The function steps as :class:`_Call` objects and the first one's arguments, or None
     when this rank cannot run them as one program (see the module docstring)."""
     import jax
 
-    calls, first_args = [], []
+    calls: list[_Call] = []
+    first_args: list = []
     for step in steps:
         if not isinstance(step, int):
             continue
@@ -94,7 +91,7 @@ def _calls(state: RankState, steps, plan: CallPlan, resolve):
             return None
         subset = share.pop("subset")
         weight, compiled, args = fn.prepare(**share)
-        if not weight or getattr(compiled.maker.linker, "scalar_shape_inputs", ()):
+        if not weight or getattr(compiled.maker.linker, "scalar_shape_inputs", None):
             return None
         if calls and args:  # later functions' own arguments (sliceable rows): step by step
             return None
@@ -115,8 +112,8 @@ class FusedChain:
         How many times this rank ran the program (counted for the tests).
     """
 
-    def __init__(self, state: RankState, steps, calls: list[_Call]):
-        self.state, self.steps, self.function_calls = state, steps, calls
+    def __init__(self, state: RankState, comm: XlaCommunicator, steps, calls: list[_Call]):
+        self.state, self.comm, self.steps, self.function_calls = state, comm, steps, calls
         self.calls = 0
         cells: dict[int, list] = {}  # every storage cell the program reads, by id
         for call in calls:
@@ -128,7 +125,7 @@ class FusedChain:
                     for v in state.shared(step.indices)
                 )
         self.cells = list(cells.values())
-        self.program = state.comm.program(self._body)
+        self.program = comm.program(self._body)
 
     def _body(self, xs: list) -> list:
         """(Traced) every step on this rank's values: the functions' outputs (reduced
@@ -158,7 +155,7 @@ class FusedChain:
     def inputs(self, args: list) -> list:
         """The program's inputs on this device: the first function's arguments, then the
         cells' current values (the cells keep them on the device from now on)."""
-        values = self.state.comm.to_device([*args, *(c[0] for c in self.cells)])
+        values = self.comm.to_device([*args, *(c[0] for c in self.cells)])
         for cell, value in zip(self.cells, values[len(args) :], strict=True):
             cell[0] = value
         return values
@@ -167,7 +164,7 @@ class FusedChain:
         """Run the program on ``inputs`` and store the cells' new values; returns, per
         function step, :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host,
         reduced)``."""
-        got = self.state.comm.run(self.program, inputs)
+        got = self.comm.run(self.program, inputs)
         self.calls += 1
         n_outputs = sum(len(c.subset) for c in self.function_calls)
         for cell, value in zip(self.cells, got[n_outputs:], strict=True):
@@ -185,10 +182,16 @@ class FusedChain:
 def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[tuple] | None:
     """Run ``steps`` as one program on every rank, or return None (on every rank alike) to
     have them run step by step."""
-    if not _fusable(state, steps) or not any(isinstance(s, int) for s in steps):
+    comm = state.comm
+    if (
+        not isinstance(comm, XlaCommunicator)
+        or not _fusable(state, steps)
+        or not any(isinstance(s, int) for s in steps)
+    ):
         return None
     found = _calls(state, steps, plan, resolve)
-    fused, inputs = None, None
+    fused: FusedChain | None = None
+    inputs: list | None = None
     if found is not None:
         calls, args = found
         key = (
@@ -198,11 +201,15 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
         )
         fused = state.fused.get(key)
         if fused is None:
-            fused = state.fused[key] = FusedChain(state, steps, calls)
+            fused = state.fused[key] = FusedChain(state, comm, steps, calls)
         inputs = fused.inputs(args)
     # Every rank's inputs, through the host: one program only if they all agree.
-    layouts, on_device = state.comm.agree(inputs if fused is not None else None)
-    if not on_device or layouts[0] is None or any(lay != layouts[0] for lay in layouts):
+    layouts, on_device = comm.agree(inputs)
+    # on_device only where every rank has its program's inputs on its device: every rank
+    # takes the same path.
+    if fused is None or inputs is None or not on_device:
+        return None
+    if any(lay != layouts[0] for lay in layouts):
         return None
     return fused.run(inputs)
 

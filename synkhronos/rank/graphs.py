@@ -18,6 +18,7 @@ import pickle
 import sys
 import types
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
@@ -37,7 +38,7 @@ class GraphSpec:
     updates: list = field(default_factory=list)
     givens: list = field(default_factory=list)
     sliceable: list = field(default_factory=list)
-    mode: object = None
+    mode: Any = None  # a PyTensor mode, by name or as a Mode; None: the backend's
     update_ops: list = field(default_factory=list)  # combine each update over num_slices
     function_kwargs: dict = field(default_factory=dict)  # more pytensor.function arguments
 
@@ -50,7 +51,7 @@ class GraphSpec:
 class SharedRegistry:
     """Shared variables in shipping order; the same order on every rank."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.variables: list[SharedVariable] = []
         self._index: dict[int, int] = {}
 

@@ -31,6 +31,9 @@ ones more.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+from typing import Any
+
 import numpy as np
 
 from synkhronos.transport.nodes import current as current_nodes
@@ -62,7 +65,7 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
         On rank 0, position in ``subset`` -> reduced value (backend array) of the outputs
         that took the communicator path; empty elsewhere.
     """
-    if not weight:
+    if not weight or outs is None:
         outs = []
     device = [] if state.n_ranks == 1 else [j for j, i in enumerate(subset) if fn.on_device[i]]
     if not device:
@@ -84,7 +87,7 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     ops = {j: fn.spec.output_ops[subset[j]] for j in device}
     # "avg" is a sum of values scaled by their share of the rows, so it goes with "sum".
     comm_ops = {j: "sum" if op == "avg" else op for j, op in ops.items()}
-    reduced = {}
+    reduced: dict[int, Any] = {}
     for comm_op in dict.fromkeys(comm_ops.values()):  # one collective per op, same order
         positions = [j for j in device if comm_ops[j] == comm_op]
         values = [
@@ -97,7 +100,7 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     return host_outputs(state, fn, subset, outs, set(ops)), reduced
 
 
-def host_outputs(state, fn, subset, outs: list, reduced: set = frozenset()) -> list:
+def host_outputs(state, fn, subset, outs: list, reduced: AbstractSet[int] = frozenset()) -> list:
     """This rank's outputs ``outs`` (``subset`` order) that take the host path, as host
     arrays: all but the positions in ``reduced``, and on the workers all but those of op
     None, which only rank 0's result gives."""
@@ -137,17 +140,19 @@ def collect_outputs(
 ):
     """(Rank 0) Put together the call's results from its own share and the workers'
     ``replies`` (rank 1 onwards, each ``[weight, *host outputs]``)."""
-    weights, per_rank = [weight], [host if weight else None]
+    weights = [weight]
+    per_rank: list[list | None] = [host if weight else None]
     for reply in replies:
         weights.append(int(reply[0][0]))
         per_rank.append(reply[1:] if weights[-1] else None)
-    results, mine, theirs = [], 0, 0  # positions in rank 0's and in the workers' replies
+    results: list = []
+    mine, theirs = 0, 0  # positions in rank 0's and in the workers' replies
     for j, i in enumerate(subset):
         op = spec.output_ops[i]
         if j in reduced:
             results.append(np.array(reduced[j]))  # to the host (from a GPU), and writable
         elif op is None:
-            results.append(per_rank[0][mine] if weight else None)
+            results.append(host[mine] if weight else None)
             mine += 1
         else:
             values = [

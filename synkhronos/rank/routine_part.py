@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def from_text(array: np.ndarray) -> str:
 
 def resolve_name(name: str) -> Callable:
     module, qualname = name.split(":")
-    target = importlib.import_module(module)
+    target: Any = importlib.import_module(module)
     for part in qualname.split("."):
         target = getattr(target, part)
     return target

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import weakref
+from typing import Literal, overload
 
 import numpy as np
 
@@ -73,6 +74,12 @@ _session: Session | None = None
 logger = logging.getLogger(__name__)
 
 
+@overload
+def auto_backend(deciding: Literal[True] = True) -> tuple[str, str]: ...
+@overload
+def auto_backend(deciding: bool) -> tuple[str | None, str]: ...
+
+
 def auto_backend(deciding: bool = True) -> tuple[str | None, str]:
     """The backend ``fork(backend="auto")`` takes, and why.
 
@@ -97,6 +104,12 @@ def auto_backend(deciding: bool = True) -> tuple[str | None, str]:
         return "gpu", "GPUs are visible, and JAX with its CUDA plugin is installed"
     choice, why = auto_cpu_backend(deciding)
     return choice, f"{where}; on CPU ranks: {why}"
+
+
+@overload
+def auto_cpu_backend(deciding: Literal[True] = True) -> tuple[str, str]: ...
+@overload
+def auto_cpu_backend(deciding: bool) -> tuple[str | None, str]: ...
 
 
 def auto_cpu_backend(deciding: bool = True) -> tuple[str | None, str]:
@@ -288,7 +301,7 @@ class Session:
         self.output = WorkerOutput(rank_prefix, current_nodes().offset)
         try:
             self.thread_limits = _limit_threads(
-                self.threads, self.cores and self.cores[0], backend_name
+                self.threads, self.cores[0] if self.cores else None, backend_name
             )
             self._start_workers(backend_name, gpus)
         except BaseException as error:
@@ -304,24 +317,24 @@ class Session:
         channel, the communicator. A name someone else took is skipped by starting again
         under a fresh name."""
         check_alive = _weak(self.check_alive)
-        for attempt in range(1, NAME_ATTEMPTS + 1):
-            name = new_session_name()
+        for _ in range(NAME_ATTEMPTS - 1):
             try:
-                control = ControlBlock(name, self.n_ranks, create=True)
-                channel = Channel(name, 0, self.n_ranks, control, check_alive)
-                return (
-                    name,
-                    control,
-                    channel,
-                    make_communicator(backend_name, name, 0, self.n_ranks, control, check_alive),
-                )
+                return self._names_under(new_session_name(), backend_name, check_alive)
             except NameTaken:
-                sweep(name)  # what this attempt made
-                if attempt == NAME_ATTEMPTS:
-                    raise
-            except BaseException:
-                sweep(name)
-                raise
+                continue
+        return self._names_under(new_session_name(), backend_name, check_alive)
+
+    def _names_under(self, name: str, backend_name: str, check_alive) -> tuple:
+        """Create the control block, the channel and the communicator under ``name``;
+        remove what was made if one fails."""
+        try:
+            control = ControlBlock(name, self.n_ranks, create=True)
+            channel = Channel(name, 0, self.n_ranks, control, check_alive)
+            comm = make_communicator(backend_name, name, 0, self.n_ranks, control, check_alive)
+        except BaseException:
+            sweep(name)
+            raise
+        return name, control, channel, comm
 
     def _start_workers(self, backend_name: str, gpus: list[str] | None) -> None:
         for rank in range(1, self.n_ranks):
@@ -398,7 +411,7 @@ class Session:
             self.broken = True
             raise
 
-    def execute(self, code: Command, arrays, local):
+    def execute(self, code: int, arrays, local):
         """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
 
         Raises rank 0's own exception, or a :class:`RemoteError` naming the failed workers'
@@ -540,7 +553,7 @@ def _interrupt_behind(error: BaseException) -> BaseException:
     result with an exception set") caused by the interrupt; the user pressed Ctrl-C, so
     that is what is raised.
     """
-    cause = error
+    cause: BaseException | None = error
     while cause is not None and not isinstance(cause, KeyboardInterrupt):
         cause = cause.__cause__ or cause.__context__
     return error if cause is None else cause
@@ -720,7 +733,7 @@ def _start_guardian() -> None:
         atexit.register(_stop_guardian)
     elif _guardian.poll() is None:
         return
-    else:
+    elif _guardian.stdin is not None:
         _guardian.stdin.close()  # it was ended: start another
     _guardian = subprocess.Popen(
         [sys.executable, "-I", "-S", names.__file__, process_prefix()],
@@ -734,7 +747,8 @@ def _stop_guardian() -> None:
     global _guardian
     guardian, _guardian = _guardian, None
     if guardian is not None:
-        guardian.stdin.close()
+        if guardian.stdin is not None:
+            guardian.stdin.close()
         try:
             guardian.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:

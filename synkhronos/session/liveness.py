@@ -109,7 +109,8 @@ class Watchdog:
             return
         now = time.monotonic()
         if not self.armed:
-            self.beats, self.ticks, self.progress_at = ([0] * len(self.pids) for _ in range(3))
+            n = len(self.pids)
+            self.beats, self.ticks, self.progress_at = [0] * n, [0] * n, [0.0] * n
         for i, pid in enumerate(self.pids):
             beat = self.heartbeat(i + 1)
             if self.armed and beat != self.beats[i]:

@@ -34,7 +34,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,13 +46,19 @@ _DATA, _VALUE = int(Arg.DATA), int(Arg.VALUE)
 _NONE, _RANGES, _INDICES = int(Rows.NONE), int(Rows.RANGES), int(Rows.INDICES)
 
 
+_NO_INDICES = np.zeros(0, np.int64)
+_NO_INDICES.flags.writeable = False
+
+
 @dataclass
 class RankRows:
-    """Rows for each rank: contiguous ranges, or one index array cut at ``bounds``."""
+    """Rows for each rank: contiguous ``ranges``, or (``ranges`` None) one index array cut
+    at ``bounds``."""
 
     ranges: np.ndarray | None = None  # (n_ranks, 2) int64 start, stop
-    indices: np.ndarray | None = None  # int64, all ranks' rows concatenated
-    bounds: np.ndarray | None = None  # (n_ranks + 1,) int64 cut points into indices
+    # int64, all ranks' rows concatenated; and (n_ranks + 1,) int64 cut points into them
+    indices: np.ndarray = field(default_factory=lambda: _NO_INDICES)
+    bounds: np.ndarray = field(default_factory=lambda: _NO_INDICES)
 
     @classmethod
     def split(cls, sel: Selection, n_ranks: int) -> RankRows:
@@ -68,8 +74,9 @@ class RankRows:
     @classmethod
     def per_rank(cls, sels: list[Selection]) -> RankRows:
         """One selection given for each rank."""
-        if all(isinstance(s, slice) for s in sels):
-            return cls(ranges=np.array([[s.start, s.stop] for s in sels], np.int64))
+        slices = [s for s in sels if isinstance(s, slice)]
+        if len(slices) == len(sels):
+            return cls(ranges=np.array([[s.start, s.stop] for s in slices], np.int64))
         parts = [np.arange(s.start, s.stop) if isinstance(s, slice) else s for s in sels]
         lengths = [len(p) for p in parts]
         return cls(
@@ -146,7 +153,8 @@ class CallPlan:
         for d in self.scatter:
             desc = d.descriptor()
             words += [len(desc), *desc.tolist()]
-        arrays, values = [], []
+        arrays: list[np.ndarray] = []
+        values = []
         for v, k in zip(self.bcast, self.bcast_kinds.tolist(), strict=True):
             if k == _DATA:
                 desc = v.descriptor()
@@ -191,7 +199,7 @@ class CallPlan:
             else:
                 bcast.append(None)  # a value: filled in below, after any index arrays
                 pos += 1
-        found = []
+        found: list[RankRows | None] = []
         for _ in range(2):
             if words[pos] == _NONE:
                 found.append(None)

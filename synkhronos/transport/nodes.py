@@ -20,6 +20,9 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, overload
+
+import numpy as np
 
 from synkhronos.transport.names import process_prefix, sweep
 from synkhronos.transport.partition import Selection, split_bounds
@@ -56,7 +59,7 @@ class World:
     node: int = 0
     n_nodes: int = 1
     local_ranks: list[int] = field(default_factory=lambda: [1])
-    mpi: object = None
+    mpi: Any = None  # an mpi4py communicator (mpi4py has no type information)
     on_abort: Callable[[], None] = lambda: None
 
     @property
@@ -86,6 +89,11 @@ class World:
     def from_node_0(self, value):
         """Node 0's ``value``, on every node (MPI among the leaders)."""
         return value if self.mpi is None else self.mpi.bcast(value, root=0)
+
+    @overload
+    def node_share(self, sel: slice) -> slice: ...
+    @overload
+    def node_share(self, sel: np.ndarray) -> np.ndarray: ...
 
     def node_share(self, sel: Selection) -> Selection:
         """This node's rows of a call's selection: those its global ranks would take."""

@@ -129,7 +129,7 @@ class Data:
         if self._view is None:
             if self._segment.segment is None:
                 self._resize(self._shape, 1.0, keep=False)
-            self._view = self._segment.segment.array(self._dtype, self._shape)
+            self._view = self._segment.attached.array(self._dtype, self._shape)
         return self._view
 
     def __len__(self) -> int:
@@ -166,7 +166,7 @@ class Data:
             self._segment.reserve(nbytes, check_oversize(oversize))
             if old_copy is not None and generation >= 0:
                 n = min(old_copy.size, int(np.prod(shape)))
-                self._segment.segment.array(self._dtype, (n,))[...] = old_copy[:n]
+                self._segment.attached.array(self._dtype, (n,))[...] = old_copy[:n]
         self._shape = shape
         self._view = None
 
@@ -250,4 +250,4 @@ class DataViews:
         if segment is None:
             segment = self.segments[data_id] = GrowingSegment(f"{self.prefix}_data{data_id}")
         segment.follow(generation)
-        return segment.segment.array(DTYPES[code], tuple(int(s) for s in descriptor[3:]))
+        return segment.attached.array(DTYPES[code], tuple(int(s) for s in descriptor[3:]))

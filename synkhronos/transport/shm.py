@@ -186,6 +186,13 @@ class GrowingSegment:
     def size(self) -> int:
         return 0 if self.segment is None else self.segment.size
 
+    @property
+    def attached(self) -> Segment:
+        """The segment, once :meth:`reserve` or :meth:`follow` made or found it."""
+        if self.segment is None:
+            raise RuntimeError(f"{self.base}: no segment reserved or followed yet")
+        return self.segment
+
     def reserve(self, nbytes: int, oversize: float = 1.0) -> None:
         """(Owner) make room for ``nbytes``, reallocating only when it does not fit.
 
@@ -272,7 +279,7 @@ class Mailbox:
         self.data.reserve(end, oversize)
         self.header[1] = len(arrays)
         self.header[2 : 2 + len(words)] = words
-        segment = self.data.segment
+        segment = self.data.attached
         views = []
         for a, offset in zip(arrays, offsets, strict=True):
             view = segment.array(a.dtype, a.shape, offset)
@@ -295,7 +302,7 @@ class Mailbox:
         if not self.header[1]:
             return []  # nothing to attach to (STOP reads this way after its names are gone)
         self.data.follow(int(self.header[0]))
-        segment = self.data.segment
+        segment = self.data.attached
         return [
             segment.array(DTYPES[code], tuple(shape[:ndim]), offset)
             for code, ndim, offset, *shape in self._descriptors()

@@ -6,6 +6,7 @@ N_RANKS MASTER_PID BACKEND``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -37,13 +38,13 @@ def _die_with_parent(master_pid: int, prefix: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    session, prefix, rank, n_ranks, master_pid, backend_name = argv
-    rank, n_ranks, master_pid = int(rank), int(n_ranks), int(master_pid)
+    session, prefix, backend_name = argv[0], argv[1], argv[5]
+    rank, n_ranks, master_pid = (int(a) for a in argv[2:5])
     _die_with_parent(master_pid, prefix)
     forward_records()  # this worker's log records go to rank 0's logging
     # Line by line: rank 0 passes whole lines on, and a line held back is lost if the
     # worker is killed.
-    if sys.stdout is not None:
+    if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)
     keep_freed_memory()  # as rank 0 does at fork; this process ends with the session
     sys.path[:0] = [
@@ -110,7 +111,7 @@ def main(argv: list[str]) -> None:
         try:
             if code not in handlers:
                 raise ValueError(f"unknown synkhronos command {code}")
-            reply = handlers[code](state, arrays, views.view)
+            reply = handlers[Command(code)](state, arrays, views.view)
             if reply is not None:
                 channel.reply(reply)
         except Aborted:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 from synkhronos.rank.backends.cpu import xla_flags
 from synkhronos.rank.versions import versions
@@ -242,10 +243,8 @@ def _step_seconds() -> dict[str, float]:
             h = h @ w + b
             h = pt.maximum(h, 0) if i < len(_SIZES) - 2 else pt.special.log_softmax(h, axis=1)
         loss = -h[pt.arange(y.shape[0]), y].mean()
-        updates = [
-            (p, p - np.float32(0.01) * g)
-            for p, g in zip(params, pt.grad(loss, params), strict=True)
-        ]
+        grads = cast(list, pt.grad(loss, params))  # a list, for a list of parameters
+        updates = [(p, p - np.float32(0.01) * g) for p, g in zip(params, grads, strict=True)]
         fn = pytensor.function([x, y], loss, updates=updates, mode=mode)
 
         def run(n, fn=fn, params=params):

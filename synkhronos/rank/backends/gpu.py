@@ -70,11 +70,23 @@ def gpu_table() -> list[tuple[str, str, str]]:
         ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise RuntimeError(f"no usable GPU: nvidia-smi failed ({e})") from e
-    return [
-        tuple(field.strip() for field in line.split(","))
-        for line in out.splitlines()
-        if line.strip()
-    ]
+    return parse_gpu_table(out)
+
+
+def parse_gpu_table(text: str) -> list[tuple[str, str, str]]:
+    """(index, name, memory) from nvidia-smi's CSV lines (a name may hold a comma).
+
+    Examples
+    --------
+    >>> parse_gpu_table("0, NVIDIA H100 80GB HBM3, 81559 MiB\\n1, A, B, 8 MiB\\n")
+    [('0', 'NVIDIA H100 80GB HBM3', '81559 MiB'), ('1', 'A, B', '8 MiB')]
+    """
+    table = []
+    for line in filter(str.strip, text.splitlines()):
+        index, rest = line.split(",", 1)
+        name, memory = rest.rsplit(",", 1)
+        table.append((index.strip(), name.strip(), memory.strip()))
+    return table
 
 
 def parse_visible_devices(text: str) -> list[str]:

@@ -18,6 +18,7 @@ def make_communicator(
     """The communicator for ranks of ``backend`` (XLA for "gpu", shared memory else),
     over every node's ranks when the :data:`~synkhronos.transport.nodes.LAYOUT_VAR` environment
     variable (set by :func:`synkhronos.fork` under MPI) gives their layout."""
+    comm: Communicator
     if backend == "gpu":
         from synkhronos.transport.comm.xla import XlaCommunicator
 

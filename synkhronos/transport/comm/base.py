@@ -43,6 +43,10 @@ class Communicator(ABC):
         without, they are new arrays that nothing else holds.
         """
 
+    @abstractmethod
+    def reset(self) -> None:
+        """(Rank 0, every rank idle) Forget what a collective that was aborted left."""
+
     def start(self) -> None:  # noqa: B027 - most communicators need nothing here
         """Join the other ranks, once every rank's process runs (rank 0: after starting the
         workers)."""

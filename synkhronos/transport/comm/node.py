@@ -60,7 +60,7 @@ class NodeCommunicator(Communicator):
         self.leader = local.rank == 0
         self.spread = local.n_ranks > 1  # whether the node's own step has anyone to meet
         self.xla = isinstance(local, XlaCommunicator)
-        if self.xla:
+        if isinstance(local, XlaCommunicator):
             local.span = (self.rank, n_global, self._host_broadcast)
 
     def start(self) -> None:

@@ -171,7 +171,7 @@ class ShmCommunicator(Communicator):
         self.result.follow(int(self.result_header[0]))
         results = []
         for i, ((dtype, shape), offset) in enumerate(zip(layout, mine.offsets(), strict=True)):
-            res = self.result.segment.array(dtype, (int(np.prod(shape)),), offset)
+            res = self.result.attached.array(dtype, (int(np.prod(shape)),), offset)
             lo, hi = chunks[i][self.rank : self.rank + 2]
             copies = () if flat_out is None else (flat_out[i][lo:hi],)
             inputs = [

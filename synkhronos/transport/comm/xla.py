@@ -178,7 +178,7 @@ class XlaCommunicator(ShmCommunicator):
         XLA programs this rank has run (counted for the tests).
     """
 
-    span = None
+    span: tuple | None = None
     mesh = None
     _config = None  # JAX's settings before start() changed them
     device = None
@@ -247,7 +247,8 @@ class XlaCommunicator(ShmCommunicator):
         import jax
         from jax.extend.backend import clear_backends
 
-        self.mesh = self._programs = None
+        self.mesh = None
+        self._programs = {}
         jax.distributed.shutdown()  # also after a failed start: JAX may hold half of it
         clear_backends()
         jax.config.update(
