@@ -50,7 +50,8 @@ def test_walk_finds_the_modules():
 
 def test_every_module_path_imports_a_module():
     """No name a package exports hides its module of that name (``import synkhronos.x as
-    m`` must give the module, not a function ``x``)."""
+    m`` must give the module, not a function ``x``), and no module defines a function or
+    class named like itself."""
     import importlib
 
     for module in _modules() - {"synkhronos"}:
@@ -58,6 +59,8 @@ def test_every_module_path_imports_a_module():
         imported = importlib.import_module(module)
         found = getattr(importlib.import_module(package), leaf, None)
         assert found is imported, f"{package}.{leaf} is {found!r}"
+        own = getattr(imported, leaf, None)
+        assert getattr(own, "__module__", None) != module, f"{module} defines {leaf}"
 
 
 def test_core_modules_are_in_internals():

@@ -44,7 +44,7 @@ from synkhronos.api.collectives import broadcast, registered
 from synkhronos.rank import checkpoint_part
 from synkhronos.rank.checkpoint_part import is_generator
 from synkhronos.rank.routine_part import from_text, text
-from synkhronos.rank.versions import versions
+from synkhronos.rank.versions import installed_versions
 from synkhronos.session import launch
 from synkhronos.transport.channel import MAX_ARRAYS
 from synkhronos.transport.nodes import current as current_nodes
@@ -165,7 +165,7 @@ def save(
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "synkhronos": versions(["synkhronos"])["synkhronos"],
+        "synkhronos": installed_versions(["synkhronos"])["synkhronos"],
         "n_ranks": session.n_ranks,
         "backend": session.backend.name,
         "variables": [

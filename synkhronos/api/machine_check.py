@@ -27,7 +27,7 @@ import numpy as np
 from synkhronos.api.collectives import all_reduce, gather
 from synkhronos.api.functions import function
 from synkhronos.rank.backends import gpu
-from synkhronos.rank.versions import versions
+from synkhronos.rank.versions import installed_versions
 from synkhronos.session import launch
 from synkhronos.transport import names, shm
 from synkhronos.transport.nodes import LAUNCHER_VARS, under_mpi_launcher
@@ -53,7 +53,7 @@ def _say(text: str) -> None:
 
 def _versions() -> str:
     return ", ".join(
-        f"{package} {version or '-'}" for package, version in versions(PACKAGES).items()
+        f"{package} {version or '-'}" for package, version in installed_versions(PACKAGES).items()
     )
 
 
@@ -172,9 +172,10 @@ def self_test(backend: str = "cpu") -> float:
 def check(backend: str = "cpu", say: Callable[[str], None] = _say) -> int:
     """Report on this machine and run the self-test; return the exit status (0: works)."""
     problems = []
+    version = installed_versions(["synkhronos"])["synkhronos"] or "(not installed)"
     say(
-        f"synkhronos {versions(['synkhronos'])['synkhronos'] or '(not installed)'} on Python "
-        f"{platform.python_version()}, {platform.system()} {platform.machine()}"
+        f"synkhronos {version} on Python {platform.python_version()}, {platform.system()} "
+        f"{platform.machine()}"
     )
     if not sys.platform.startswith("linux"):
         problems.append(f"synkhronos runs on Linux only, not {sys.platform}")

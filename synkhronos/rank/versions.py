@@ -3,7 +3,7 @@ installed packages' metadata gives them (nothing is imported).
 
 Examples
 --------
->>> versions(["numpy", "surely-not-installed"])["surely-not-installed"] is None
+>>> installed_versions(["numpy", "surely-not-installed"])["surely-not-installed"] is None
 True
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Iterable
 
-__all__ = ["versions"]
+__all__ = ["installed_versions"]
 
 
-def versions(packages: Iterable[str]) -> dict[str, str | None]:
+def installed_versions(packages: Iterable[str]) -> dict[str, str | None]:
     """Each package's installed version, None for one not installed (synkhronos itself
     run from a checkout without installing it, say)."""
     found: dict[str, str | None] = {}

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import cast
 
 from synkhronos.rank.backends.cpu import xla_flags
-from synkhronos.rank.versions import versions
+from synkhronos.rank.versions import installed_versions
 
 MARGIN = 1.10
 """How much faster JAX mode must be before "auto" takes it: near a tie the default mode
@@ -84,7 +84,7 @@ def machine_key(float_x: str) -> str:
         pass
     installed = [
         f"{package}={version or 'none'}"
-        for package, version in versions(
+        for package, version in installed_versions(
             ("pytensor", "jax", "jaxlib", "numpy", "scipy", "numba")
         ).items()
     ]
