@@ -37,7 +37,7 @@ def is_jax(mode) -> bool:
 
 
 # Builds a graph as pytensor.function does, checking it, with neither rewriting nor compiling.
-_CHECK_MODE = Mode(linker="py", optimizer=None)
+_CHECK_MODE = Mode(linker="py", optimizer="None")
 
 
 def assign(updates: list[tuple]) -> None:
