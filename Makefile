@@ -17,8 +17,7 @@ test: $(STAMP)
 	$(PY) -m ruff format --check synkhronos tests demos bench
 	$(PY) -m mypy
 	$(PY) -m synkhronos check
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile tests
-	$(PY) -m pytest -q --doctest-modules synkhronos
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile --doctest-modules tests synkhronos
 
 demo: $(STAMP)
 	$(PY) demos/mnist.py

@@ -31,8 +31,10 @@ def test_ranks_pinned_to_their_own_cores_and_restored(monkeypatch):
 
 def test_no_pinning_when_asked_or_with_more_ranks_than_cores(monkeypatch):
     assert launch.rank_cores(len(CORES) + 1) is None
+    monkeypatch.delenv("SYNK_AFFINITY")
+    assert launch.cores_to_pin(1, "cpu") == [CORES]
     monkeypatch.setenv("SYNK_AFFINITY", "0")
-    assert launch.rank_cores(1) is None
+    assert launch.cores_to_pin(1, "cpu") is None
 
 
 def test_xla_gets_one_thread_on_one_core(monkeypatch):

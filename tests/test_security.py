@@ -179,22 +179,24 @@ def test_squatted_names_are_skipped_or_named(other_user, monkeypatch):
 
 
 def test_an_unprivileged_sweeper_skips_what_it_cannot_remove(other_user):
-    dead = _dead_pid()
-    roots = [f"synk_{dead}_0e0e0e0e_x", f"sem.synk_{dead}_0e0e0e0e_y"]  # root's, unheld
+    dead, alive = _dead_pid(), os.getpid()
+    # Root's, under this (live) process's pid: a sweep of root's in another test process
+    # running meanwhile (make test runs several) leaves them, as it leaves any live program's.
+    roots = [f"synk_{alive}_0e0e0e0e_x", f"sem.synk_{alive}_0e0e0e0e_y"]
     theirs = [f"synk_{dead}_0f0f0f0f_x", f"sem.synk_{dead}_0f0f0f0f_y"]
     _plant(*roots)
 
     def sweep_as_a_fork_does():
         _plant(*theirs)
         launch.sweep_dead()
-        names.sweep(f"synk_{dead}_0e0e0e0e")  # as close() would, on names not its own
+        names.sweep(f"synk_{alive}_0e0e0e0e")  # as close() would, on names not its own
         assert shm_entries(f"synk_{dead}_0f0f0f0f") == []
 
     try:
         _as(other_user, sweep_as_a_fork_does)
-        assert _owned_by(0, f"synk_{dead}_") == sorted(roots)
+        assert _owned_by(0, f"synk_{alive}_0e0e0e0e") == sorted(roots)
     finally:
-        names.sweep(f"synk_{dead}_0e0e0e0e")
+        names.sweep(f"synk_{alive}_0e0e0e0e")
 
 
 def test_only_this_users_orphans_are_ended(other_user):

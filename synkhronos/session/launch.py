@@ -158,7 +158,7 @@ def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
 
     Rank ``r`` gets ``cores[r * k:(r + 1) * k]`` of the sorted ``available`` cores (default:
     this process's affinity set), ``k = len(cores) // n_ranks``. None when there are fewer
-    cores than ranks, or when the environment variable ``SYNK_AFFINITY`` is ``0``.
+    cores than ranks.
 
     Examples
     --------
@@ -168,10 +168,21 @@ def rank_cores(n_ranks: int, available=None) -> list[list[int]] | None:
     True
     """
     cores = sorted(os.sched_getaffinity(0) if available is None else available)
-    if len(cores) < n_ranks or os.environ.get("SYNK_AFFINITY") == "0":
+    if len(cores) < n_ranks:
         return None
     k = len(cores) // n_ranks
     return [cores[r * k : (r + 1) * k] for r in range(n_ranks)]
+
+
+def cores_to_pin(n_ranks: int, backend_name: str) -> list[list[int]] | None:
+    """:func:`rank_cores`, or None to pin none: when the environment variable
+    ``SYNK_AFFINITY`` is ``0``, and for GPU ranks on GPUs, which the GPUs drive (pinning
+    would only starve their threads)."""
+    if os.environ.get("SYNK_AFFINITY") == "0":
+        return None
+    if backend_name == "gpu" and not _jax_on_cpus(backend_name):
+        return None
+    return rank_cores(n_ranks)
 
 
 class _RankZeroLimits:
@@ -289,10 +300,7 @@ class Session:
         first_calls = FirstCalls(self.control.segment.fd, wait=False)
         self.state = RankState(0, n_ranks, comm, self.backend, first_calls)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
-        # GPU ranks on GPUs are driven by them; pinning would only starve their threads.
-        self.cores = (
-            rank_cores(n_ranks) if backend_name != "gpu" or _jax_on_cpus(backend_name) else None
-        )
+        self.cores = cores_to_pin(n_ranks, backend_name)
         self.functions: list = []  # every synkhronos Function built in this session
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
