@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import xla_timing
-from run import mlp
+from run import mlp_step_chains
 
 
 def main() -> None:
@@ -58,22 +58,11 @@ def main() -> None:
 
 
 def _steps(synk, total: int, steps: int, rounds: int) -> tuple[float, float]:
-    from synkhronos.extensions import train
-    from synkhronos.extensions.lasagne import updates
-
-    x, y, loss, params = mlp()
-    step = train.make_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
-    unfused = synk.chain(
-        step.grad_function,
-        ("all_reduce", step.phases.flat_grad, "sum"),
-        step.update_function,
-        every_rank_rows=True,
-        fuse=False,
-    )
+    _, fused, unfused = mlp_step_chains(synk)
     rng = np.random.default_rng(0)
     xd = synk.data(rng.random((total, 784)).astype("float32"))
     yd = synk.data(rng.integers(0, 10, total).astype("int32"))
-    chains = {"fused": step.chain, "unfused": unfused}
+    chains = {"fused": fused, "unfused": unfused}
     seconds = {name: [] for name in chains}
     for chain in chains.values():
         chain(xd, yd)  # compiled

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 import xla_timing
-from run import mlp
+from run import mlp_step_chains
 from timing import best_of
 
 
@@ -144,18 +144,7 @@ def _call_overhead(synk) -> list[tuple[str, str]]:
 
 def _mlp_steps(synk, n: int, sizes: tuple, batch: int, steps: int) -> list[tuple[str, str]]:
     """Samples/s of the MLP step, fused and step by step (same model, same data)."""
-    from synkhronos.extensions import train
-    from synkhronos.extensions.lasagne import updates
-
-    x, y, loss, params = mlp(sizes=sizes)
-    step = train.make_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
-    unfused = synk.chain(
-        step.grad_function,
-        ("all_reduce", step.phases.flat_grad, "sum"),
-        step.update_function,
-        every_rank_rows=True,
-        fuse=False,
-    )
+    x, fused, unfused = mlp_step_chains(synk, sizes)
     rng = np.random.default_rng(0)
     total = batch * n
     xd = synk.data(rng.random((4 * total, 784)).astype(x.dtype))
@@ -167,7 +156,7 @@ def _mlp_steps(synk, n: int, sizes: tuple, batch: int, steps: int) -> list[tuple
         chain(xd, yd, batch=slice(lo, lo + total))
 
     rows = []
-    for label, chain in (("fused", step.chain), ("step by step", unfused)):
+    for label, chain in (("fused", fused), ("step by step", unfused)):
         run(chain)  # compiled
         seconds = best_of(lambda chain=chain: run(chain), 3, steps)
         rows.append(

@@ -41,6 +41,25 @@ def mlp(sizes: tuple[int, ...] = SIZES, seed: int = 0):
     return x, y, loss, params
 
 
+def mlp_step_chains(synk, sizes: tuple[int, ...] = SIZES):
+    """The MLP's SGD step (``extensions.train``) twice: as ``train`` runs it (one XLA
+    program per rank on JAX backends) and as the same chain step by step. Returns
+    ``(x, fused, step_by_step)``."""
+    from synkhronos.extensions import train
+    from synkhronos.extensions.lasagne import updates
+
+    x, y, loss, params = mlp(sizes=sizes)
+    step = train.make_step_function(loss, params, [x, y], updates.sgd, learning_rate=0.01)
+    step_by_step = synk.chain(
+        step.grad_function,
+        ("all_reduce", step.phases.flat_grad, "sum"),
+        step.update_function,
+        every_rank_rows=True,
+        fuse=False,
+    )
+    return x, step.chain, step_by_step
+
+
 def data(n: int, seed: int = 0):
     import pytensor
 

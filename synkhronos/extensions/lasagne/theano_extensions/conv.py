@@ -113,31 +113,9 @@ def conv1d_mc0(
     )
 
 
-def conv1d_mc1(
-    input,
-    filters,
-    image_shape=None,
-    filter_shape=None,
-    border_mode="valid",
-    subsample=(1,),
-    filter_flip=True,
-    num_groups=1,
-) -> TensorVariable:
-    """Same as :func:`conv1d_mc0` (Lasagne computed it with the other image axis).
-
-    Parameters
-    ----------
-    input, filters, image_shape, filter_shape, border_mode, subsample, filter_flip, num_groups
-        As for :func:`conv1d_mc0`.
-
-    Returns
-    -------
-    TensorVariable
-        ``(b, f, output length)``.
-    """
-    return conv1d_mc0(
-        input, filters, image_shape, filter_shape, border_mode, subsample, filter_flip, num_groups
-    )
+# Lasagne's two multi-channel variants differed in the image axis they computed along; the
+# convolution they compute is the same, and here it is one function.
+conv1d_mc1 = conv1d_mc0
 
 
 def conv1d_unstrided(
