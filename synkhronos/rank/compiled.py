@@ -183,12 +183,18 @@ class RankFunction:
         """Rows of each sliceable shared variable on this rank."""
         return [int(np.shape(s.get_value(borrow=True))[0]) for s in self.spec.sliceable]
 
+    @staticmethod
+    def _weight(rows: Selection | None, s_rows: Selection | None) -> int:
+        """How many rows a share (or a chunk of it) computes on: its data rows, else its
+        rows of the sliceable variables, else 1."""
+        if rows is not None:
+            return selection_length(rows)
+        return selection_length(s_rows) if s_rows is not None else 1
+
     def _share(self, rows: Selection | None, s_rows: Selection | None):
         """The rows this rank computes on (its weight), its rows of the sliceable variables
         as this mode selects them, and the variant that does so."""
-        n_rows = None if rows is None else selection_length(rows)
-        n_s = None if s_rows is None else selection_length(s_rows)
-        weight = n_rows if n_rows is not None else (n_s if n_s is not None else 1)
+        weight = self._weight(rows, s_rows)
         if isinstance(s_rows, slice) and self.slices_by_index:
             s_rows = np.arange(s_rows.start, s_rows.stop, dtype=np.int64)
         variant = "plain" if s_rows is None else ("slice" if isinstance(s_rows, slice) else "index")
@@ -297,11 +303,7 @@ class RankFunction:
         n_out = len(self.spec.outputs)
         results, update_values, weights = [], [], []
         for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
-            w = (
-                selection_length(chunk)
-                if chunk is not None
-                else (selection_length(s_chunk) if s_chunk is not None else 1)
-            )
+            w = self._weight(chunk, s_chunk)
             if w == 0:
                 continue
             args = self._arguments(scattered, by_position, chunk, pos, bcast_values, s_chunk)
