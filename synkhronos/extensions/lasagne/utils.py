@@ -9,6 +9,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
+from pytensor.graph.traversal import walk
 from pytensor.tensor.variable import TensorVariable
 
 __all__ = [
@@ -133,19 +134,14 @@ def collect_shared_vars(expressions: Variable | Iterable[Variable]) -> list[Shar
     """
     if isinstance(expressions, Variable):
         expressions = [expressions]
-    found: dict[SharedVariable, None] = {}
-    visited: set[Variable] = set()
-    stack = list(reversed(list(expressions)))
-    while stack:  # iterative: long unrolled graphs would exceed the recursion limit
-        var = stack.pop()
-        if var in visited:
-            continue
-        visited.add(var)
-        if isinstance(var, SharedVariable):
-            found[var] = None
-        elif var.owner is not None:
-            stack.extend(reversed(var.owner.inputs))
-    return list(found)
+
+    def operands(var):  # popped first to last: Theano's left-recursive order
+        return reversed(var.owner.inputs) if var.owner is not None else None
+
+    # walk is iterative (long unrolled graphs would exceed the recursion limit), and starts
+    # from its list's last variable
+    found = walk(reversed(list(expressions)), operands, bfs=False)
+    return [var for var in found if isinstance(var, SharedVariable)]
 
 
 def one_hot(x, m=None) -> TensorVariable:

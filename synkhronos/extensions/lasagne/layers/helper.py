@@ -106,7 +106,7 @@ def _network_inputs(layers: list, given: dict, inputs, value_of, what: tuple[str
     }
     if given:
         known.update(given)
-    elif inputs is not None and not isinstance(inputs, dict):
+    elif inputs is not None:  # a dict of inputs is never empty here: it is `given`
         function, noun = what
         if len(known) > 1:
             raise ValueError(
@@ -154,16 +154,13 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
                 raise TypeError(
                     f"The inputs dictionary keys must be lasagne layers, not {type(key)}."
                 )
-    given = (
-        {}
-        if not isinstance(inputs, dict)
-        else {lay: as_theano_expression(expr) for lay, expr in inputs.items()}
-    )
+        given = {lay: as_theano_expression(expr) for lay, expr in inputs.items()}
+        single_input = None
+    else:
+        given = {}
+        single_input = None if inputs is None else as_theano_expression(inputs)
     wanted, single = _as_list(layer_or_layers)
     layers = get_all_layers(wanted, treat_as_input=given)
-    single_input = (
-        None if inputs is None or isinstance(inputs, dict) else (as_theano_expression(inputs))
-    )
     outputs = _network_inputs(
         layers, given, single_input, lambda lay: lay.input_var, ("get_output", "expression")
     )
