@@ -272,23 +272,18 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     same = [i for i, kind in enumerate(kinds) if kind == "same"]
     for chunk in _chunks(same, CHUNK):
         broadcast([variables[i] for i in chunk], [arrays[f"value_{i}"] for i in chunk])
-    generators = [iter(states) for states in manifest["generators"]]
-    values = []
-    for index in separate:
-        for rank in range(session.n_ranks):
-            values.append(
-                text(next(generators[rank]))
-                if kinds[index] == "generator"
-                else arrays[f"value_{index}_rank_{rank}"]
-            )
+    generators = [iter(states) for states in manifest["generators"]]  # in `separate` order
     n = session.n_ranks
-    for start in range(0, len(separate), CHUNK // n):
-        chunk = separate[start : start + CHUNK // n]
+    for chunk in _chunks(separate, CHUNK // n):
+        values = [
+            text(next(generators[rank]))
+            if kinds[index] == "generator"
+            else arrays[f"value_{index}_rank_{rank}"]
+            for index in chunk
+            for rank in range(n)
+        ]
         routines.run(
-            checkpoint_part.set_local,
-            np.array(chunk, np.int64),
-            np.array([n], np.int64),
-            *values[start * n : (start + len(chunk)) * n],
+            checkpoint_part.set_local, np.array(chunk, np.int64), np.array([n], np.int64), *values
         )
     session.forget_lengths()
     if "generator" in kinds and session.backend.mode == "JAX":

@@ -57,8 +57,9 @@ def _versions() -> str:
     )
 
 
-def _gpus() -> list[str]:
-    """Lines on the GPUs: nvidia-smi's table, CUDA_VISIBLE_DEVICES, JAX_PLATFORMS."""
+def _gpus() -> tuple[list[str], list]:
+    """Lines on the GPUs (nvidia-smi's table, CUDA_VISIBLE_DEVICES, JAX_PLATFORMS), and
+    nvidia-smi's table (empty when it failed)."""
     try:
         table = gpu.gpu_table()
     except RuntimeError as error:
@@ -75,13 +76,13 @@ def _gpus() -> list[str]:
     missing = gpu.gpu_packages_missing()
     if table and missing:
         lines.append(f"  missing for GPU ranks: {' and '.join(missing)}; {gpu.EXTRA_HINT}")
-    return lines
+    return lines, table
 
 
-def _fork_plan() -> list[str]:
+def _fork_plan(table: list) -> list[str]:
     choice, why = launch.auto_backend(deciding=False)
     if choice == "gpu":
-        ranks = f"{len(gpu.visible_gpus())} ranks (one per visible GPU)"
+        ranks = f"{len(gpu.visible_gpus(table))} ranks (one per visible GPU)"
     else:
         ranks = f"{len(os.sched_getaffinity(0))} ranks (one per usable CPU core)"
     shown = repr(choice) if choice else "'cpu' or 'jax-cpu', once measured"
@@ -105,12 +106,9 @@ def _leftovers() -> tuple[list[str], bool]:
     if not dead:
         return ["leftovers of dead programs: none"], False
     lines = [f"leftovers of dead programs: {len(dead)} (fork() removes them too):"]
+    listed = os.listdir(names.SHM_DIR)
     for prefix in dead:
-        entries = [
-            e
-            for e in os.listdir(names.SHM_DIR)
-            if e.startswith(prefix + "_") or e.startswith("sem." + prefix + "_")
-        ]
+        entries = names.entries_of(prefix, listed)
         size = sum(os.lstat(os.path.join(names.SHM_DIR, e)).st_size for e in entries)
         workers = names.workers_of(prefix)
         alive = f", {len(workers)} worker process(es) {workers}" if workers else ""
@@ -181,7 +179,8 @@ def check(backend: str = "cpu", say: Callable[[str], None] = _say) -> int:
         problems.append(f"synkhronos runs on Linux only, not {sys.platform}")
     say(f"packages: {_versions()}")
     say(f"CPU cores usable: {len(os.sched_getaffinity(0))} of {os.cpu_count()}")
-    for line in _gpus() + _fork_plan() + [_mpi()]:
+    gpu_lines, table = _gpus()
+    for line in gpu_lines + _fork_plan(table) + [_mpi()]:
         say(line)
     lines, problem = _shm()
     for line in lines:

@@ -180,7 +180,7 @@ def cores_to_pin(n_ranks: int, backend_name: str) -> list[list[int]] | None:
     would only starve their threads)."""
     if os.environ.get("SYNK_AFFINITY") == "0":
         return None
-    if backend_name == "gpu" and not _jax_on_cpus(backend_name):
+    if backend_name == "gpu" and not gpu.on_cpu_devices():
         return None
     return rank_cores(n_ranks)
 

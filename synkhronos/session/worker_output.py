@@ -205,7 +205,7 @@ class WorkerOutput:
             for line in lines:
                 self._log(pipe.rank, line)
             return
-        tag = f"[rank {pipe.rank}] ".encode() if self.prefix else b""
+        tag = f"[rank {pipe.rank}] ".encode()  # stdout and stderr have pipes only when tagged
         data = b"".join(tag + line + b"\n" for line in lines)
         stream = sys.stdout if pipe.kind == "stdout" else sys.stderr
         # Into the text stream's byte buffer, which, unlike the text stream, may be written

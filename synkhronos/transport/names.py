@@ -113,6 +113,13 @@ def new_session_name() -> str:
     return f"{process_prefix()}_{secrets.token_hex(4)}"
 
 
+def entries_of(stem: str, entries: list[str]) -> list[str]:
+    """Those of ``entries`` (names in ``/dev/shm``) under ``stem``: its segments, semaphores
+    and lock."""
+    head = stem + "_"
+    return [e for e in entries if e.startswith(head) or e.startswith("sem." + head)]
+
+
 def sweep(stem: str) -> list[str]:
     """Remove every name ``<stem>_...`` in ``/dev/shm`` (segments, semaphores, the lock) that
     this user owns; return the names removed.
@@ -121,16 +128,12 @@ def sweep(stem: str) -> list[str]:
     warning): this never raises. A prefix's lock file goes last. Safe to call from several
     processes at once.
     """
-    head = stem + "_"
     try:
         entries = os.listdir(SHM_DIR)
     except OSError:
         return []
     lock = stem + LOCK_SUFFIX
-    found = sorted(
-        (e for e in entries if e.startswith(head) or e.startswith("sem." + head)),
-        key=lambda e: e == lock,
-    )
+    found = sorted(entries_of(stem, entries), key=lambda e: e == lock)
     uid, removed = os.geteuid(), []
     for entry in found:
         path = os.path.join(SHM_DIR, entry)

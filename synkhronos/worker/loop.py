@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.transport.channel import Aborted, Channel, ControlBlock
@@ -84,7 +85,7 @@ def main(argv: list[str]) -> None:
 
     # This rank's part of each command: (state, arrays, resolve) -> reply arrays (None: no
     # reply). STOP is handled by the loop itself.
-    handlers = {
+    handlers: dict[int, Callable] = {  # keyed by the code's int (Command is an IntEnum)
         Command.DISTRIBUTE: distribute,
         Command.CALL: run_share,
         Command.COLLECTIVE: lambda state, arrays, resolve: run_collective(state, arrays),
@@ -109,9 +110,10 @@ def main(argv: list[str]) -> None:
             channel.report()
             return
         try:
-            if code not in handlers:
+            handler = handlers.get(code)  # by the int: no Command built per command
+            if handler is None:
                 raise ValueError(f"unknown synkhronos command {code}")
-            reply = handlers[Command(code)](state, arrays, views.view)
+            reply = handler(state, arrays, views.view)
             if reply is not None:
                 channel.reply(reply)
         except Aborted:
