@@ -160,22 +160,22 @@ class FusedChain:
             cell[0] = value
         return values
 
-    def run(self, inputs: list) -> list[tuple]:
+    def run(self, inputs: list, weights: list[int]) -> list[tuple]:
         """Run the program on ``inputs`` and store the cells' new values; returns, per
         function step, :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host,
-        reduced)``."""
+        reduced)``, with this call's ``weights`` (rows per function step)."""
         got = self.comm.run(self.program, inputs)
         self.calls += 1
         n_outputs = sum(len(c.subset) for c in self.function_calls)
         for cell, value in zip(self.cells, got[n_outputs:], strict=True):
             cell[0] = value
         results, pos = [], 0
-        for call in self.function_calls:
+        for call, weight in zip(self.function_calls, weights, strict=True):
             outs = got[pos : pos + len(call.subset)]
             pos += len(call.subset)
             reduced = {j: outs[j] for j in call.reduced} if self.state.rank == 0 else {}
             host = host_outputs(self.state, call.fn, call.subset, outs, set(call.reduced))
-            results.append((call.weight, host, reduced))
+            results.append((weight, host, reduced))
         return results
 
 
@@ -192,6 +192,7 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     found = _calls(state, steps, plan, resolve)
     fused: FusedChain | None = None
     inputs: list | None = None
+    calls: list[_Call] = []
     if found is not None:
         calls, args = found
         key = (
@@ -211,7 +212,8 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
         return None
     if any(lay != layouts[0] for lay in layouts):
         return None
-    return fused.run(inputs)
+    # This call's weights: the program, built at the first call, keeps that call's steps.
+    return fused.run(inputs, [c.weight for c in calls])
 
 
 __all__ = ["FusedChain", "run_fused"]

@@ -21,6 +21,18 @@ from synkhronos.transport.reduction import empty_aligned, reduce_into
 from synkhronos.transport.shm import GrowingSegment, Mailbox
 
 
+def check_same_layouts(layouts: list) -> None:
+    """Raise unless every rank's layout (each array's dtype and shape) is rank 0's, naming
+    the first rank that differs. Every rank sees the same layouts, so every rank raises:
+    none is left waiting in a reduction."""
+    for r, layout in enumerate(layouts):
+        if layout != layouts[0]:
+            raise ValueError(
+                f"all_reduce/reduce needs equal shapes and dtypes on every rank; rank 0 "
+                f"has {layouts[0]}, rank {r} has {layout}"
+            )
+
+
 class ShmCommunicator(Communicator):
     """Shared-memory communicator (see the module docstring).
 
@@ -160,14 +172,9 @@ class ShmCommunicator(Communicator):
             self.result_header[0] = self.result.generation
         self.barrier()
         boxes = self._all_boxes()
-        layout = [(a.dtype, a.shape) for a in boxes[0]]
-        for r, box in enumerate(boxes):
-            if [(a.dtype, a.shape) for a in box] != layout:
-                # Every rank sees the same headers, so every rank raises: no one hangs.
-                raise ValueError(
-                    f"all_reduce/reduce needs equal shapes and dtypes on every rank; rank 0 "
-                    f"has {layout}, rank {r} has {[(a.dtype, a.shape) for a in box]}"
-                )
+        layouts = [[(a.dtype, a.shape) for a in box] for box in boxes]
+        check_same_layouts(layouts)
+        layout = layouts[0]
         self.result.follow(int(self.result_header[0]))
         results = []
         for i, ((dtype, shape), offset) in enumerate(zip(layout, mine.offsets(), strict=True)):

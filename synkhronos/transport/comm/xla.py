@@ -50,7 +50,7 @@ import time
 import numpy as np
 
 from synkhronos.transport.channel import POLL_S
-from synkhronos.transport.comm.shm import ShmCommunicator
+from synkhronos.transport.comm.shm import ShmCommunicator, check_same_layouts
 from synkhronos.transport.reduction import IN_PLACE_DTYPES
 from synkhronos.transport.shm import DTYPES, dtype_code
 
@@ -367,12 +367,7 @@ class XlaCommunicator(ShmCommunicator):
     # ---- collectives ----------------------------------------------------------------------
     def all_reduce(self, arrays, op, out=None):
         layouts, on_device = self.agree(arrays)
-        for r, layout in enumerate(layouts):
-            if layout != layouts[0]:  # every rank sees the same layouts, so every rank raises
-                raise ValueError(
-                    f"all_reduce/reduce needs equal shapes and dtypes on every "
-                    f"rank; rank 0 has {layouts[0]}, rank {r} has {layout}"
-                )
+        check_same_layouts(layouts)
         if not on_device or not _supported(layouts[0]):
             return super().all_reduce([np.asarray(a) for a in arrays], op, out)
         n = self._span()[1]
