@@ -335,8 +335,9 @@ def test_fork_close_cycles_leave_nothing():
 
 def test_full_dev_shm_is_a_clear_error(monkeypatch):
     free = shm.free_bytes()
-    before = shm_entries()
-    name = f"synk_{os.getpid()}_0full"
+    ours = f"synk_{os.getpid()}_"  # another test process may make and free names meanwhile
+    before = shm_entries(ours)
+    name = f"{ours}0full"
     with pytest.raises(shm.SharedMemoryFull, match=r"GiB .*has .* free"):
         shm.Segment(f"{name}_a", free + 2**30, create=True)  # larger than the space left
     monkeypatch.setattr(shm, "free_bytes", lambda: 2**20)
@@ -347,7 +348,7 @@ def test_full_dev_shm_is_a_clear_error(monkeypatch):
     stat = os.statvfs(shm.SHM_DIR)
     with pytest.raises(shm.SharedMemoryFull):
         shm.Segment(f"{name}_b", stat.f_blocks * stat.f_frsize + 2**30, create=True)
-    assert shm_entries() == before
+    assert shm_entries(ours) == before
 
 
 # ---- fork and close from other threads ------------------------------------------------------
