@@ -8,7 +8,6 @@ import os
 
 from synkhronos.api import machine_check
 from synkhronos.transport import names, shm
-from tests.conftest import shm_entries
 
 
 def test_a_tiny_dev_shm_is_a_clear_failure(monkeypatch):
@@ -26,17 +25,16 @@ def test_a_tiny_dev_shm_is_a_clear_failure(monkeypatch):
     assert any(line.startswith("fork() would start: ") for line in said)
 
 
-def test_leftovers_are_named_and_swept(capsys):
-    prefix = f"synk_{os.getpid()}_{'e' * 16}"  # no lock file, a live pid: not dead yet
-    shm.Segment(f"{prefix}_s0_x", 64, create=True)
-    lock = os.path.join(names.SHM_DIR, prefix + names.LOCK_SUFFIX)
-    try:
-        os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600))  # unlocked: its program died
-        lines, any_left = machine_check._leftovers()
-        assert any_left and f"  {prefix}: 2 names, 0 MiB" in lines, lines
-        assert lines[-1].endswith("-m synkhronos sweep")
-        assert machine_check.main(["sweep"]) == 0
-        assert f"{prefix}: removed 2 names, ended 0 worker(s)" in capsys.readouterr().out
-        assert shm_entries(prefix) == []
-    finally:
-        names.sweep(prefix)
+def test_leftovers_are_named_and_swept(capsys, tmp_path, monkeypatch):
+    # In a folder of its own: in /dev/shm, a fork in another test process would sweep the
+    # pretended dead program before the check lists it.
+    monkeypatch.setattr(names, "SHM_DIR", str(tmp_path))
+    prefix = f"synk_{os.getpid()}_{'e' * 16}"
+    (tmp_path / f"{prefix}_s0_x").write_bytes(bytes(64))
+    (tmp_path / f"{prefix}{names.LOCK_SUFFIX}").touch(0o600)  # unlocked: its program died
+    lines, any_left = machine_check._leftovers()
+    assert any_left and f"  {prefix}: 2 names, 0 MiB" in lines, lines
+    assert lines[-1].endswith("-m synkhronos sweep")
+    assert machine_check.main(["sweep"]) == 0
+    assert f"{prefix}: removed 2 names, ended 0 worker(s)" in capsys.readouterr().out
+    assert os.listdir(tmp_path) == []
