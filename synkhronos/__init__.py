@@ -11,6 +11,7 @@ The package's map (modules by audience, one call's path, where state lives, the 
 formats) is ``docs/internals.rst``.
 """
 
+from synkhronos.api.builders import function
 from synkhronos.api.chains import Chain, chain
 from synkhronos.api.checkpoints import load, save
 from synkhronos.api.collectives import (
@@ -25,7 +26,7 @@ from synkhronos.api.collectives import (
     scatter,
     set_value,
 )
-from synkhronos.api.functions import Function, function
+from synkhronos.api.functions import Function
 from synkhronos.session.launch import backend, close, distribute, fork, get_n_gpu
 from synkhronos.transport.channel import RemoteError, WorkerDied, WorkerHung
 from synkhronos.transport.shared_arrays import Data

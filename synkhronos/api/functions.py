@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
@@ -33,7 +35,7 @@ from synkhronos.transport.reduction import check_output_op, check_update_op
 from synkhronos.transport.shared_arrays import Data
 
 
-def _pairs(mapping, what: str) -> list[tuple]:
+def pairs_of(mapping, what: str) -> list[tuple]:
     if mapping is None:
         return []
     items = mapping.items() if hasattr(mapping, "items") else mapping
@@ -43,7 +45,7 @@ def _pairs(mapping, what: str) -> list[tuple]:
     return pairs
 
 
-def _updates(updates) -> tuple[list[tuple], list]:
+def update_pairs(updates) -> tuple[list[tuple], list]:
     """``updates`` (a dict, or pairs and ``(var, update, op)`` triples) as pairs and the op
     combining each over slices ("avg" for pairs)."""
     if updates is None:
@@ -64,8 +66,9 @@ def _updates(updates) -> tuple[list[tuple], list]:
     return pairs, ops
 
 
-def _parse_outputs(outputs) -> tuple[list, list, bool]:
-    """Split ``outputs`` into variables and reduce ops; also say whether it was single."""
+def parse_outputs(outputs) -> tuple[list, list, list, bool]:
+    """Split ``outputs`` into variables, reduce ops and whether each op was given; also
+    say whether ``outputs`` was a single one."""
 
     def is_pair(o):
         return (
@@ -76,10 +79,10 @@ def _parse_outputs(outputs) -> tuple[list, list, bool]:
         )
 
     if outputs is None:
-        return [], [], False
+        return [], [], [], False
     single = isinstance(outputs, Variable) or is_pair(outputs)
     entries = [outputs] if single else list(outputs)
-    variables, ops = [], []
+    variables, ops, explicit = [], [], []
     for i, entry in enumerate(entries):
         var, op = entry if is_pair(entry) else (entry, "avg")
         if not isinstance(var, Variable):
@@ -87,7 +90,8 @@ def _parse_outputs(outputs) -> tuple[list, list, bool]:
         check_output_op(op, f"output {i} ({var})")
         variables.append(var)
         ops.append(op)
-    return variables, ops, single
+        explicit.append(is_pair(entry))
+    return variables, ops, explicit, single
 
 
 # Arrays a call's message holds besides its broadcast values: the plan's words, two index
@@ -156,6 +160,28 @@ def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
         )
 
 
+@dataclass
+class FunctionParts:
+    """What :func:`synkhronos.function` was given, checked and sorted."""
+
+    inputs: list
+    bcast_inputs: list
+    outputs: list
+    ops: list
+    explicit: list  # per output: its reduce op was given
+    single: bool
+    updates: list  # (variable, value) pairs
+    givens: list
+    sliceable: list
+    name: str | None
+    mode: Any
+    function_kwargs: dict
+
+    @property
+    def what(self) -> str:
+        return f"synkhronos function {self.name!r}" if self.name else "synkhronos function"
+
+
 class Function:
     """A synkhronos function: built by :func:`synkhronos.function`, called like PyTensor's.
 
@@ -183,6 +209,7 @@ class Function:
         name,
         mode,
         function_kwargs,
+        counts_rows: bool = False,
     ) -> None:
         inputs, bcast_inputs = list(inputs), list(bcast_inputs or ())
         for i, var in enumerate(inputs + bcast_inputs):
@@ -206,8 +233,8 @@ class Function:
                 raise TypeError(
                     f"sliceable_shareds[{i}] must be a shared variable with at least one dimension"
                 )
-        variables, ops, self._single = _parse_outputs(outputs)
-        update_pairs, update_ops = _updates(updates)
+        variables, ops, _, self._single = parse_outputs(outputs)
+        pairs, update_ops = update_pairs(updates)
         self._session = session
         self.name = name
         self.inputs = inputs + bcast_inputs
@@ -221,14 +248,16 @@ class Function:
             bcast_inputs,
             variables,
             ops,
-            update_pairs,
-            _pairs(givens, "givens"),
+            pairs,
+            pairs_of(givens, "givens"),
             sliceable,
             mode,
             update_ops,
             dict(function_kwargs),
         )
         self._downcast = bool(function_kwargs.get("allow_input_downcast"))
+        # The last broadcast input is the call's whole row count, which _plan writes.
+        self._counts_rows = counts_rows
         # Everything below may fail, and must leave the session as it was: nothing in it
         # changes before rank 0's copy is checked.
         self._check_wire(inputs, bcast_inputs, variables, ops)
@@ -468,8 +497,10 @@ class Function:
                 kinds.append(Arg.VALUE)
         by_position = np.array([d.minibatch for d in scatter], np.int64)
         rows = None
+        total = 0  # the call's rows on every rank of every node
         if n_in:
             whole = self._batch_rows(scatter, batch)
+            total = selection_length(whole)
             if every_rank_rows:  # ranks take split_bounds shares of the whole selection
                 self._refuse_empty_ranks(
                     "batch", split_bounds(selection_length(whole), current_nodes().n_global)
@@ -493,15 +524,20 @@ class Function:
         s_rows = None
         if batch_s is not None:
             everyone = self._global_batch_s_rows(session, batch_s)
+            total = total or sum(selection_length(s) for s in everyone)
             if every_rank_rows and not n_in:
                 self._refuse_empty_ranks(
                     "batch_s", [0, *np.cumsum([selection_length(s) for s in everyone])]
                 )
             world = current_nodes()
             s_rows = RankRows.per_rank(everyone[world.offset : world.offset + session.n_ranks])
-        elif every_rank_rows and not n_in and spec.sliceable:  # each rank takes all its rows
-            lengths = sliceable_lengths(session, spec.sliceable)
-            self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
+        elif spec.sliceable and not n_in and (every_rank_rows or self._counts_rows):
+            lengths = sliceable_lengths(session, spec.sliceable)  # each rank takes all its rows
+            total = int(np.sum(lengths))
+            if every_rank_rows:
+                self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
+        if self._counts_rows:
+            bcast[-1] = np.asarray(total, np.int64)
         return CallPlan(
             spec.fid,
             int(num_slices),
@@ -549,7 +585,8 @@ class Function:
         full = [len(d) for d in scatter if not d.minibatch]
         sel: Selection
         if batch is None:
-            lengths = {len(d) for d in scatter}
+            # Minibatch data is read by position: it may be longer (checked in _plan).
+            lengths = {len(d) for d in scatter if not d.minibatch} or {len(d) for d in scatter}
             if len(lengths) > 1:
                 names = ", ".join(
                     f"{_label(v, i, 'input')}: {len(d)}"
@@ -593,88 +630,3 @@ class Function:
         )
         specs = list(batch_s) if per_rank else [batch_s] * n
         return [resolve_rows(specs[r], lengths[r], f"batch_s (rank {r})") for r in range(n)]
-
-
-def function(
-    inputs=(),
-    outputs=None,
-    bcast_inputs=None,
-    updates=None,
-    givens=None,
-    sliceable_shareds=None,
-    name: str | None = None,
-    mode=None,
-    **kwargs,
-) -> Function:
-    """Build a function that runs data-parallel on every rank.
-
-    Takes what :func:`pytensor.function` takes, split by how each input is distributed.
-
-    Parameters
-    ----------
-    inputs : list of Variable
-        Inputs scattered along axis 0 across ranks (uneven splits are fine).
-    outputs : Variable, (Variable, op), or a list of them
-        ``op`` reduces the ranks' results: "avg" (default; weighted by each rank's rows,
-        so a per-sample mean equals the single-device mean), "sum", "prod", "max", "min",
-        "gather" (concatenate along axis 0 in data order), None (rank 0's own result;
-        the workers send nothing) or "per_rank" (the list of every rank's result). The
-        ``c_`` forms ("c_avg", "c_sum", "c_prod", "c_max", "c_min", "c_gather") give the
-        same result reduced from the ranks' replies on the host, never by the
-        communicator (an XLA program on GPU ranks).
-    bcast_inputs : list of Variable
-        Inputs every rank receives whole.
-    updates : dict, or list of (SharedVariable, Variable) or (SharedVariable, Variable, op)
-        Applied on every rank to its own copy; nothing is synchronised implicitly. With
-        ``num_slices > 1`` every slice computes from the same values, and the update's
-        values are combined over the slices with ``op`` ("avg", row-weighted, for pairs;
-        "sum", "prod", "max", "min") and applied once at the end of the call.
-    givens : dict or list of pairs
-        As for :func:`pytensor.function`.
-    sliceable_shareds : list of SharedVariable
-        Shared variables whose rows a call may select with ``batch_s``.
-    name : str, optional
-    mode : str or pytensor Mode, optional
-        Compile mode; default: the backend's (PyTensor's default on CPU, "JAX" on GPU).
-    **kwargs
-        Passed to every underlying :func:`pytensor.function` (``allow_input_downcast``,
-        ``on_unused_input``, ...).
-
-    Raises
-    ------
-    TypeError
-        If the workers could not unpickle the graph (an Op holding a lambda, a class
-        defined in ``__main__`` or in a module a fresh interpreter cannot import), naming
-        the Op; or if an input or output is not a tensor of a dtype that can travel.
-    ValueError
-        If an output or broadcast input has more than 8 dimensions, or a call's message or
-        reply would hold more than 512 arrays.
-    Exception
-        Whatever :func:`pytensor.function` raises for the graph: rank 0 builds its copy
-        here, before anything is shipped (without rewriting or compiling it, except in JAX
-        mode; every rank compiles at the function's first call). After any of these the
-        session is as it was.
-
-    Examples
-    --------
-    >>> import numpy as np, pytensor.tensor as pt, synkhronos as synk
-    >>> n = synk.fork(2, backend="cpu")
-    >>> x = pt.matrix("x")
-    >>> f = synk.function([x], [x.mean(), (x.sum(), "sum"), (x.max(axis=1), "gather")])
-    >>> mean, total, row_max = f(np.arange(10.0).reshape(5, 2))
-    >>> float(mean), float(total), row_max.tolist()
-    (4.5, 45.0, [1.0, 3.0, 5.0, 7.0, 9.0])
-    >>> synk.close()
-    """
-    return Function(
-        launch.current(),
-        inputs,
-        outputs,
-        bcast_inputs,
-        updates,
-        givens,
-        sliceable_shareds,
-        name,
-        mode,
-        kwargs,
-    )

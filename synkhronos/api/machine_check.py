@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from synkhronos.api.builders import function
 from synkhronos.api.collectives import all_reduce, gather
-from synkhronos.api.functions import function
 from synkhronos.rank.backends import gpu
 from synkhronos.rank.versions import installed_versions
 from synkhronos.session import launch

@@ -284,6 +284,8 @@ def make_step_function(
     mode: Any = None,
     name: str | None = None,
     sliceable_shareds: Iterable[SharedVariable] = (),
+    allow_input_downcast: bool | None = None,
+    on_unused_input: str | None = None,
     **kwargs: Any,
 ) -> StepFunction:
     """Build a data-parallel training step for ``update_rule``.
@@ -311,6 +313,8 @@ def make_step_function(
     sliceable_shareds : iterable of SharedVariable, optional
         Data held in shared variables, each rank its own part (see
         :func:`synkhronos.scatter`), whose rows a step selects with ``batch_s``.
+    allow_input_downcast, on_unused_input : optional
+        As for :func:`pytensor.function` (the gradient function takes the inputs).
 
     Returns
     -------
@@ -350,6 +354,14 @@ def make_step_function(
         sliceable_shareds=sliceable,
         name=f"{name}_grad" if name else None,
         mode=mode,
+        **{
+            k: v
+            for k, v in (
+                ("allow_input_downcast", allow_input_downcast),
+                ("on_unused_input", on_unused_input),
+            )
+            if v is not None
+        },
     )
     update_function = synk.function(
         updates=phases.param_updates, name=f"{name}_update" if name else None, mode=mode

@@ -237,7 +237,9 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
     """(Worker) unpickle specs, registering their new shared variables in shipping order.
 
     Random generators arrive with rank 0's state; each worker's is reseeded from it and
-    its rank, so that ranks draw different numbers (dropout masks, say).
+    its rank, so that ranks draw different numbers (dropout masks, say), except those
+    tagged ``same_on_every_rank`` (a training function's: every rank draws the whole
+    batch's numbers and takes its rows').
     """
     _, new, specs, updates = _Unpickler(io.BytesIO(payload), registry).load()
     for var, update in updates:
@@ -245,7 +247,9 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
     for var in new:
         registry.add(var)
         value = var.get_value(borrow=True)
-        if isinstance(value, np.random.Generator):
+        if isinstance(value, np.random.Generator) and not getattr(
+            var.tag, "same_on_every_rank", False
+        ):
             var.set_value(
                 np.random.default_rng([rank, *value.integers(2**63, size=2)]), borrow=True
             )

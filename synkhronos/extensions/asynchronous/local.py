@@ -71,7 +71,9 @@ class LocalStep:
                 synk.function([], updates=param_updates, mode=mode),
             ]
         else:
-            self.functions = [synk.function(list(inputs), loss, updates=rule, mode=mode)]
+            self.functions = [
+                synk.function(list(inputs), loss, updates=rule, mode=mode, local_updates=True)
+            ]
         self.n_inputs = len(inputs)
 
     def ids(self, state: RankState) -> tuple[np.ndarray, np.ndarray]:

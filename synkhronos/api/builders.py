@@ -1,0 +1,141 @@
+"""``synk.function``: which kind of :class:`~synkhronos.Function` a call builds.
+
+A function whose updates train becomes a
+:class:`~synkhronos.api.training.TrainingFunction` (every rank gets one device's update);
+any other, a plain :class:`~synkhronos.Function`.
+"""
+
+from __future__ import annotations
+
+from synkhronos.api.functions import (
+    Function,
+    FunctionParts,
+    pairs_of,
+    parse_outputs,
+    update_pairs,
+)
+from synkhronos.api.training import TrainingFunction, plan_split
+from synkhronos.session import launch
+
+
+def function(
+    inputs=(),
+    outputs=None,
+    bcast_inputs=None,
+    updates=None,
+    givens=None,
+    sliceable_shareds=None,
+    name: str | None = None,
+    mode=None,
+    local_updates: bool = False,
+    **kwargs,
+) -> Function:
+    """Build a function that runs data-parallel on every rank.
+
+    Takes what :func:`pytensor.function` takes, split by how each input is distributed.
+
+    Parameters
+    ----------
+    inputs : list of Variable
+        Inputs scattered along axis 0 across ranks (uneven splits are fine).
+    outputs : Variable, (Variable, op), or a list of them
+        ``op`` reduces the ranks' results: "avg" (default; weighted by each rank's rows,
+        so a per-sample mean equals the single-device mean), "sum", "prod", "max", "min",
+        "gather" (concatenate along axis 0 in data order), None (rank 0's own result;
+        the workers send nothing) or "per_rank" (the list of every rank's result). The
+        ``c_`` forms ("c_avg", "c_sum", "c_prod", "c_max", "c_min", "c_gather") give the
+        same result reduced from the ranks' replies on the host, never by the
+        communicator (an XLA program on GPU ranks).
+    bcast_inputs : list of Variable
+        Inputs every rank receives whole.
+    updates : dict, or list of (SharedVariable, Variable) or (SharedVariable, Variable, op)
+        As for :func:`pytensor.function`. Updates that train — they depend on the rows
+        and write a variable the rows' computation reads, as
+        ``lasagne.updates.adam(loss, params)`` or ``p - lr * grad(loss, p)`` do — give
+        every rank one device's update of the whole batch: the function runs as a
+        :class:`~synkhronos.api.training.TrainingFunction` (one flat all-reduce of the
+        gradients per call; the ranks stay bit-identical). Its outputs whose op is left
+        to the default are then computed as one device would (a mean or a sum over rows
+        alike). A warning names what cannot be made exact (batch statistics, random
+        draws per row, a reduction over rows that is not a sum). Other updates are
+        applied on every rank to its own copy. With ``num_slices > 1`` every slice
+        computes from the same values, and the update's values are combined over the
+        slices with ``op`` ("avg", row-weighted, for pairs; "sum", "prod", "max", "min")
+        and applied once at the end of the call.
+    givens : dict or list of pairs
+        As for :func:`pytensor.function`.
+    sliceable_shareds : list of SharedVariable
+        Shared variables whose rows a call may select with ``batch_s``.
+    name : str, optional
+    mode : str or pytensor Mode, optional
+        Compile mode; default: the backend's (PyTensor's default on CPU, "JAX" on GPU).
+    local_updates : bool
+        Apply every update on each rank to its own copy, as the original Synkhronos
+        did, even updates that train (then the ranks' copies differ until a collective
+        makes them agree).
+    **kwargs
+        Passed to every underlying :func:`pytensor.function` (``allow_input_downcast``,
+        ``on_unused_input``, ...).
+
+    Raises
+    ------
+    TypeError
+        If the workers could not unpickle the graph (an Op holding a lambda, a class
+        defined in ``__main__`` or in a module a fresh interpreter cannot import), naming
+        the Op; or if an input or output is not a tensor of a dtype that can travel.
+    ValueError
+        If an output or broadcast input has more than 8 dimensions, or a call's message or
+        reply would hold more than 512 arrays.
+    Exception
+        Whatever :func:`pytensor.function` raises for the graph: rank 0 builds its copy
+        here, before anything is shipped (without rewriting or compiling it, except in JAX
+        mode; every rank compiles at the function's first call). After any of these the
+        session is as it was.
+
+    Examples
+    --------
+    >>> import numpy as np, pytensor.tensor as pt, synkhronos as synk
+    >>> n = synk.fork(2, backend="cpu")
+    >>> x = pt.matrix("x")
+    >>> f = synk.function([x], [x.mean(), (x.sum(), "sum"), (x.max(axis=1), "gather")])
+    >>> mean, total, row_max = f(np.arange(10.0).reshape(5, 2))
+    >>> float(mean), float(total), row_max.tolist()
+    (4.5, 45.0, [1.0, 3.0, 5.0, 7.0, 9.0])
+    >>> synk.close()
+    """
+    session = launch.current()
+    if not local_updates and updates is not None:
+        variables, ops, explicit, single = parse_outputs(outputs)
+        pairs, update_ops = update_pairs(updates)
+        parts = FunctionParts(
+            list(inputs),
+            list(bcast_inputs or ()),
+            variables,
+            ops,
+            explicit,
+            single,
+            pairs,
+            pairs_of(givens, "givens"),
+            list(sliceable_shareds or ()),
+            name,
+            mode,
+            dict(kwargs),
+        )
+        split = plan_split(parts) if all(op == "avg" for op in update_ops) else None
+        if split is not None:
+            return TrainingFunction(session, parts, split)
+    return Function(
+        session,
+        inputs,
+        outputs,
+        bcast_inputs,
+        updates,
+        givens,
+        sliceable_shareds,
+        name,
+        mode,
+        kwargs,
+    )
+
+
+__all__ = ["function"]

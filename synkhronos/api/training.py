@@ -1,0 +1,307 @@
+"""``TrainingFunction``: a function whose updates train, run so that every rank holds the
+one-device result.
+
+:func:`synkhronos.function` builds one when an update depends on the rows and writes a
+variable the rows' computation reads (a parameter): ``synk.function([x, y], loss,
+updates=adam(loss, params))``. It runs as three steps on every rank, chained into one
+command (:class:`~synkhronos.api.chains.Chain`):
+
+1. the row phase, on each rank's rows: the values where the rows are summed away (the
+   gradients, the loss's sum; :mod:`synkhronos.api.phase_split`), concatenated into one
+   flat vector per dtype, and the call's broadcast inputs kept for step 3;
+2. one all-reduce ("sum") of each flat vector;
+3. the reduced phase, on the same values on every rank: the updates, and the outputs
+   whose reduce op was left to the default, computed from the reduced vectors.
+
+So every rank applies the same update to the same values (the ranks stay bit-identical),
+and the update is the one-device update of the whole batch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.random.type import RandomType
+
+from synkhronos.api.chains import Chain
+from synkhronos.api.functions import Function, FunctionParts
+from synkhronos.api.phase_split import PhaseSplit, split_phases
+from synkhronos.rank.graphs import GraphSpec
+from synkhronos.session import launch
+from synkhronos.transport.nodes import abort_on_error
+from synkhronos.transport.partition import resolve_rows, selection_length
+from synkhronos.transport.shared_arrays import Data
+
+
+def running_updates(variables: Sequence, explicit: Sequence) -> list[tuple]:
+    """The ``default_update`` pairs of the float shared variables the graph of
+    ``variables`` reads (a batch normalization's running averages), less ``explicit``'s
+    targets; random generators keep theirs."""
+    written = {id(v) for v in explicit}
+    return [
+        (v, v.default_update)
+        for v in graph_inputs(list(variables))
+        if isinstance(v, SharedVariable)
+        and not isinstance(v.type, RandomType)
+        and getattr(v, "default_update", None) is not None
+        and id(v) not in written
+    ]
+
+
+def plan_split(parts: FunctionParts) -> PhaseSplit | None:
+    """The split of ``parts``' graph, or None where no update needs one; warns (and
+    gives None) where the updates need one that cannot be made."""
+    sources = list(parts.inputs) + list(parts.sliceable)
+    if not parts.updates or not sources:
+        return None
+    updates = list(parts.updates)
+    updates += running_updates([*parts.outputs, *(u for _, u in updates)], [v for v, _ in updates])
+    try:
+        movable = [not explicit for explicit in parts.explicit]
+        split = split_phases(
+            sources, parts.outputs, movable, updates, by_position=bool(parts.inputs)
+        )
+        if split is not None:
+            known = {*split.placeholders, split.rows, *parts.bcast_inputs}
+            free = [
+                v
+                for v in graph_inputs(split.targets)
+                if v.owner is None
+                and not isinstance(v, SharedVariable | Constant)
+                and v not in known
+            ]
+            if free:
+                raise ValueError(f"the reduced phase would read {', '.join(map(str, free))}")
+        return split
+    except ValueError as error:
+        warnings.warn(
+            f"{parts.what}: its updates depend on each rank's rows, and could not be made "
+            f"exact ({error}): each rank applies its own, and the ranks' copies will "
+            f"differ; build the step with synkhronos.extensions.train.make_step_function, "
+            f"or pass local_updates=True to say that per-rank updates are meant",
+            stacklevel=4,
+        )
+        return None
+
+
+class TrainingFunction(Function):
+    """A :class:`~synkhronos.Function` whose updates train (see the module docstring).
+
+    Called, inspected and referenced (``as_pytensor``) like any function; it is not a
+    step of a user's :func:`~synkhronos.chain`.
+
+    Attributes
+    ----------
+    row_function, reduced_function : synkhronos.Function
+        The two phases.
+    chain : synkhronos.Chain
+        The whole call: the row phase, the all-reduces, the reduced phase.
+    """
+
+    def __init__(self, session, parts: FunctionParts, split: PhaseSplit) -> None:
+        self._session = session
+        self.name = parts.name
+        self.inputs = list(parts.inputs) + list(parts.bcast_inputs)
+        self.output_modes = list(parts.ops)
+        self.update_modes = ["avg"] * len(parts.updates)
+        self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
+        self._single = parts.single
+        self._downcast = bool(parts.function_kwargs.get("allow_input_downcast"))
+        self._reference = None
+        self._draws = split.positions is not None
+        self._positions_data: Data | None = None
+        self._spec = GraphSpec(
+            -1,
+            parts.name,
+            list(parts.inputs),
+            list(parts.bcast_inputs),
+            list(parts.outputs),
+            list(parts.ops),
+            list(parts.updates),
+            list(parts.givens),
+            list(parts.sliceable),
+            parts.mode,
+            ["avg"] * len(parts.updates),
+            dict(parts.function_kwargs),
+        )
+        inexact = list(split.inexact)
+        if split.positions is not None:
+            for generator, _ in split.generators:
+                if session.state.registry.index(generator) is not None:
+                    inexact.append(
+                        f"the random generator {generator} was shipped with an earlier "
+                        f"function, so each rank has its own state"
+                    )
+                # Every rank draws the whole batch's numbers: from rank 0's state.
+                generator.tag.same_on_every_rank = True
+        if inexact:
+            warnings.warn(
+                f"{self._what} trains every rank identically, but not as one device would: "
+                + "; ".join(inexact),
+                stacklevel=4,
+            )
+        label = parts.name or "training function"
+        reduced = _frontier_variables(split, label)
+        # The reduced phase reads the call's broadcast values from where the row phase
+        # kept them (only a chain's first function takes arguments).
+        kept = {v: _kept(v) for v in [*parts.bcast_inputs, split.rows]}
+        replace = dict(zip(split.placeholders, (v for v, _ in reduced), strict=True))
+        replace.update(kept)
+        targets = graph_replace(split.targets, replace, strict=False)
+        reduced_outputs = targets[: len(split.outputs)]
+        update_values = targets[len(split.outputs) :]
+        self._reduced_outputs = list(split.outputs)
+        self._row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
+        all_updates = list(parts.updates) + running_updates(
+            [*parts.outputs, *(u for _, u in parts.updates)], [v for v, _ in parts.updates]
+        )
+        # An explicit update overrides a default one: the running averages stay as they
+        # are in the row phase (the reduced phase updates them), and the generators
+        # drawn for the whole batch advance past that draw.
+        row_updates = [(var, var, "max") for var, _ in all_updates[len(parts.updates) :]]
+        row_updates += [(var, value, "sum") for var, value in reduced]
+        row_updates += [(generator, state, "avg") for generator, state in split.generators]
+        row_updates += [(shared, var, "max") for var, shared in kept.items()]
+        hidden = [] if split.positions is None else [split.positions]
+        self.row_function = Function(
+            session,
+            [*parts.inputs, *hidden],
+            [(o, parts.ops[k]) for k, o in zip(self._row_outputs, split.row_outputs, strict=True)],
+            [*parts.bcast_inputs, split.rows],
+            row_updates,
+            parts.givens,
+            parts.sliceable,
+            f"{label} (rows)",
+            parts.mode,
+            parts.function_kwargs,
+            counts_rows=True,
+        )
+        self.reduced_function = Function(
+            session,
+            [],
+            [(o, None) for o in reduced_outputs],
+            [],
+            [(var, value) for (var, _), value in zip(all_updates, update_values, strict=True)],
+            None,
+            None,
+            f"{label} (reduced)",
+            parts.mode,
+            {k: v for k, v in parts.function_kwargs.items() if k != "allow_input_downcast"},
+        )
+        self.chain = Chain(
+            session,
+            [
+                self.row_function,
+                ("all_reduce", [v for v, _ in reduced], "sum"),
+                self.reduced_function,
+            ],
+            every_rank_rows=True,
+        )
+        self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)
+
+    def _row_positions(self, first, batch) -> Data:
+        """Each selected row's position in the selection (a hidden input, read by
+        position): where each rank's rows start in the whole batch's draws."""
+        length = len(first)
+        count = length if batch is None else selection_length(resolve_rows(batch, length, "batch"))
+        if self._positions_data is None or len(self._positions_data) < count:
+            self._positions_data = Data(
+                np.arange(max(count, 2 * length), dtype=np.int64), minibatch=True, name="positions"
+            )
+        return self._positions_data
+
+    def __repr__(self) -> str:
+        return f"<synkhronos.TrainingFunction {self.name or ''}>".replace(" >", ">")
+
+    def get_shared(self) -> list:
+        """The shared variables the function uses (its two phases')."""
+        seen: dict = {}
+        for f in (self.row_function, self.reduced_function):
+            for v in f.get_shared():
+                seen.setdefault(id(v), v)
+        return list(seen.values())
+
+    @abort_on_error("a synkhronos training function call")
+    def __call__(
+        self,
+        *args,
+        batch=None,
+        batch_s=None,
+        num_slices: int = 1,
+        output_subset: Sequence[int] | None = None,
+        **kwargs,
+    ):
+        """Run the training step on every rank; return the outputs as one device would.
+
+        Arguments as for :meth:`synkhronos.Function.__call__`. Every rank needs at least
+        one row of the call (a ``ValueError`` says which rank has none).
+        """
+        session = launch.current()
+        if session is not self._session:
+            raise RuntimeError(
+                f"{self._what} was built before the last synk.fork(); build it again"
+            )
+        if kwargs:
+            args = self._by_name(args, kwargs)
+        if len(args) != len(self.inputs):
+            raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
+        if self._draws:
+            if num_slices != 1:
+                raise ValueError(
+                    f"{self._what} draws random numbers per row, which are one device's "
+                    f"draws only with num_slices=1 (each slice would draw anew)"
+                )
+            n_in = len(self._spec.inputs)
+            args = (*args[:n_in], self._row_positions(args[0], batch), *args[n_in:])
+        # The whole row count's place: the row phase's plan writes it.
+        row_results, *_, reduced_results = self.chain(
+            *args, np.int64(0), batch=batch, batch_s=batch_s, num_slices=num_slices
+        )
+        values: list = [None] * len(self.output_modes)
+        for positions, result in (
+            (self._row_outputs, row_results),
+            (self._reduced_outputs, reduced_results),
+        ):
+            for k, value in zip(positions, _as_list(result, positions), strict=True):
+                values[k] = value
+        if output_subset is not None:
+            values = [values[k] for k in output_subset]
+            return values[0] if len(values) == 1 else values
+        return values[0] if self._single else values
+
+
+def _as_list(result, positions: list) -> list:
+    """A phase's outputs as a list (its outputs were given as a list)."""
+    return list(result) if positions else []
+
+
+def _kept(var):
+    """A shared variable that keeps a broadcast input's value for the reduced phase."""
+    zero = np.zeros((1,) * var.type.ndim, dtype=var.type.dtype)
+    return pytensor.shared(zero.reshape(()) if var.type.ndim == 0 else zero, name=f"kept {var}")
+
+
+def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:
+    """One shared variable per frontier entry, with the value the row phase writes into
+    it (a statistic weighted by the rank's share of the rows)."""
+    pairs = []
+    for k, (term, weighted) in enumerate(zip(split.frontier, split.weighted, strict=True)):
+        dtype = term.type.dtype
+        if weighted:
+            weight = pt.cast(split.local_rows, dtype) / pt.cast(split.rows, dtype)
+            term = pt.cast(term * weight, dtype)
+        static = term.type.shape
+        zeros = np.zeros(tuple(n or 0 for n in static), dtype)
+        pairs.append((pytensor.shared(zeros, name=f"{label} reduced {k}", shape=static), term))
+    return pairs
+
+
+__all__ = ["TrainingFunction", "plan_split", "running_updates"]

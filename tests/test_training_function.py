@@ -1,0 +1,210 @@
+"""A Lasagne training script goes data-parallel by its function line.
+
+Three scripts of the kind Lasagne's examples are (an MLP with dropout, a CNN, an LSTM),
+each built as a user writes it, with ``theano.function`` replaced by ``synk.function``;
+5 steps on 2 and 3 ranks with uneven rows, ``batch`` and ``num_slices``, against the
+same script run by ``pytensor.function`` in one process: parameters and optimizer state
+equal (float tolerance) and bit-identical on every rank.
+"""
+
+import warnings
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.tensor.random.type import RandomType
+
+import synkhronos as synk
+from synkhronos.api.training import TrainingFunction
+from synkhronos.extensions import lasagne
+from synkhronos.extensions.lasagne import layers as L
+
+pytestmark = pytest.mark.parametrize("ranks", [2, 3], indirect=True)
+
+MODE = "FAST_COMPILE"  # every rank compiles each graph; the default mode is tested elsewhere
+ROWS = 17  # 2 ranks: 9/8, 3 ranks: 6/6/5
+STEPS = [(None, 1), (slice(2, 15), 2), (np.array([0, 3, 4, 7, 8, 9, 12, 16]), 1), (11, 1),
+         (None, 3)]  # fmt: skip
+RULES = {
+    "adam": {"learning_rate": 0.01},
+    "nesterov_momentum": {"learning_rate": 0.05, "momentum": 0.9},
+    "sgd": {"learning_rate": 0.1},
+}
+
+
+def mlp(input_var):
+    net = L.InputLayer((None, 6), input_var)
+    net = L.DenseLayer(net, 12, nonlinearity=lasagne.nonlinearities.rectify)
+    net = L.DropoutLayer(net, p=0.5)
+    return L.DenseLayer(net, 3, nonlinearity=lasagne.nonlinearities.softmax)
+
+
+def cnn(input_var, batch_norm=False):
+    net = L.InputLayer((None, 1, 6, 6), input_var)
+    net = L.Conv2DLayer(net, 3, (3, 3), nonlinearity=lasagne.nonlinearities.rectify)
+    if batch_norm:
+        net = L.BatchNormLayer(net)
+    net = L.MaxPool2DLayer(net, (2, 2))
+    return L.DenseLayer(net, 3, nonlinearity=lasagne.nonlinearities.softmax)
+
+
+def lstm(input_var):
+    net = L.InputLayer((None, 4, 3), input_var)
+    net = L.LSTMLayer(net, 5, only_return_final=True)
+    return L.DenseLayer(net, 3, nonlinearity=lasagne.nonlinearities.softmax)
+
+
+SCRIPTS = {"mlp": (mlp, pt.matrix, (6,)), "cnn": (cnn, pt.tensor4, (1, 6, 6)),
+           "lstm": (lstm, pt.tensor3, (4, 3))}  # fmt: skip
+
+
+def script(name, rule, aggregate, **kwargs):
+    """The script's graph: network, loss, accuracy and the rule's updates."""
+    build, input_type, shape = SCRIPTS[name]
+    input_var, target_var = input_type("inputs"), pt.ivector("targets")
+    network = build(input_var, **kwargs)
+    prediction = L.get_output(network)
+    loss = lasagne.objectives.categorical_crossentropy(prediction, target_var)
+    loss = lasagne.objectives.aggregate(loss, mode=aggregate)
+    penalty = 1e-3 * lasagne.regularization.regularize_network_params(
+        network, lasagne.regularization.l2
+    )
+    params = L.get_all_params(network, trainable=True)
+    updates = getattr(lasagne.updates, rule)(loss + penalty, params, **RULES[rule])
+    accuracy = pt.mean(pt.eq(pt.argmax(prediction, axis=1), target_var), dtype="float64")
+    return input_var, target_var, loss, accuracy, updates, shape
+
+
+def data(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(ROWS, *shape)).astype(pytensor.config.floatX)
+    return x, rng.integers(0, 3, ROWS).astype("int32")
+
+
+def state_of(variables):
+    """Values; a random generator's as its state's numbers."""
+    return [
+        np.array(v.get_value().bit_generator.state["state"]["state"], dtype=object)
+        if isinstance(v.type, RandomType)
+        else v.get_value()
+        for v in variables
+    ]
+
+
+def run_both(name, rule, aggregate, **kwargs):
+    """5 steps data-parallel, then the same from the same start in one process."""
+    lasagne.random.set_rng(np.random.RandomState(3))
+    input_var, target_var, loss, accuracy, updates, shape = script(name, rule, aggregate, **kwargs)
+    x, y = data(shape)
+    variables = list(updates) + [
+        v for v in pytensor.graph.traversal.graph_inputs([loss])
+        if isinstance(v.type, RandomType)
+    ]  # fmt: skip
+    start = state_of(variables)
+    train_fn = synk.function([input_var, target_var], [loss, accuracy], updates=updates, mode=MODE)
+    steps = [(b, 1 if name == "mlp" else k) for b, k in STEPS]  # dropout: num_slices=1
+    outs = [train_fn(x, y, batch=batch, num_slices=k) for batch, k in steps]
+    trained = state_of(variables)
+    for v, value in zip(variables, start, strict=True):
+        v.set_value(value)
+    ref_fn = pytensor.function(
+        [input_var, target_var], [loss, accuracy], updates=updates, mode=MODE
+    )
+    ref_outs = [ref_fn(*(a if b is None else a[:b] if isinstance(b, int) else a[b] for a in (x, y)))
+                for b, _ in STEPS]  # fmt: skip
+    return train_fn, variables, trained, state_of(variables), outs, ref_outs
+
+
+def assert_identical_on_ranks(variables, ranks):
+    variables = [v for v in variables if not isinstance(v.type, RandomType)]
+    for var, stacked in zip(variables, synk.gather(variables, nd_up=1), strict=True):
+        assert stacked.shape[0] == ranks
+        for r in range(1, ranks):
+            assert np.array_equal(stacked[r], stacked[0]), (var, r)
+
+
+CASES = [
+    ("mlp", "adam", "mean"),
+    ("mlp", "nesterov_momentum", "sum"),
+    ("mlp", "sgd", "mean"),
+    ("cnn", "adam", "sum"),
+    ("cnn", "sgd", "mean"),
+    ("lstm", "adam", "mean"),
+    ("lstm", "nesterov_momentum", "sum"),
+]
+
+
+@pytest.mark.parametrize("name, rule, aggregate", CASES)
+def test_one_device_answer_on_every_rank(ranks, name, rule, aggregate):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train_fn, variables, trained, ref, outs, ref_outs = run_both(name, rule, aggregate)
+    assert not [w for w in caught if "synkhronos" in str(w.message)]  # exact: nothing said
+    assert isinstance(train_fn, TrainingFunction)
+    for var, got, want in zip(variables, trained, ref, strict=True):
+        if isinstance(var.type, RandomType):
+            assert got == want, var  # the generators drew one device's numbers
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str(var))
+    np.testing.assert_allclose(np.array(outs, float), np.array(ref_outs, float), rtol=1e-5)
+    assert_identical_on_ranks(variables, ranks)
+
+
+def test_batch_statistics_warn_and_ranks_stay_identical(ranks):
+    with pytest.warns(UserWarning, match="statistic of the rows"):
+        train_fn, variables, *_ = run_both("cnn", "adam", "mean", batch_norm=True)
+    assert_identical_on_ranks(variables, ranks)
+    running = [v for v in train_fn.get_shared() if v.name and "mean" in v.name]
+    assert running
+    assert_identical_on_ranks(running, ranks)
+
+
+def test_draws_per_row_need_one_slice(ranks):
+    train_fn, *_ = run_both("mlp", "sgd", "mean")
+    x, y = data((6,))
+    with pytest.raises(ValueError, match="num_slices=1"):
+        train_fn(x, y, num_slices=2)
+
+
+def test_per_rank_updates_on_request(ranks):
+    input_var, target_var, loss, _, updates, shape = script("mlp", "sgd", "mean")
+    train_fn = synk.function([input_var, target_var], loss, updates=updates, local_updates=True)
+    assert not isinstance(train_fn, TrainingFunction)
+
+
+def test_an_update_that_cannot_be_exact_warns(ranks):
+    x = pt.matrix("x")
+    w = pytensor.shared(np.ones(3), name="w")
+    with pytest.warns(UserWarning, match="not a sum"):
+        f = synk.function([x], updates=[(w, w - 0.1 * (x * w).max(axis=0))])
+    assert isinstance(f, TrainingFunction)
+    f(np.arange(12.0).reshape(4, 3))
+    assert_identical_on_ranks([w], ranks)
+
+
+def test_theano_function_keywords(ranks):
+    """allow_input_downcast and on_unused_input, where one device's function takes them,
+    also by make_step_function."""
+    from synkhronos.extensions import train
+
+    x, y, z = pt.fmatrix("x"), pt.fvector("y"), pt.fvector("unused")
+    w = pytensor.shared(np.zeros(3, "float32"), name="w")
+    loss = pt.mean((x @ w - y) ** 2)
+    rule = lasagne.updates.sgd(loss, [w], learning_rate=0.1)
+    xs, ys = np.ones((5, 3)), np.arange(5.0)  # float64: downcast to float32
+    f = synk.function(
+        [x, y, z], loss, updates=rule, allow_input_downcast=True, on_unused_input="ignore"
+    )
+    f(xs, ys, ys)
+    w_after = w.get_value()
+    assert np.abs(w_after).max() > 0
+    w.set_value(np.zeros(3, "float32"))
+    step = train.make_step_function(
+        loss, [w], [x, y, z], lasagne.updates.sgd, learning_rate=0.1,
+        allow_input_downcast=True, on_unused_input="ignore",
+    )  # fmt: skip
+    step(xs, ys, ys)
+    np.testing.assert_allclose(w.get_value(), w_after, rtol=1e-6)
+    with pytest.raises(TypeError, match="lose precision"):
+        synk.function([x, y], loss, updates=rule)(xs, ys)
