@@ -218,17 +218,20 @@ class RankFunction:
     def _label(self, variant: str) -> str:
         return f"function {self.spec.name or self.spec.fid!r} ({variant})"
 
-    @contextlib.contextmanager
-    def _first_call(self, variant: tuple) -> Iterator[None]:
+    def _first_call(self, variant: tuple) -> contextlib.AbstractContextManager:
         """The lock for ``variant``'s first call (its machine code's compile, or load from
-        the cache), logged as a compile; nothing for later calls."""
+        the cache), logged as a compile; nothing for later calls (no generator: every
+        call passes here)."""
         if variant in self._called:
-            yield
-            return
+            return contextlib.nullcontext()
         self._called.add(variant)
+        return self._first_call_compiling(variant[0])
+
+    @contextlib.contextmanager
+    def _first_call_compiling(self, variant: str) -> Iterator[None]:
         # JAX: nothing cached on disk to share, no lock.
         lock = contextlib.nullcontext() if is_jax(self.mode) else self.first_calls.one_at_a_time()
-        with lock, compiling(f"first call of {self._label(variant[0])}: machine code"):
+        with lock, compiling(f"first call of {self._label(variant)}: machine code"):
             yield
 
     def get_shared(self) -> list:
