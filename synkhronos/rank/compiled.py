@@ -8,17 +8,31 @@ rank has computed the call (:attr:`RankState.pending
 shared variable. A chain or a routine, whose next step reads the updates at once, uses the
 one where PyTensor applies them, in place where it can (a parameter update then writes no
 new array).
+
+Numba compiles without fast-math flags on every rank. A process that compiles a function
+runs the code it just compiled; one that finds it in the on-disk cache runs the cached
+object code. With PyTensor's default fast-math flags (contract, reassoc, arcp, afn) the two
+computed 1 ulp apart (a two-phase SGD step, float64: the cold-compiling rank and the
+cache-loading one drifted from the first update on), so which code a rank ran, and so its
+parameters, depended on the state of the caches. Without the flags LLVM keeps IEEE
+semantics: fresh and cached code give the same bits, whichever rank compiles first or
+whatever another program writes to the cache meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
+from pytensor.graph.traversal import io_toposort
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.rank.first_calls import FirstCalls
@@ -34,6 +48,33 @@ def is_jax(mode) -> bool:
     if isinstance(mode, str):
         return mode.upper() == "JAX"
     return type(getattr(mode, "linker", None)).__name__.upper().startswith("JAX")
+
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_S = 10.0
+"""Seconds between the "still compiling" lines of a long compile."""
+
+
+@contextlib.contextmanager
+def compiling(what: str) -> Iterator[None]:
+    """Log the start and the duration of a compile step, and every :data:`PROGRESS_S`
+    seconds that it is still going (a big graph's compile takes minutes, silently else)."""
+    logger.info("synkhronos: %s", what)
+    start, done = time.monotonic(), threading.Event()
+
+    def progress() -> None:
+        while not done.wait(PROGRESS_S):
+            logger.info("synkhronos: still %s (%.0f s)", what, time.monotonic() - start)
+
+    ticker = threading.Thread(target=progress, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        logger.info("synkhronos: done %s in %.1f s", what, time.monotonic() - start)
 
 
 # Builds a graph as pytensor.function does, checking it, with neither rewriting nor compiling.
@@ -153,8 +194,14 @@ class RankFunction:
         if fn is None:
             spec = self.spec
             inputs, outputs, kwargs = self._graph(variant, updates_as_outputs)
+            nodes = len(io_toposort(inputs, [*outputs, *(u for _, u in kwargs["updates"])]))
+            what = f"compiling {self._label(variant)} ({nodes} nodes, mode {self.mode})"
             try:
-                fn = pytensor.function(inputs, outputs, mode=self.mode, name=spec.name, **kwargs)
+                # One program: see the module docstring.
+                with pytensor.config.change_flags(numba__fastmath=False), compiling(what):
+                    fn = pytensor.function(
+                        inputs, outputs, mode=self.mode, name=spec.name, **kwargs
+                    )
             except NotImplementedError as error:
                 if is_jax(self.mode) and spec.mode is None:  # the backend's mode
                     error.add_note(
@@ -168,12 +215,24 @@ class RankFunction:
             self._compiled[(variant, updates_as_outputs)] = fn
         return fn
 
-    def _first_call(self, variant: tuple):
-        """The lock for ``variant``'s first call (its compile); nothing for later calls."""
-        if variant in self._called or is_jax(self.mode):  # JAX: nothing cached to share
+    def _label(self, variant: str) -> str:
+        return f"function {self.spec.name or self.spec.fid!r} ({variant})"
+
+    def _first_call(self, variant: tuple) -> contextlib.AbstractContextManager:
+        """The lock for ``variant``'s first call (its machine code's compile, or load from
+        the cache), logged as a compile; nothing for later calls (no generator: every
+        call passes here)."""
+        if variant in self._called:
             return contextlib.nullcontext()
         self._called.add(variant)
-        return self.first_calls.one_at_a_time()
+        return self._first_call_compiling(variant[0])
+
+    @contextlib.contextmanager
+    def _first_call_compiling(self, variant: str) -> Iterator[None]:
+        # JAX: nothing cached on disk to share, no lock.
+        lock = contextlib.nullcontext() if is_jax(self.mode) else self.first_calls.one_at_a_time()
+        with lock, compiling(f"first call of {self._label(variant)}: machine code"):
+            yield
 
     def get_shared(self) -> list:
         """The shared variables the function uses (rank 0: found by :meth:`check`)."""
