@@ -186,7 +186,12 @@ def jax_started() -> bool:
         return False
     from jax._src import xla_bridge
 
-    return xla_bridge.backends_are_initialized()
+    # JAX's private API: where a later JAX lacks it, nothing is refused (as before).
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    if started is None:
+        logger.warning("synkhronos: this JAX cannot tell whether it started before the fork")
+        return False
+    return bool(started())
 
 
 def prepare_gpus(
