@@ -171,6 +171,53 @@ def every_collective(state, seed) -> list[np.ndarray]:
     return [np.array([programs, checks])]
 
 
+def scatter_inputs(state, root) -> list[np.ndarray]:
+    """(A routine) Scatter device arrays from rank ``root``; returns ``[largest bytes one
+    program took on this rank, programs]`` and checks this rank's part."""
+    import jax
+
+    comm, sizes, run = state.comm, [], state.comm.run
+
+    def recorded(program, arrays, donated=None):
+        sizes.append(sum(a.nbytes for a in [*arrays, *(donated or [])]))
+        return run(program, arrays, donated)
+
+    comm.run = recorded
+    try:
+        parts = [
+            [np.full(1000, k, "float32"), np.full((3, 2), -k, "int32")] for k in range(comm.n_ranks)
+        ]
+        mine = comm.rank == int(root[0])
+        got = comm.scatter(
+            [[jax.device_put(a) for a in p] for p in parts] if mine else None, int(root[0])
+        )
+    finally:
+        del comm.run
+    for g, want in zip(got, parts[comm.rank], strict=True):
+        np.testing.assert_array_equal(np.asarray(g), want)
+    return [np.array([max(sizes, default=0), len(sizes)])]
+
+
+@pytest.mark.gpu
+def test_scatter_holds_one_part_per_program(gpu_ranks):
+    """No rank allocates every rank's part: each program carries one part (4024 bytes)."""
+    for root in (0, gpu_ranks - 1):
+        replies = routines.run(scatter_inputs, np.array([root]))
+        assert [r[0].tolist() for r in replies] == [[4024, gpu_ranks - 1]] * gpu_ranks
+
+
+def deterministic_flag(state) -> list[np.ndarray]:
+    """(A routine) Whether this rank's XLA_FLAGS hold the deterministic flags."""
+    import os
+
+    return [np.array([all(f in os.environ.get("XLA_FLAGS", "") for f in gpu.DETERMINISTIC_FLAGS)])]
+
+
+@pytest.mark.gpu
+def test_every_rank_gets_the_deterministic_flags(gpu_ranks):
+    assert [bool(r[0][0]) for r in routines.run(deterministic_flag)] == [True] * gpu_ranks
+
+
 @pytest.mark.gpu
 def test_every_collective_and_op_on_device_arrays(gpu_ranks):
     replies = routines.run(every_collective, np.array([7]))
@@ -231,6 +278,11 @@ def test_a_training_step_is_one_xla_program(gpu_ranks, rng, monkeypatch):
         np.testing.assert_allclose(
             trajectories[kind], trajectories["pytensor"], rtol=2e-5, atol=1e-6, err_msg=kind
         )
+    # The parameters' buffers were donated to their new values: the old arrays are gone.
+    old = [p.get_value(borrow=True) for p in params["fused"]]
+    for kind in ("fused", "pytensor"):
+        steps[kind](*data, batch=batches[0])
+    assert all(o.is_deleted() for o in old)
     # Rows split 8 and 7: no one program for every rank, so step by step, still exact.
     runs[:] = []
     for kind in ("fused", "pytensor"):
@@ -294,23 +346,169 @@ def test_auto_takes_gpus_only_where_jax_may_use_them(monkeypatch, caplog):
     assert launch.auto_backend()[0] == "cpu"
 
 
-def test_master_rank_puts_its_gpu_first(monkeypatch, caplog):
-    import warnings
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """Four fake GPUs (nvidia-smi's table), JAX not started, no GPU variables set; whatever
+    prepare_gpus sets is checked restored afterwards."""
 
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     monkeypatch.setattr(gpu, "_require_gpu_packages", lambda: None)
     monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(4)])
+    monkeypatch.setattr(gpu, "jax_started", lambda: False)
     monkeypatch.setattr(gpu, "_default_float32", lambda: None)
-    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "")  # prepare_gpus sets it
-    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # restored afterwards, whatever is set
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # every GPU of the table is visible
-    with warnings.catch_warnings(), caplog.at_level(logging.INFO):
-        warnings.simplefilter("ignore")  # "jax was imported before synk.fork()"
+    # What a session of this module's may have saved is its own.
+    for saved in ("_saved_env", "_saved_visible", "_replaced_float_x"):
+        monkeypatch.setattr(gpu, saved, type(getattr(gpu, saved))())
+    for name in (*GPU_VARS, gpu.DETERMINISTIC_VAR):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_hlo_as_text")
+    before = _gpu_settings()
+    yield
+    gpu.restore_environment()
+    after = _gpu_settings()
+    assert after["jax_cuda_visible_devices"] == "all"
+    for name in ("XLA_FLAGS", "XLA_PYTHON_CLIENT_MEM_FRACTION", "floatX"):  # no test sets them
+        assert after[name] == before[name], name
+
+
+REAL_GPU_TABLE = gpu.gpu_table
+GPU_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_CLIENT_MEM_FRACTION",
+)
+
+
+def _gpu_settings() -> dict:
+    import os
+
+    import jax
+
+    return {
+        **{name: os.environ.get(name) for name in (*GPU_VARS, "XLA_FLAGS")},
+        "jax_cuda_visible_devices": jax.config.read("jax_cuda_visible_devices"),
+        "floatX": pytensor.config.floatX,
+    }
+
+
+def test_master_rank_puts_its_gpu_first(fake_gpus, caplog):
+    with caplog.at_level(logging.INFO):
         assert gpu.prepare_gpus(3, None, master_rank=2) == ["2", "0", "1"]
         assert "rank 0: GPU 2, Fake GPU" in caplog.text
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        assert gpu.prepare_gpus(None, [3, 1], master_rank=2) == ["3", "1"]  # gpus= decides
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        with pytest.raises(ValueError, match="master_rank=4, but 4 GPUs are visible"):
-            gpu.prepare_gpus(None, None, master_rank=4)
+    gpu.restore_environment()
+    assert gpu.prepare_gpus(None, [3, 1], master_rank=2) == ["3", "1"]  # gpus= decides
+    gpu.restore_environment()
+    with pytest.raises(ValueError, match="master_rank=4, but 4 GPUs are visible"):
+        gpu.prepare_gpus(None, None, master_rank=4)
+
+
+def test_rank_0_takes_its_gpu_through_jax_and_gives_everything_back(fake_gpus, monkeypatch):
+    """jax imported (as it is here) before the fork is fine: rank 0's CUDA_VISIBLE_DEVICES
+    is left alone, JAX's client is told its GPU; a second fork sees every GPU again."""
+    import os
+    import warnings
+
+    import jax
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):  # fork, close, fork: every GPU each time
+            assert gpu.prepare_gpus(None, None, master_rank=1) == ["1", "0", "2", "3"]
+            assert "CUDA_VISIBLE_DEVICES" not in os.environ
+            assert jax.config.read("jax_cuda_visible_devices") == "1"  # CUDA's ordinal of GPU 1
+            assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+            assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == gpu.MEMORY_FRACTION
+            assert os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text " + " ".join(
+                gpu.DETERMINISTIC_FLAGS
+            )
+            gpu.restore_environment()
+            assert os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text"
+            assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")  # the user's choice stays
+    monkeypatch.setenv(gpu.DETERMINISTIC_VAR, "0")  # the way out
+    assert gpu.prepare_gpus(2, None) == ["0", "1"]
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text"
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")  # as the fixture found it
+
+
+def test_jax_started_before_the_fork_is_refused(fake_gpus, monkeypatch):
+    import os
+
+    monkeypatch.setattr(gpu, "jax_started", lambda: True)
+    with pytest.raises(RuntimeError, match="JAX already runs in this process.*GPU 0 alone"):
+        gpu.prepare_gpus(2, None)
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ  # nothing set before refusing
+
+
+def test_without_nvidia_smi_cuda_visible_devices_decides(fake_gpus, monkeypatch, tmp_path):
+    """A container without nvidia-smi (a PATH without it) but with CUDA_VISIBLE_DEVICES."""
+    import jax
+
+    monkeypatch.setattr(gpu, "gpu_table", REAL_GPU_TABLE)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="nvidia-smi failed"):
+        gpu.prepare_gpus(None, None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
+    assert gpu.prepare_gpus(None, None) == ["5", "3"]
+    assert jax.config.read("jax_cuda_visible_devices") == "0"
+    gpu.restore_environment()
+    assert gpu.prepare_gpus(None, [3]) == ["3"]
+    assert jax.config.read("jax_cuda_visible_devices") == "1"
+    gpu.restore_environment()
+    with pytest.raises(ValueError, match="rank 0's GPU 2 is not visible"):
+        gpu.prepare_gpus(None, [2, 3])
+
+
+class _Probe:
+    """A UDP socket that routes to ``routed``."""
+
+    routed = "0.0.0.0"
+
+    def __init__(self, *args):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def connect(self, address):
+        pass
+
+    def getsockname(self):
+        return (self.routed, 40000)
+
+
+def test_the_coordinator_is_an_address_other_nodes_reach(monkeypatch):
+    """Over several nodes node 0 gives JAX's coordinator an IP address, never a name only
+    it may resolve (``socket.getfqdn()`` in a container)."""
+    import socket
+    import types
+
+    from synkhronos.transport import nodes
+
+    names = {"10.1.2.3": ["127.0.1.1", "10.1.2.3"], "loopback": ["127.0.1.1"]}
+    fake = types.SimpleNamespace(
+        AF_INET=socket.AF_INET,
+        SOCK_DGRAM=socket.SOCK_DGRAM,
+        gethostname=lambda: "box",
+        gethostbyname_ex=lambda name: (name, [], names[which]),
+        getfqdn=lambda: pytest.fail("a name only this machine may resolve"),
+        socket=_Probe,
+    )
+    monkeypatch.setattr(nodes, "socket", fake)
+    monkeypatch.delenv(nodes.COORDINATOR_HOST_VAR, raising=False)
+    assert nodes.coordinator_host(1) == "127.0.0.1"
+    which = "10.1.2.3"
+    assert nodes.coordinator_host(2) == "10.1.2.3"
+    which = "loopback"  # Debian's 127.0.1.1: the default route's interface instead
+    monkeypatch.setattr(_Probe, "routed", "172.17.0.5")
+    assert nodes.coordinator_host(3) == "172.17.0.5"
+    monkeypatch.setattr(_Probe, "routed", "0.0.0.0")  # no route either
+    with pytest.raises(RuntimeError, match="set SYNK_COORDINATOR_HOST"):
+        nodes.coordinator_host(2)
+    monkeypatch.setenv(nodes.COORDINATOR_HOST_VAR, "node0.example")
+    assert nodes.coordinator_host(2) == "node0.example"

@@ -5,9 +5,11 @@ runs, step by step, as a call of one jitted function, an XLA all-reduce and a ca
 another: three programs, each waited for. Fused, each rank composes the functions' JAX
 callables (PyTensor's JAX mode compiles each graph into one) with the collectives
 (:func:`~synkhronos.transport.comm.xla.reduce_traced` and its kin) into one program over
-the mesh, and dispatches it once per call; XLA may then overlap the all-reduce with the
-computation around it (as DDP's gradient buckets do by hand). Shared variables pass
-through the program as its inputs and outputs, updated as each step would update them,
+the mesh, and dispatches it once per call. The all-reduce of a flat gradient needs the
+whole backward pass first, so it does not overlap the step's computation; what fusion
+saves is the dispatches, waits and host round trips between the steps. Shared variables
+pass through the program as its inputs and outputs, updated as each step would update
+them (their old buffers are donated to the new values: updated in place, and deleted),
 and outputs that the communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced
 inside it.
 
@@ -65,7 +67,7 @@ class _Call:
 def _fusable(state: RankState, steps) -> bool:
     """Whether the chain's collectives allow one program (the same answer on every rank;
     the communicator is an XLA one)."""
-    return state.n_ranks > 1 and all(
+    return all(
         isinstance(s, int)
         or (
             s.kind in _TRACED
@@ -125,7 +127,9 @@ class FusedChain:
                     for v in state.shared(step.indices)
                 )
         self.cells = list(cells.values())
-        self.program = comm.program(self._body)
+        # The cells' values are donated: XLA writes the new values over the old ones (the
+        # old arrays are deleted), so parameters and optimizer state are not held twice.
+        self.program = comm.program(self._body, donate=True)
 
     def _body(self, xs: list) -> list:
         """(Traced) every step on this rank's values: the functions' outputs (reduced
@@ -155,7 +159,14 @@ class FusedChain:
     def inputs(self, args: list) -> list:
         """The program's inputs on this device: the first function's arguments, then the
         cells' current values (the cells keep them on the device from now on)."""
+        import jax.numpy as jnp
+
         values = self.comm.to_device([*args, *(c[0] for c in self.cells)])
+        seen = {id(v) for v in values[: len(args)]}
+        for i in range(len(args), len(values)):
+            if id(values[i]) in seen:  # one buffer cannot be donated twice, nor also be read
+                values[i] = jnp.array(values[i], copy=True)
+            seen.add(id(values[i]))
         for cell, value in zip(self.cells, values[len(args) :], strict=True):
             cell[0] = value
         return values
@@ -164,7 +175,8 @@ class FusedChain:
         """Run the program on ``inputs`` and store the cells' new values; returns, per
         function step, :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host,
         reduced)``, with this call's ``weights`` (rows per function step)."""
-        got = self.comm.run(self.program, inputs)
+        n_args = self.function_calls[0].n_args
+        got = self.comm.run(self.program, inputs[:n_args], inputs[n_args:])
         self.calls += 1
         n_outputs = sum(len(c.subset) for c in self.function_calls)
         for cell, value in zip(self.cells, got[n_outputs:], strict=True):

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -60,7 +59,7 @@ from synkhronos.transport.names import (
     process_prefix,
     sweep,
 )
-from synkhronos.transport.nodes import LAYOUT_VAR, under_mpi_launcher
+from synkhronos.transport.nodes import LAYOUT_VAR, coordinator_host, under_mpi_launcher
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.nodes import start as start_nodes
 from synkhronos.transport.nodes import stop as stop_nodes
@@ -499,6 +498,7 @@ class Session:
                 self.control.segment.close_fd,
                 lambda: sweep(self.name),
                 self._restore_limits,
+                gpu.restore_environment,  # after the limits: both restore XLA_FLAGS
                 self.functions.clear,
             ]
         )  # they refer to this session: no cycle to wait on
@@ -704,14 +704,14 @@ def fork(
     if world.n_nodes > 1:
         os.environ[LAYOUT_VAR] = world.layout  # read by every rank's make_communicator
     if backend == "gpu":  # where global rank 0 runs JAX's coordination service
-        host = "127.0.0.1" if world.n_nodes == 1 else socket.getfqdn()
         os.environ[COORDINATOR_VAR] = world.from_node_0(
-            free_address(host) if world.node == 0 else None
+            free_address(coordinator_host(world.n_nodes)) if world.node == 0 else None
         )
     try:
         session = Session(n_parallel, backend, gpu_ids, timeout, prefix_wanted(rank_prefix))
     except BaseException:
         stop_nodes()
+        gpu.restore_environment()
         raise
     finally:
         os.environ.pop(LAYOUT_VAR, None)

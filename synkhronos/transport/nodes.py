@@ -15,8 +15,10 @@ on one machine, so the split is the one a single machine with every global rank 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,12 +34,53 @@ from synkhronos.transport.reduction import combine
 # without one of them there is no MPI world, and mpi4py is not imported at all.
 LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 LAYOUT_VAR = "SYNK_NODES"  # "offset,n_global" for the workers' communicators
+COORDINATOR_HOST_VAR = "SYNK_COORDINATOR_HOST"
+"""Node 0's address for the other nodes to reach JAX's coordination service at (GPU ranks
+over several nodes), where :func:`coordinator_host`'s own choice does not suit."""
 logger = logging.getLogger(__name__)
 
 
 def under_mpi_launcher() -> bool:
     """Whether an MPI launcher started this process (one of :data:`LAUNCHER_VARS` is set)."""
     return any(v in os.environ for v in LAUNCHER_VARS)
+
+
+def coordinator_host(n_nodes: int) -> str:
+    """The address of this machine (node 0's) that the other nodes reach JAX's coordination
+    service at: ``127.0.0.1`` on one machine; over several, :data:`COORDINATOR_HOST_VAR`
+    where set, else an IPv4 address this machine's name resolves to other than a loopback
+    one, else the address of the interface of its default route (no packet is sent). A
+    name (``socket.getfqdn()``) often resolves only on the machine itself in containers.
+
+    Raises
+    ------
+    RuntimeError
+        If none is found; naming :data:`COORDINATOR_HOST_VAR`.
+    """
+    if n_nodes == 1:
+        return "127.0.0.1"
+    chosen = os.environ.get(COORDINATOR_HOST_VAR, "").strip()
+    if chosen:
+        return chosen
+    try:
+        named = socket.gethostbyname_ex(socket.gethostname())[2]
+    except OSError:
+        named = []
+    for address in named:
+        if not ipaddress.ip_address(address).is_loopback:
+            return address
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # UDP: picks the route, sends nothing
+            routed = probe.getsockname()[0]
+    except OSError:
+        routed = "0.0.0.0"
+    if not ipaddress.ip_address(routed).is_loopback and routed != "0.0.0.0":
+        return routed
+    raise RuntimeError(
+        "GPU ranks over several nodes: found no address of this machine (node 0) that other "
+        f"machines could reach; set {COORDINATOR_HOST_VAR} to one"
+    )
 
 
 @dataclass

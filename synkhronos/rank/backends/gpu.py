@@ -2,8 +2,11 @@
 collectives as XLA programs (:mod:`synkhronos.transport.comm.xla`).
 
 Nothing here initialises CUDA in rank 0 before the workers start: GPUs are counted and
-described with ``nvidia-smi``, and each rank is shown only its own GPU through
-``CUDA_VISIBLE_DEVICES`` before JAX loads.
+described with ``nvidia-smi`` (or read from ``CUDA_VISIBLE_DEVICES`` where it is set), each
+worker is shown only its own GPU through ``CUDA_VISIBLE_DEVICES``, and rank 0's JAX client
+takes only its own through JAX's ``jax_cuda_visible_devices``, so ``import jax`` before
+the fork is fine; :func:`restore_environment` gives rank 0's process its settings back at
+the session's close, and a later fork chooses afresh.
 
 With ``JAX_PLATFORMS=cpu`` (JAX's own switch) the same ranks run on CPU devices, one per
 rank, with gloo collectives: the code path of GPUs, run where there is no GPU (the test
@@ -19,11 +22,11 @@ import os
 import re
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 
 from synkhronos.rank.backends.base import Backend
+from synkhronos.transport.comm.xla import check_not_leaving
 
 EXTRA_HINT = "install the GPU extra: pip install 'synkhronos[cuda]'"
 logger = logging.getLogger(__name__)
@@ -119,6 +122,78 @@ def visible_gpus(table: list[tuple[str, str, str]] | None = None) -> list[str]:
     return sorted((row[0] for row in table), key=int)
 
 
+DETERMINISTIC_VAR = "SYNK_GPU_DETERMINISTIC"
+"""Set to "0" to let XLA pick faster, non-deterministic GPU kernels (see
+:data:`DETERMINISTIC_FLAGS`)."""
+
+DETERMINISTIC_FLAGS = ("--xla_gpu_deterministic_ops=true",)
+"""``XLA_FLAGS`` every GPU rank gets by default: reductions, scatters and the kernels
+autotuning may pick are then deterministic, so ranks computing the same update from the
+same values keep bit-identical parameters."""
+
+MEMORY_FRACTION = "0.9"
+"""JAX's cap on the memory of a GPU (``XLA_PYTHON_CLIENT_MEM_FRACTION``) unless the user
+set one: JAX's default, 0.75, holds with preallocation off too."""
+
+_saved_env: dict[str, str | None] = {}  # rank 0's variables before prepare_gpus set them
+_saved_visible: list[str | None] = []  # JAX's jax_cuda_visible_devices before it
+
+
+def deterministic_flags() -> tuple[str, ...]:
+    """The flags of :data:`DETERMINISTIC_FLAGS`, or none when ``SYNK_GPU_DETERMINISTIC=0``."""
+    return () if os.environ.get(DETERMINISTIC_VAR, "1").strip() == "0" else DETERMINISTIC_FLAGS
+
+
+def with_flags(xla_flags: str, flags) -> str:
+    """``xla_flags`` with each of ``flags`` added unless it names one set there already.
+
+    Examples
+    --------
+    >>> with_flags("--a=1", ["--a=2", "--b=true"])
+    '--a=1 --b=true'
+    """
+    names = {f.split("=", 1)[0] for f in xla_flags.split()}
+    return " ".join([*xla_flags.split(), *(f for f in flags if f.split("=", 1)[0] not in names)])
+
+
+def _set_env(name: str, value: str) -> None:
+    _saved_env.setdefault(name, os.environ.get(name))
+    os.environ[name] = value
+
+
+def restore_environment() -> None:
+    """Give rank 0's process back the variables and JAX setting :func:`prepare_gpus`
+    changed (at the session's close, after the other settings are restored)."""
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _saved_env.clear()
+    if _saved_visible:
+        import jax
+
+        jax.config.update("jax_cuda_visible_devices", _saved_visible.pop() or "all")
+    if _replaced_float_x:
+        import pytensor
+
+        pytensor.config.floatX = _replaced_float_x.pop()
+
+
+def jax_started() -> bool:
+    """Whether JAX's backends run in this process (importing jax does not start them)."""
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import xla_bridge
+
+    # JAX's private API: where a later JAX lacks it, nothing is refused (as before).
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    if started is None:
+        logger.warning("synkhronos: this JAX cannot tell whether it started before the fork")
+        return False
+    return bool(started())
+
+
 def prepare_gpus(
     n_parallel: int | None, gpus: list[int] | None, master_rank: int = 0
 ) -> list[str] | None:
@@ -128,15 +203,76 @@ def prepare_gpus(
     then those before it. Returns the GPU ids (as strings for ``CUDA_VISIBLE_DEVICES``),
     rank 0's first; None on CPU devices (:func:`on_cpu_devices`), where ``n_parallel``
     ranks run, each on one CPU device, and ``gpus`` and ``master_rank`` mean nothing.
+    Sets, until :func:`restore_environment`: ``XLA_FLAGS``' deterministic flags
+    (:func:`deterministic_flags`), ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` and
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` unless set, and JAX's ``jax_cuda_visible_devices``
+    to rank 0's GPU; rank 0's ``CUDA_VISIBLE_DEVICES`` stays as it was.
+
+    Raises
+    ------
+    RuntimeError
+        If JAX's backends already run in this process on GPUs (started before the fork),
+        or this process still leaves an earlier session's JAX runtime.
     """
     _require_gpu_packages()
+    check_not_leaving()
     if on_cpu_devices():
         logger.info("synkhronos: JAX_PLATFORMS=cpu: GPU ranks on CPU devices, one per rank")
+        _set_xla_flags()
         _default_float32()
         return None
-    rows = gpu_table()
+    chosen, visible = _choose_gpus(n_parallel, gpus, master_rank)
+    if chosen[0] not in visible:
+        raise ValueError(
+            f"rank 0's GPU {chosen[0]} is not visible to this process "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
+    if jax_started():
+        raise RuntimeError(
+            "synk.fork(): JAX already runs in this process (something computed with JAX "
+            "before the fork), on every visible GPU and with its flags fixed, so rank 0 "
+            f"cannot keep to GPU {chosen[0]} alone. Fork before computing with JAX "
+            "(importing jax is fine)"
+        )
+    _set_xla_flags()
+    # JAX would otherwise take 75% of each GPU's memory at start; keep the user's choice.
+    if "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
+        _set_env("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    if not {"XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"} & set(os.environ):
+        _set_env("XLA_PYTHON_CLIENT_MEM_FRACTION", MEMORY_FRACTION)
+    import jax
+
+    # Rank 0 keeps every GPU visible to CUDA; JAX's client, made at the session's start,
+    # takes only its own (by its CUDA ordinal: its place among the visible GPUs).
+    _saved_visible.append(jax.config.read("jax_cuda_visible_devices"))
+    jax.config.update("jax_cuda_visible_devices", str(visible.index(chosen[0])))
+    _default_float32()
+    return chosen
+
+
+def _set_xla_flags() -> None:
+    """Add :func:`deterministic_flags` to ``XLA_FLAGS`` (the workers inherit it; XLA reads
+    it once per process, so rank 0 gets it only if JAX did not start before)."""
+    flags = deterministic_flags()
+    current = os.environ.get("XLA_FLAGS", "")
+    if flags and with_flags(current, flags) != current:
+        _set_env("XLA_FLAGS", with_flags(current, flags))
+
+
+def _choose_gpus(
+    n_parallel: int | None, gpus: list[int] | None, master_rank: int
+) -> tuple[list[str], list[str]]:
+    """(the GPU of each rank, the GPUs visible in CUDA's order); nvidia-smi names them where
+    it runs, and is needed only when ``CUDA_VISIBLE_DEVICES`` is not set."""
+    try:
+        rows = gpu_table()
+    except RuntimeError as error:
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+            raise
+        logger.info("synkhronos: %s; GPUs from CUDA_VISIBLE_DEVICES", error)
+        rows = []
     table = {index: (name, memory) for index, name, memory in rows}
-    available = visible_gpus(rows)
+    visible = available = visible_gpus(rows)
     if gpus is None and master_rank:
         if not 0 <= master_rank < len(available):
             raise ValueError(f"master_rank={master_rank}, but {len(available)} GPUs are visible")
@@ -153,25 +289,15 @@ def prepare_gpus(
     for rank, gpu in enumerate(chosen):
         name, memory = table.get(gpu, ("?", "?"))
         logger.info("synkhronos rank %d: GPU %s, %s, %s", rank, gpu, name, memory)
-    # JAX would otherwise take 75% of each GPU's memory at start; keep the user's choice.
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    if "jax" in sys.modules:
-        warnings.warn(
-            "jax was imported before synk.fork(): rank 0 uses the default "
-            "device, which may not be GPU " + chosen[0],
-            stacklevel=3,
-        )
-    else:
-        os.environ["CUDA_VISIBLE_DEVICES"] = chosen[0]
-    _default_float32()
-    return chosen
+    return chosen, visible
 
 
 _replaced_float_x: list[str] = []  # floatX before _default_float32 changed it
 
 
 def _default_float32() -> None:
-    """floatX is float32 on GPU ranks unless the user set it (until the session closes)."""
+    """floatX is float32 on GPU ranks unless the user set it (until
+    :func:`restore_environment`)."""
     import pytensor
 
     if "floatX" not in os.environ.get("PYTENSOR_FLAGS", ""):
@@ -204,13 +330,10 @@ class GpuBackend(Backend):
 
     def close(self, variables) -> None:
         """Give ``variables`` their values as host arrays (JAX's runtime, which holds the
-        device arrays, goes next), and floatX back."""
+        device arrays, goes next); :func:`restore_environment` follows."""
         import jax
-        import pytensor
 
         for var in variables:
             value = var.get_value(borrow=True)
             if isinstance(value, jax.Array):
                 var.container.storage[0] = np.asarray(value)
-        while _replaced_float_x:
-            pytensor.config.floatX = _replaced_float_x.pop()

@@ -43,8 +43,10 @@ gathers and scatters go through the host.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 import time
 
 import numpy as np
@@ -61,6 +63,26 @@ COORDINATOR_VAR = "SYNK_COORDINATOR"
 AXIS = "ranks"  # the mesh axis: one device per rank
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's results
 ERROR_GRACE_S = 1.0  # how long a failed program waits for a dead peer to show as dead
+LEAVE_BOUND_S = 60.0  # how long close() waits to leave JAX's runtime after an abandoned program
+_leaving: list[threading.Thread] = []  # leaving JAX's runtime past LEAVE_BOUND_S
+logger = logging.getLogger(__name__)
+
+
+def check_not_leaving() -> None:
+    """Refuse to start GPU ranks while this process still leaves JAX's runtime (see
+    :meth:`XlaCommunicator.close`).
+
+    Raises
+    ------
+    RuntimeError
+        If a thread of an earlier close still waits to leave.
+    """
+    if any(t.is_alive() for t in _leaving):
+        raise RuntimeError(
+            "JAX's runtime in this process is still leaving an earlier session, whose XLA "
+            "collective a dead rank abandoned (NCCL may wait for it forever); GPU ranks "
+            "need a new process"
+        )
 
 
 def free_address(host: str = "127.0.0.1") -> str:
@@ -124,13 +146,6 @@ def broadcast_traced(x, root: int):
     from jax import lax
 
     return _unbits(lax.psum(_root_bits(x, root), AXIS), x.dtype)
-
-
-def scatter_traced(x, root: int):
-    """(Traced) row ``rank`` of ``root``'s ``x`` on each rank (``x``: one row per rank)."""
-    from jax import lax
-
-    return _unbits(lax.psum_scatter(_root_bits(x, root), AXIS, scatter_dimension=0), x.dtype)
 
 
 def signature(arrays) -> np.ndarray:
@@ -241,7 +256,13 @@ class XlaCommunicator(ShmCommunicator):
         self._programs: dict = {}
 
     def close(self) -> None:
-        """Leave JAX's runtime and drop its backends (a later fork starts afresh)."""
+        """Leave JAX's runtime and drop its backends (a later fork starts afresh).
+
+        After an abandoned program (a peer died in it) leaving may wait for that program,
+        which NCCL may never end; it then waits in a thread, at most
+        :data:`LEAVE_BOUND_S`, after which an error is logged and later forks of GPU
+        ranks in this process are refused.
+        """
         if self._config is None:  # never joined
             return
         import jax
@@ -249,28 +270,54 @@ class XlaCommunicator(ShmCommunicator):
 
         self.mesh = None
         self._programs = {}
-        jax.distributed.shutdown()  # also after a failed start: JAX may hold half of it
-        clear_backends()
+        failed: list[BaseException] = []
+
+        def leave() -> None:
+            try:
+                jax.distributed.shutdown()  # also after a failed start: JAX may hold half
+                clear_backends()
+            except BaseException as error:  # noqa: BLE001 - raised by close() below
+                failed.append(error)
+
+        if self._abandoned:
+            leaving = threading.Thread(target=leave, name="synk-leave-jax", daemon=True)
+            leaving.start()
+            leaving.join(LEAVE_BOUND_S)
+            if leaving.is_alive():
+                _leaving.append(leaving)
+                logger.error(
+                    "synkhronos rank %d: leaving JAX's runtime still waits after %g s, "
+                    "likely on a collective a dead rank abandoned; left waiting",
+                    self.rank,
+                    LEAVE_BOUND_S,
+                )
+        else:
+            leave()
         jax.config.update(
             "jax_cpu_collectives_implementation", self._config["jax_cpu_collectives_implementation"]
         )
         self._config = None
+        if failed:
+            raise failed[0]
 
     # ---- programs ---------------------------------------------------------------------------
-    def program(self, body):
+    def program(self, body, donate: bool = False):
         """``body(list of arrays) -> list of arrays`` as a jitted program over the mesh, in
-        which each rank's body sees its own arrays (collectives over the axis :data:`AXIS`)."""
+        which each rank's body sees its own arrays (collectives over the axis :data:`AXIS`).
+        With ``donate``, the arrays :meth:`run` passes as ``donated`` give their buffers to
+        the results (XLA updates them in place) and are deleted."""
         import jax
         from jax.sharding import PartitionSpec
 
         return jax.jit(
             jax.shard_map(
-                body,
+                lambda kept, donated: body([*kept, *donated]),
                 mesh=self.mesh,
                 in_specs=PartitionSpec(),
                 out_specs=PartitionSpec(),
                 check_vma=False,
-            )
+            ),
+            donate_argnums=(1,) if donate else (),
         )
 
     def to_device(self, arrays) -> list:
@@ -284,21 +331,25 @@ class XlaCommunicator(ShmCommunicator):
             for a in arrays
         ]
 
-    def run(self, program, arrays: list) -> list:
-        """Run ``program`` (from :meth:`program`) on this rank's device ``arrays``, wait for
-        it while watching the peers, and return this rank's results."""
+    def run(self, program, arrays: list, donated: list | None = None) -> list:
+        """Run ``program`` (from :meth:`program`) on this rank's device ``arrays`` followed
+        by ``donated`` (deleted if the program donates), wait for it while watching the
+        peers, and return this rank's results."""
         import jax
 
         if self._abandoned:
             raise RuntimeError(
                 "an XLA collective was abandoned on this rank; call synk.close() and fork again"
             )
-        whole = [
-            jax.make_array_from_single_device_arrays(np.shape(a), self._replicated, [a])
-            for a in arrays
-        ]
+
+        def whole(part):
+            return [
+                jax.make_array_from_single_device_arrays(np.shape(a), self._replicated, [a])
+                for a in part
+            ]
+
         self.dispatches += 1
-        results = [r.addressable_data(0) for r in program(whole)]
+        results = [r.addressable_data(0) for r in program(whole(arrays), whole(donated or []))]
         self.wait(results)
         return results
 
@@ -417,6 +468,9 @@ class XlaCommunicator(ShmCommunicator):
         return got if self.rank == root else None
 
     def scatter(self, parts, root=0):
+        """Rank ``k`` gets ``parts[k]`` of ``root``. Device arrays go by one program per
+        other rank, in which the root sends that rank its part: no rank holds more than
+        its own part and one part in flight (the root: the parts it was given)."""
         mine = self.rank == root
         words = None
         if mine:
@@ -435,24 +489,30 @@ class XlaCommunicator(ShmCommunicator):
             return super().scatter(
                 [[np.asarray(a) for a in p] for p in parts] if mine else None, root
             )
-        if mine:
-            import jax.numpy as jnp
+        blank = None if mine else self._zeros(_layout(described))
+        got = self.to_device(parts[root]) if mine else []
+        for k in range(self.n_ranks):
+            if k == root:
+                continue
+            program = self._program(("send", root, k), lambda k=k: _sender(root, k))
+            sent = self.run(program, self.to_device(parts[k]) if mine else blank)
+            got = sent if self.rank == k else got
+        return got
 
-            columns = [jnp.stack(self.to_device(c)) for c in zip(*parts, strict=True)]
-        else:
-            columns = self._zeros(_layout(described), (self.n_ranks,))
-        program = self._program(
-            ("scatter", root), lambda: lambda xs: [scatter_traced(x, root) for x in xs]
-        )
-        return self.run(program, columns)
+
+def _sender(root: int, to: int):
+    """(A body) each array of ``root`` on rank ``to``; zeros elsewhere."""
+    from jax import lax
+
+    return lambda xs: [lax.ppermute(x, AXIS, [(root, to)]) for x in xs]
 
 
 __all__ = [
     "COORDINATOR_VAR",
     "XlaCommunicator",
     "broadcast_traced",
+    "check_not_leaving",
     "free_address",
     "reduce_traced",
-    "scatter_traced",
     "signature",
 ]
