@@ -23,6 +23,7 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
+from synkhronos.transport import trace
 from synkhronos.transport.partition import Selection, selection_length, split_selection
 from synkhronos.transport.reduction import accumulate, combine, reduces_in_place
 
@@ -173,7 +174,9 @@ class RankFunction:
         if variant in self._called or is_jax(self.mode):  # JAX: nothing cached to share
             return contextlib.nullcontext()
         self._called.add(variant)
-        return self.first_calls.one_at_a_time()
+        return trace.around(
+            self.first_calls.one_at_a_time(), "first call", "compile", {"function": self.spec.name}
+        )
 
     def get_shared(self) -> list:
         """The shared variables the function uses (rank 0: found by :meth:`check`)."""
