@@ -392,7 +392,7 @@ class Session:
             )
         with open(path, "w"):  # a path that cannot be written fails now, not at the end
             pass
-        self.timeline_path = os.fspath(path)
+        self.timeline_path = os.path.abspath(path)  # the file goes there, whatever the cwd then
         trace.start(self.name, 0)  # the workers start with the next command (its flag)
 
     def stop_timeline(self) -> None:
