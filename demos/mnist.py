@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
         step, batches = shared_mode(net, x_train, y_train, args, n_ranks)
     # Evaluation uses the deterministic output, averaged over all rows of a set.
     eval_fn = synk.function(
-        [x, y], list(loss_and_accuracy(L.get_output(net, deterministic=True), y))
+        [x, y], list(loss_and_accuracy(L.get_output(net, deterministic=True), y)), name="evaluate"
     )
     start = time.perf_counter()
     synk.distribute()  # ships everything built above to every rank and compiles it

@@ -27,7 +27,7 @@ from synkhronos.api.collectives import (
     set_value,
 )
 from synkhronos.api.functions import Function
-from synkhronos.session.launch import backend, close, distribute, fork, get_n_gpu
+from synkhronos.session.launch import backend, close, distribute, fork, get_n_gpu, timeline
 from synkhronos.transport.channel import RemoteError, WorkerDied, WorkerHung
 from synkhronos.transport.shared_arrays import Data
 
@@ -107,4 +107,5 @@ __all__ = [
     "save",
     "scatter",
     "set_value",
+    "timeline",
 ]

@@ -1,15 +1,19 @@
-"""``python -m synkhronos check`` (and ``sweep``): see :mod:`synkhronos.api.machine_check`."""
+"""``python -m synkhronos check`` (and ``sweep``): see :mod:`synkhronos.api.machine_check`;
+``python -m synkhronos timeline``: see :mod:`synkhronos.api.timeline_report`."""
 
 import logging
 import os
 import sys
 
-from synkhronos.api.machine_check import main
+from synkhronos.api import machine_check, timeline_report
+
+TOOLS = {"timeline": timeline_report.main}  # the other commands: machine_check.main
 
 if __name__ == "__main__":  # not when a doctest collector imports this file
     logging.basicConfig(format="%(message)s")  # the library's warnings, plainly
     try:
-        sys.exit(main(sys.argv[1:]))
+        tool = TOOLS.get(sys.argv[1] if len(sys.argv) > 1 else "")
+        sys.exit(tool(sys.argv[2:]) if tool else machine_check.main(sys.argv[1:]))
     except BrokenPipeError:  # the reader went (| head): end quietly, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

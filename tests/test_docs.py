@@ -25,6 +25,7 @@ PAGES = (
     "nodes",
     "internals",
     "logging",
+    "timeline",
     "checkpoints",
     "check",
 )

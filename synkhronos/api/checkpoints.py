@@ -46,6 +46,7 @@ from synkhronos.rank.checkpoint_part import is_generator
 from synkhronos.rank.routine_part import from_text, text
 from synkhronos.rank.versions import installed_versions
 from synkhronos.session import launch
+from synkhronos.transport import trace
 from synkhronos.transport.channel import MAX_ARRAYS
 from synkhronos.transport.nodes import current as current_nodes
 
@@ -176,7 +177,8 @@ def save(
         "extra": sorted(extra or {}),
     }
     arrays["manifest"] = text(json.dumps(manifest))
-    _write_atomically(os.fspath(path), arrays)
+    with trace.span("write file", "checkpoint"):
+        _write_atomically(os.fspath(path), arrays)
 
 
 def _extra_value(key: str, value) -> np.ndarray:
@@ -251,7 +253,10 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     """
     session = _session()
     variables = session.state.registry.variables
-    with np.load(os.fspath(path), allow_pickle=False) as archive:
+    with (
+        trace.span("read file", "checkpoint"),
+        np.load(os.fspath(path), allow_pickle=False) as archive,
+    ):
         arrays = {key: archive[key] for key in archive.files}
     try:
         manifest = json.loads(from_text(arrays["manifest"]))

@@ -25,6 +25,7 @@ from synkhronos.rank.graphs import GraphSpec, check_shippable
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.rank.state import run_plan
 from synkhronos.session import launch
+from synkhronos.transport import trace
 from synkhronos.transport.callplan import CallPlan, RankRows
 from synkhronos.transport.channel import check_count
 from synkhronos.transport.nodes import abort_on_error
@@ -411,7 +412,8 @@ class Function:
             args = self._by_name(args, kwargs)
         if not self._shipped:
             session.distribute()
-        plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
+        with trace.span("check and plan", "rank 0"):
+            plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
         arrays = plan.encode() if session.n_ranks > 1 else ()
         weight, host, reduced = session.execute(
             Command.CALL,
@@ -422,7 +424,8 @@ class Function:
             session.forget_lengths()  # the rows batch_s may select have changed
         single = self._single if output_subset is None else len(plan.subset) == 1
         replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
-        return collect_outputs(replies, self._spec, plan.subset, weight, host, reduced, single)
+        with trace.span("collect outputs", "outputs"):
+            return collect_outputs(replies, self._spec, plan.subset, weight, host, reduced, single)
 
     def _by_name(self, args: tuple, kwargs: dict) -> tuple:
         """The positional arguments, with those given by name put in their places."""

@@ -172,8 +172,11 @@ def make_train_function(
     >>> loss_value = train(x_data, y_data, batch=[0, 3, 4])            # doctest: +SKIP
     """
     grad_updates, param_updates, grad_shared = update_rule(loss, list(params), *args, **kwargs)
-    f_grad_shared = synk.function(inputs=[x, y], outputs=loss, updates=grad_updates)
-    f_param_update = synk.function(inputs=[], updates=param_updates)
+    # Named as the original's were, for the timeline's spans.
+    f_grad_shared = synk.function(
+        inputs=[x, y], outputs=loss, updates=grad_updates, name="f_grad_shared"
+    )
+    f_param_update = synk.function(inputs=[], updates=param_updates, name="f_param_update")
     step = _chain(f_grad_shared, grad_shared, "avg", running_state(loss), f_param_update)
 
     def train_minibatch(x_data: Any, y_data: Any, batch: Batch = None) -> np.ndarray:

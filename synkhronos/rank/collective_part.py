@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from synkhronos.transport import trace
 from synkhronos.transport.comm.shm import ShmCommunicator
 from synkhronos.transport.partition import split_bounds
 from synkhronos.transport.protocol import Collective
@@ -155,7 +156,10 @@ def run(
     nccl: bool = True,
 ):
     """This rank's part of a collective; returns rank 0's result (None elsewhere)."""
-    return PARTS[kind](state, communicator(state, nccl), variables, op, rank, values)
+    with trace.span(kind.name.lower(), "collective", {"op": op} if op else None):
+        result = PARTS[kind](state, communicator(state, nccl), variables, op, rank, values)
+    trace.count_bytes("collective", (v.get_value(borrow=True) for v in variables))
+    return result
 
 
 def run_collective(state, arrays: list[np.ndarray]) -> list:

@@ -37,6 +37,7 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
+from synkhronos.transport import trace
 from synkhronos.transport.partition import Selection, selection_length, split_selection
 from synkhronos.transport.reduction import accumulate, combine, reduces_in_place
 
@@ -231,7 +232,8 @@ class RankFunction:
     def _first_call_compiling(self, variant: str) -> Iterator[None]:
         # JAX: nothing cached on disk to share, no lock.
         lock = contextlib.nullcontext() if is_jax(self.mode) else self.first_calls.one_at_a_time()
-        with lock, compiling(f"first call of {self._label(variant)}: machine code"):
+        span = trace.around(lock, "first call", "compile", {"function": self.spec.name})
+        with span, compiling(f"first call of {self._label(variant)}: machine code"):
             yield
 
     def get_shared(self) -> list:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from synkhronos.transport import trace
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.reduction import bare_op, combine
 
@@ -72,7 +73,8 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
         return host_outputs(state, fn, subset, outs), {}
     shapes = [np.shape(outs[j]) for j in device] if weight else []
     mine = np.array([weight, *(d for s in shapes for d in (len(s), *s))], np.int64)
-    everyone = [a[0] for a in state.comm.all_gather([mine])]
+    with trace.span("all_gather", "collective", {"what": "rows and shapes"}):
+        everyone = [a[0] for a in state.comm.all_gather([mine])]
     weights = [int(a[0]) for a in everyone]
     if min(weights) == 0:
         return host_outputs(state, fn, subset, outs), {}
@@ -94,7 +96,9 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
             state.backend.to_comm(outs[j] * (weight / total) if ops[j] == "avg" else outs[j])
             for j in positions
         ]
-        got = state.comm.reduce(values, comm_op)
+        with trace.span("reduce", "collective", {"op": comm_op}):
+            got = state.comm.reduce(values, comm_op)
+        trace.count_bytes("collective", values)
         if got is not None:
             reduced.update(zip(positions, got, strict=True))
     return host_outputs(state, fn, subset, outs, set(ops)), reduced

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from synkhronos.rank.state import RankState
+from synkhronos.transport import trace
 
 __all__ = ["ARRAY", "DATA", "from_text", "resolve_name", "run_routine", "text"]
 
@@ -50,9 +51,11 @@ def run_routine(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.
 
     ``resolve`` maps a ``Data`` descriptor to its array.
     """
-    routine = resolve_name(from_text(arrays[0]))
+    name = from_text(arrays[0])
+    routine = resolve_name(name)
     args = [
         resolve(a) if kind == DATA else a
         for kind, a in zip(arrays[1].tolist(), arrays[2:], strict=True)
     ]
-    return list(routine(state, *args))
+    with trace.span(name.rpartition(".")[2], "checkpoint" if "checkpoint" in name else "routine"):
+        return list(routine(state, *args))

@@ -9,6 +9,7 @@ from synkhronos.rank.compiled import RankFunction, assign
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec, SharedRegistry
 from synkhronos.rank.outputs import share_outputs
+from synkhronos.transport import trace
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.comm import Communicator
 from synkhronos.transport.protocol import Arg
@@ -123,9 +124,12 @@ def run_plan(
     once (a chain's later steps read them). Returns the rows it computed on and
     :func:`synkhronos.rank.outputs.share_outputs`'s result.
     """
-    fn, share = share_of(state, plan, resolve)
-    weight, outs = fn.run(**share, pending=pending)
-    return (weight, *share_outputs(state, fn, share["subset"], weight, outs))
+    with trace.span("select rows", "rows"):
+        fn, share = share_of(state, plan, resolve)
+    with trace.span(fn.spec.name or "unnamed function", "compute"):
+        weight, outs = fn.run(**share, pending=pending)
+    with trace.span("share outputs", "outputs"):
+        return (weight, *share_outputs(state, fn, share["subset"], weight, outs))
 
 
 def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:

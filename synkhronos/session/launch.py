@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Literal, overload
 
 import numpy as np
@@ -39,7 +40,7 @@ from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
 from synkhronos.session.liveness import Watchdog
 from synkhronos.session.worker_output import WorkerOutput, prefix_wanted
-from synkhronos.transport import names
+from synkhronos.transport import names, trace
 from synkhronos.transport.channel import (
     Aborted,
     Channel,
@@ -63,9 +64,11 @@ from synkhronos.transport.nodes import LAYOUT_VAR, coordinator_host, under_mpi_l
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.nodes import start as start_nodes
 from synkhronos.transport.nodes import stop as stop_nodes
-from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, Command
+from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, TIMELINE, Command
 from synkhronos.transport.shared_arrays import released_ids
 
+TIMELINE_VAR = "SYNK_TIMELINE"  # a path: fork records every rank's timeline there until close
+_COMMAND_NAMES = {int(c): c.name for c in Command}  # the command spans' names
 STOP_GRACE_S = 5.0  # how long close() waits for workers to exit before SIGKILL
 DEFAULT_TIMEOUT_S = 300.0  # seconds without progress (not per call) before a rank is hung
 
@@ -292,6 +295,7 @@ class Session:
         self.processes: list[subprocess.Popen] = []
         self.thread_limits: _RankZeroLimits | None = None
         self.discard_updates = False  # the next command tells the workers to drop theirs
+        self.timeline_path: str | None = None  # where the running timeline goes
         self.name, self.control, self.channel, comm = self._create_names(backend_name)
         control = self.control  # not self: the session would sit in a reference cycle
         self.watchdog = Watchdog([], lambda rank: int(control.heartbeat(rank)[0]), timeout)
@@ -377,6 +381,31 @@ class Session:
         if failures:
             raise failure_error(failures)
 
+    def start_timeline(self, path: str | os.PathLike) -> None:
+        """Record every rank's timeline from now on, for :meth:`stop_timeline` to write
+        to ``path``; ``RuntimeError`` if one is being recorded already."""
+        if self.timeline_path is not None:
+            raise RuntimeError(
+                f"synkhronos records a timeline into {self.timeline_path} already; "
+                "one timeline at a time"
+            )
+        with open(path, "w"):  # a path that cannot be written fails now, not at the end
+            pass
+        self.timeline_path = os.path.abspath(path)  # the file goes there, whatever the cwd then
+        trace.start(self.name, 0)  # the workers start with the next command (its flag)
+
+    def stop_timeline(self) -> None:
+        """Write the running timeline's file (nothing if none runs): every rank's events
+        so far, a dead worker's included. Under MPI, node ``k`` > 0 writes
+        ``<path>.node<k>``, on its own machine's clock."""
+        path, self.timeline_path = self.timeline_path, None
+        if path is None:
+            return
+        trace.stop()
+        world = current_nodes()
+        events = trace.collect(self.name, self.n_ranks, world.offset)
+        trace.write(path if world.node == 0 else f"{path}.node{world.node}", events, world.node)
+
     def forget_lengths(self) -> None:
         """Drop the cached rows of sliceable variables (their values may have changed)."""
         self.lengths_cache.clear()
@@ -434,42 +463,49 @@ class Session:
                 "this synkhronos session is broken (a worker died or a call "
                 "was interrupted); call synk.close() and fork again"
             )
-        if released_ids:
-            # Tell the workers to unmap released Data along with this command.
-            code, arrays = code | FORGET_DATA, [*arrays, self._released()]
-        if self.processes:
-            self.watchdog.arm()
-            self.channel.send(code | DISCARD_UPDATES if self.discard_updates else code, arrays)
-            self.discard_updates = False
-        error = None
-        try:
-            result = local()
-        except BaseException as e:  # noqa: BLE001 - re-raised below, after the workers
-            error = _interrupt_behind(e)
-            self.control.set_abort(True)
-        try:
-            failures = self.channel.wait_done()
-        except BaseException:
-            self.broken = True
-            raise
-        if failures or error is not None:
-            self.state.pending.clear()
-            self.discard_updates = bool(self.processes)
-        elif self.state.pending:
-            self.state.apply_pending()
-        if self.control.aborted:
-            self.state.comm.reset()
-            self.control.set_abort(False)
-        if failures:
-            remote = failure_error(failures)
-            if error is not None and not isinstance(error, Aborted):
-                raise error from remote
-            raise remote
-        if error is not None:
-            if isinstance(error, KeyboardInterrupt):
+        with trace.span(_COMMAND_NAMES[code], "command"):
+            if released_ids:
+                # Tell the workers to unmap released Data along with this command.
+                code, arrays = code | FORGET_DATA, [*arrays, self._released()]
+            if self.processes:
+                self.watchdog.arm()
+                if self.discard_updates:
+                    code |= DISCARD_UPDATES
+                with trace.span("send", "command"):
+                    self.channel.send(code | TIMELINE if self.timeline_path else code, arrays)
+                trace.count_bytes("command", arrays)
+                self.discard_updates = False
+            error = None
+            try:
+                result = local()
+            except BaseException as e:  # noqa: BLE001 - re-raised below, after the workers
+                error = _interrupt_behind(e)
+                self.control.set_abort(True)
+            try:
+                with trace.span("wait for ranks", "wait"):
+                    failures = self.channel.wait_done()
+            except BaseException:
                 self.broken = True
-            raise error
-        return result
+                raise
+            if failures or error is not None:
+                self.state.pending.clear()
+                self.discard_updates = bool(self.processes)
+            elif self.state.pending:
+                with trace.span("apply updates", "updates"):
+                    self.state.apply_pending()
+            if self.control.aborted:
+                self.state.comm.reset()
+                self.control.set_abort(False)
+            if failures:
+                remote = failure_error(failures)
+                if error is not None and not isinstance(error, Aborted):
+                    raise error from remote
+                raise remote
+            if error is not None:
+                if isinstance(error, KeyboardInterrupt):
+                    self.broken = True
+                raise error
+            return result
 
     @staticmethod
     def _released() -> np.ndarray:
@@ -610,6 +646,7 @@ def fork(
     timeout: float | None = DEFAULT_TIMEOUT_S,
     nodes: bool | None = None,
     rank_prefix: bool | None = None,
+    timeline: str | os.PathLike | None = None,
 ) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
@@ -658,6 +695,11 @@ def fork(
         ``SYNK_RANK_PREFIX`` is ``0``); False lets the workers write to this process's
         terminal directly. Either way the workers' log records reach this process's
         ``logging`` with their rank (see :doc:`logging`).
+    timeline : str or path, optional
+        Record every rank's timeline from the fork until :func:`close`, which writes it
+        to this file (Chrome trace-event JSON; see :doc:`timeline`). Default: the
+        environment variable ``SYNK_TIMELINE``, else none. :func:`timeline` records a
+        part of a program instead.
 
     Notes
     -----
@@ -717,6 +759,9 @@ def fork(
         os.environ.pop(LAYOUT_VAR, None)
         os.environ.pop(COORDINATOR_VAR, None)
     _session = session
+    timeline = timeline or os.environ.get(TIMELINE_VAR)
+    if timeline:
+        session.start_timeline(timeline)
     atexit.register(close)
     _close_on_sigterm()
     return n_parallel
@@ -788,7 +833,41 @@ def close() -> None:
     session, _session = _session, None
     if session is not None:
         atexit.unregister(close)
-        _run_all([_restore_sigterm, stop_nodes, session.close])
+        _run_all([session.stop_timeline, _restore_sigterm, stop_nodes, session.close])
+
+
+@contextlib.contextmanager
+def timeline(path: str | os.PathLike) -> Iterator[None]:
+    """Record every rank's timeline while the block runs, and write it to ``path``.
+
+    The file is Chrome trace-event JSON (open it in Perfetto or ``chrome://tracing``, or
+    summarise it with ``python -m synkhronos timeline path``): one process per rank, a
+    span for every command and each of its phases on every rank, counters of the bytes
+    moved (see :doc:`timeline`). A worker that dies meanwhile keeps its spans up to the
+    one it died in; :func:`close` within the block writes the file.
+
+    Parameters
+    ----------
+    path : str or path
+        The file to write (created, or emptied, at once: a path that cannot be written
+        raises before the block runs).
+
+    Raises
+    ------
+    RuntimeError
+        If no session runs, or a timeline is being recorded already.
+
+    Examples
+    --------
+    >>> with synk.timeline("step.json"):          # doctest: +SKIP
+    ...     f(x_data, batch=256)
+    """
+    session = current()
+    session.start_timeline(path)
+    try:
+        yield
+    finally:
+        session.stop_timeline()  # nothing left to write if close() wrote it
 
 
 _previous_sigterm = None  # the SIGTERM handler _close_on_sigterm replaced

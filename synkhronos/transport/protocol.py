@@ -37,6 +37,10 @@ DISCARD_UPDATES = 1 << 9
 """Flag or-ed into a command word: the previous call failed on some rank, so drop its
 updates (without it, a worker applies them before running the command)."""
 
+TIMELINE = 1 << 10
+"""Flag or-ed into a command word: record this rank's timeline (:mod:`synkhronos.transport.trace`)
+while commands carry it."""
+
 
 class Collective(IntEnum):
     """Which collective a COLLECTIVE command runs."""
@@ -78,4 +82,13 @@ class Arg(IntEnum):
     VALUE = 1  #: the value, as an array of the message
 
 
-__all__ = ["DISCARD_UPDATES", "FORGET_DATA", "Arg", "Collective", "Command", "Rows", "Status"]
+__all__ = [
+    "DISCARD_UPDATES",
+    "FORGET_DATA",
+    "TIMELINE",
+    "Arg",
+    "Collective",
+    "Command",
+    "Rows",
+    "Status",
+]

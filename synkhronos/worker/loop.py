@@ -11,9 +11,11 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from synkhronos.rank.heap import keep_freed_memory
+from synkhronos.transport import trace
 from synkhronos.transport.channel import Aborted, Channel, ControlBlock
 from synkhronos.transport.log_records import forward_records
 from synkhronos.transport.names import sweep
@@ -70,7 +72,7 @@ def main(argv: list[str]) -> None:
     from synkhronos.rank.routine_part import run_routine
     from synkhronos.rank.state import RankState, run_share
     from synkhronos.transport.comm import make_communicator
-    from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, Command
+    from synkhronos.transport.protocol import DISCARD_UPDATES, FORGET_DATA, TIMELINE, Command
     from synkhronos.transport.shared_arrays import DataViews
 
     channel = Channel(session, rank, n_ranks, control, check_parent)
@@ -92,16 +94,22 @@ def main(argv: list[str]) -> None:
         Command.ROUTINE: run_routine,
         Command.CHAIN: run_chain,
     }
+    command_names = {int(c): c.name for c in Command}  # the spans' names
     channel.report()  # ready
 
     while True:
+        idle_since = time.monotonic_ns()
         code, arrays = channel.receive()
+        trace.follow(bool(code & TIMELINE), session, rank)
+        trace.mark("wait for command", "wait", idle_since)
+        code &= ~TIMELINE
         # The last call's updates: every rank computed it unless rank 0 says otherwise.
         if code & DISCARD_UPDATES:
             state.pending.clear()
             code &= ~DISCARD_UPDATES
         elif state.pending:
-            state.apply_pending()
+            with trace.span("apply updates", "updates"):
+                state.apply_pending()
         if code & FORGET_DATA:
             views.forget(arrays[-1])
             code, arrays = code & ~FORGET_DATA, arrays[:-1]
@@ -113,9 +121,12 @@ def main(argv: list[str]) -> None:
             handler = handlers.get(code)  # by the int: no Command built per command
             if handler is None:
                 raise ValueError(f"unknown synkhronos command {code}")
-            reply = handler(state, arrays, views.view)
-            if reply is not None:
-                channel.reply(reply)
+            with trace.span(command_names[code], "command"):
+                reply = handler(state, arrays, views.view)
+                if reply is not None:
+                    with trace.span("reply", "reply"):
+                        channel.reply(reply)
+                    trace.count_bytes("reply", reply)
         except Aborted:
             channel.report(aborted=True)
         except BaseException as error:  # noqa: BLE001 - reported to rank 0
