@@ -44,4 +44,5 @@ def set_rng(new_rng: ModuleType | np.random.RandomState | int) -> None:
         for a new one.
     """
     global _rng
-    _rng = new_rng if not isinstance(new_rng, int) else np.random.RandomState(new_rng)
+    generator = isinstance(new_rng, ModuleType | np.random.RandomState)
+    _rng = new_rng if generator else np.random.RandomState(new_rng)
