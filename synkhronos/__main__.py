@@ -1,13 +1,14 @@
 """``python -m synkhronos check`` (and ``sweep``): see :mod:`synkhronos.api.machine_check`;
-``python -m synkhronos timeline``: see :mod:`synkhronos.api.timeline_report`."""
+``python -m synkhronos timeline``: see :mod:`synkhronos.api.timeline_report`;
+``python -m synkhronos port``: see :mod:`synkhronos.api.porting`."""
 
 import logging
 import os
 import sys
 
-from synkhronos.api import machine_check, timeline_report
+from synkhronos.api import machine_check, porting, timeline_report
 
-TOOLS = {"timeline": timeline_report.main}  # the other commands: machine_check.main
+TOOLS = {"timeline": timeline_report.main, "port": porting.main}  # else machine_check.main
 
 if __name__ == "__main__":  # not when a doctest collector imports this file
     logging.basicConfig(format="%(message)s")  # the library's warnings, plainly

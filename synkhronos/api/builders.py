@@ -7,6 +7,8 @@ any other, a plain :class:`~synkhronos.Function`.
 
 from __future__ import annotations
 
+from pytensor.graph.basic import Variable
+
 from synkhronos.api.functions import (
     Function,
     FunctionParts,
@@ -16,6 +18,41 @@ from synkhronos.api.functions import (
 )
 from synkhronos.api.training import TrainingFunction, plan_split
 from synkhronos.session import launch
+
+# The original Synkhronos' names of its reduce ops.
+_ORIGINAL_OPS = {
+    "+": "sum",
+    "add": "sum",
+    "*": "prod",
+    "product": "prod",
+    "maximum": "max",
+    "minimum": "min",
+    "average": "avg",
+    "mean": "avg",
+}
+
+
+def _with_collect_modes(outputs, collect_modes, reduce_ops):
+    """``outputs`` as ``(variable, op)`` pairs from the original's ``collect_modes`` and
+    ``reduce_ops`` keywords (a single output stays single)."""
+    single = isinstance(outputs, Variable)
+    variables = [outputs] if single else list(outputs or ())
+    if not all(isinstance(v, Variable) for v in variables):
+        raise TypeError("collect_modes/reduce_ops name the ops of plain-variable outputs only")
+
+    def per_output(value, keyword):
+        values = list(value) if isinstance(value, list | tuple) else [value] * len(variables)
+        if len(values) != len(variables):
+            raise ValueError(f"{keyword} has {len(values)} entries for {len(variables)} outputs")
+        return values
+
+    modes = per_output("reduce" if collect_modes is None else collect_modes, "collect_modes")
+    ops = per_output("avg" if reduce_ops is None else reduce_ops, "reduce_ops")
+    pairs = [
+        (var, _ORIGINAL_OPS.get(op, op) if mode == "reduce" else mode)
+        for var, mode, op in zip(variables, modes, ops, strict=True)
+    ]
+    return pairs[0] if single else pairs
 
 
 def function(
@@ -28,6 +65,8 @@ def function(
     name: str | None = None,
     mode=None,
     local_updates: bool = False,
+    collect_modes=None,
+    reduce_ops=None,
     **kwargs,
 ) -> Function:
     """Build a function that runs data-parallel on every rank.
@@ -69,6 +108,12 @@ def function(
     name : str, optional
     mode : str or pytensor Mode, optional
         Compile mode; default: the backend's (PyTensor's default on CPU, "JAX" on GPU).
+    collect_modes, reduce_ops : str, None, or a list of them (one per output), optional
+        The original Synkhronos' spelling of the outputs' ops, for plain-variable
+        ``outputs``: a mode is an op above, or "reduce" (the default when only
+        ``reduce_ops`` is given), which takes the output's ``reduce_ops`` entry (default
+        "avg"; the original's names "+", "add", "*", "product", "maximum", "minimum",
+        "average", "mean" are accepted).
     local_updates : bool
         Apply every update on each rank to its own copy, as the original Synkhronos
         did, even updates that train (then the ranks' copies differ until a collective
@@ -103,6 +148,8 @@ def function(
     (4.5, 45.0, [1.0, 3.0, 5.0, 7.0, 9.0])
     >>> synk.close()
     """
+    if collect_modes is not None or reduce_ops is not None:
+        outputs = _with_collect_modes(outputs, collect_modes, reduce_ops)
     session = launch.current()
     if not local_updates and updates is not None:
         variables, ops, explicit, single = parse_outputs(outputs)

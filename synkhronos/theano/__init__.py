@@ -7,7 +7,8 @@ to their PyTensor or synkhronos equivalents with Theano's argument order and def
 ``theano.tensor.nnet`` (activations, cross-entropies, ``conv2d`` with Theano's filter
 flip), ``theano.tensor.signal.pool``, ``theano.sandbox.rng_mrg.MRG_RandomStreams``,
 ``theano.tensor.shared_randomstreams``, ``theano.gpuarray`` (GPUs come from
-:func:`synkhronos.fork`), ``theano.gof``. ``docs/porting.rst`` lists every name.
+:func:`synkhronos.fork`), ``theano.gof``, ``theano.misc.pkl_utils``. ``docs/porting.rst``
+lists every name.
 
 Submodules are real modules, so ``from synkhronos.theano import tensor as T`` and
 ``from synkhronos.theano.tensor.nnet import conv2d`` work as their Theano forms did;
@@ -64,7 +65,7 @@ for _name, _module in {
 }.items():
     sys.modules[f"{__name__}.{_name}"] = _module
 
-from synkhronos.theano import gof, gpuarray, sandbox, tensor  # noqa: E402 - after the aliases
+from synkhronos.theano import gof, gpuarray, misc, sandbox, tensor  # noqa: E402 - after the aliases
 
 
 def clone(output, replace=None, strict: bool = True, share_inputs: bool = True):
@@ -119,6 +120,7 @@ __all__ = [
     "grad",
     "gradient",
     "ifelse",
+    "misc",
     "printing",
     "sandbox",
     "scalar",

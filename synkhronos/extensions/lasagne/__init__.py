@@ -8,6 +8,8 @@ training steps live beside it in :mod:`synkhronos.extensions.updates` and
 :mod:`synkhronos.extensions.train`.
 """
 
+from synkhronos import theano
+
 from . import (
     init,
     layers,
@@ -26,6 +28,7 @@ __all__ = [
     "objectives",
     "random",
     "regularization",
+    "theano",
     "updates",
     "utils",
 ]

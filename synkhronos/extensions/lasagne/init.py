@@ -2,17 +2,17 @@
 
 An initializer is called with a shape and returns a NumPy array of
 ``pytensor.config.floatX``.  Random initializers draw from the generator returned by
-:func:`~synkhronos.extensions.lasagne.random.get_rng` (re-exported here), which
-:func:`~synkhronos.extensions.lasagne.random.set_rng` replaces (e.g. to seed a whole
-model at once).
+:func:`~synkhronos.extensions.lasagne.random.get_rng` (re-exported here): NumPy's global
+generator, so ``np.random.seed(123)`` seeds them as in Lasagne, until
+:func:`~synkhronos.extensions.lasagne.random.set_rng` replaces it.
 """
 
 from collections.abc import Sequence
 
 import numpy as np
-import pytensor
 
-from synkhronos.extensions.lasagne.random import get_rng, set_rng
+from synkhronos.extensions.lasagne.random import get_rng, set_rng  # noqa: F401 - set_rng: the port's
+from synkhronos.extensions.lasagne.utils import floatX
 
 __all__ = [
     "Constant",
@@ -27,15 +27,12 @@ __all__ = [
     "Orthogonal",
     "Sparse",
     "Uniform",
+    "floatX",
     "get_rng",
-    "set_rng",
+    "np",
 ]
 
 Shape = Sequence[int]
-
-
-def _floatx(values) -> np.ndarray:
-    return np.asarray(values, dtype=pytensor.config.floatX)
 
 
 def _gain_value(gain: float | str) -> float:
@@ -89,7 +86,7 @@ class Normal(Initializer):
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw ``shape`` values from N(mean, std**2)."""
-        return _floatx(get_rng().normal(self.mean, self.std, size=tuple(shape)))
+        return floatX(get_rng().normal(self.mean, self.std, size=tuple(shape)))
 
 
 class Uniform(Initializer):
@@ -121,7 +118,7 @@ class Uniform(Initializer):
 
     def sample(self, shape: Shape) -> np.ndarray:
         """Draw ``shape`` values from U(low, high)."""
-        return _floatx(get_rng().uniform(*self.range, size=tuple(shape)))
+        return floatX(get_rng().uniform(*self.range, size=tuple(shape)))
 
 
 class _FanScaled:
@@ -277,7 +274,7 @@ class Constant(Initializer):
 
     def sample(self, shape: Shape) -> np.ndarray:
         """An array of ``shape`` filled with ``val``."""
-        return _floatx(np.full(tuple(shape), self.val))
+        return floatX(np.full(tuple(shape), self.val))
 
 
 class Orthogonal(Initializer):
@@ -299,7 +296,7 @@ class Orthogonal(Initializer):
         flat = (shape[0], int(np.prod(shape[1:])))
         u, _, vt = np.linalg.svd(get_rng().normal(size=flat), full_matrices=False)
         q = u if u.shape == flat else vt
-        return _floatx(self.gain * q.reshape(tuple(shape)))
+        return floatX(self.gain * q.reshape(tuple(shape)))
 
 
 class Sparse(Initializer):
@@ -332,4 +329,4 @@ class Sparse(Initializer):
         for col in range(cols):
             picked = get_rng().permutation(rows)[:per_column]
             values[picked, col] = get_rng().normal(0.0, self.std, size=per_column)
-        return _floatx(values)
+        return floatX(values)

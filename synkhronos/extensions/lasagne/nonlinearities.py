@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos import theano
 from synkhronos.extensions import theano_nnet
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "softmax",
     "softplus",
     "tanh",
+    "theano",
     "very_leaky_rectify",
 ]
 

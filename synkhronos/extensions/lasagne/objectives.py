@@ -17,7 +17,6 @@ from synkhronos.extensions.lasagne.utils import as_theano_expression
 
 __all__ = [
     "aggregate",
-    "align_targets",
     "binary_accuracy",
     "binary_crossentropy",
     "binary_hinge_loss",

@@ -17,8 +17,12 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer
 from synkhronos.extensions.lasagne.layers.helper import get_all_params
+from synkhronos.theano import tensor as T  # noqa: N812 - Lasagne's name, in its star set
 
 __all__ = [
+    "Layer",
+    "T",
+    "get_all_params",
     "apply_penalty",
     "l1",
     "l2",

@@ -31,7 +31,6 @@ from pytensor.tensor.variable import TensorVariable
 from synkhronos.extensions.lasagne.utils import default_norm_axes
 
 __all__ = [
-    "get_or_compute_grads",
     "sgd",
     "apply_momentum",
     "momentum",

@@ -12,7 +12,11 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import walk
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos import theano
+from synkhronos.theano import tensor as T  # noqa: N812 - Lasagne's name, in its star set
+
 __all__ = [
+    "T",
     "as_theano_expression",
     "as_tuple",
     "collect_shared_vars",
@@ -21,8 +25,11 @@ __all__ = [
     "floatX",
     "inspect_kwargs",
     "int_types",
+    "np",
+    "numbers",
     "one_hot",
     "shared_empty",
+    "theano",
     "unique",
     "unroll_scan",
 ]

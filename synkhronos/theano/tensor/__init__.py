@@ -9,6 +9,8 @@ Theano's paths; ``extra_ops`` and ``basic`` are PyTensor's modules of those name
 >>> x = T.tensor3("x")
 >>> T.flatten(x, outdim=2).eval({x: np.zeros((2, 3, 4))}).shape
 (2, 12)
+>>> x.transfer(None) is x, x.transfer("cpu") is x
+(True, True)
 """
 
 import importlib
@@ -31,6 +33,17 @@ signal = importlib.import_module(f"{__name__}.signal")
 
 abs_ = pt.abs
 inv = pt.reciprocal
+
+
+def _stay_where_it_is(var, target):
+    """Theano's ``var.transfer(None)``: the variable as it is (PyTensor's ``transfer``
+    takes "cpu", which Theano's took too, and the targets registered with it)."""
+    return var if target is None else None
+
+
+# PyTensor's hook for transfer targets, not a patch of its function: importing Theano's
+# names adds Theano's None target, in this process.
+basic.register_transfer(_stay_where_it_is)
 
 
 def addbroadcast(x, *axes: int) -> TensorVariable:

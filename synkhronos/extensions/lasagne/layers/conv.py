@@ -30,7 +30,6 @@ from synkhronos.extensions.theano_nnet import (
 )
 
 __all__ = [
-    "BaseConvLayer",
     "Conv1DLayer",
     "Conv2DLayer",
     "Conv3DLayer",
@@ -39,8 +38,6 @@ __all__ = [
     "DilatedConv2DLayer",
     "TransposedConv2DLayer",
     "TransposedConv3DLayer",
-    "conv_input_length",
-    "conv_output_length",
 ]
 
 PadSpec = int | str | Sequence[int]

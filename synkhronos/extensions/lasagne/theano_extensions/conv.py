@@ -9,17 +9,23 @@ convolutions, and the last three need a filter length that is a multiple of the 
 Like Theano's ``conv2d``, they convolve (flip the filters) unless ``filter_flip=False``.
 """
 
+import numpy as np
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions.lasagne.utils import int_types
 from synkhronos.extensions.theano_nnet import conv_nd
+from synkhronos.theano import tensor as T  # noqa: N812 - Lasagne's name, in its star set
 
 __all__ = [
+    "T",
     "conv1d_mc0",
     "conv1d_mc1",
     "conv1d_md",
     "conv1d_sc",
     "conv1d_sd",
     "conv1d_unstrided",
+    "int_types",
+    "np",
 ]
 
 

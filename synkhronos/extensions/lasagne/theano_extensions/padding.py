@@ -6,8 +6,9 @@ import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.utils import int_types
+from synkhronos.theano import tensor as T  # noqa: N812 - Lasagne's name, in its star set
 
-__all__ = ["pad", "pad_widths"]
+__all__ = ["T", "int_types", "pad"]
 
 
 def pad_widths(width, ndim: int) -> list[tuple[int, int]]:
