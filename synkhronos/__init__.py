@@ -26,6 +26,7 @@ from synkhronos.api.collectives import (
     set_value,
 )
 from synkhronos.api.functions import Function, function
+from synkhronos.api.verification import RanksDisagree, verify
 from synkhronos.session.launch import backend, close, distribute, fork, get_n_gpu
 from synkhronos.transport.channel import RemoteError, WorkerDied, WorkerHung
 from synkhronos.transport.shared_arrays import Data
@@ -83,6 +84,7 @@ __all__ = [
     "Chain",
     "Data",
     "Function",
+    "RanksDisagree",
     "RemoteError",
     "WorkerDied",
     "WorkerHung",
@@ -106,4 +108,5 @@ __all__ = [
     "save",
     "scatter",
     "set_value",
+    "verify",
 ]
