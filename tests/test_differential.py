@@ -31,7 +31,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import synkhronos as synk
@@ -199,8 +199,8 @@ def _shares(n_sel: int, n: int) -> list[int]:
     num_slices=st.integers(1, 3),
 )
 def test_outputs_and_updates_equal_one_process(pool, data, dtype, n_rows, num_slices):
-    if pool.backend == "jax-cpu" and dtype == "float32":
-        pytest.skip("known bug: test_jax_cpu_float32_update_keeps_its_dtype")
+    # Known bug, pinned by test_jax_cpu_float32_update_keeps_its_dtype.
+    assume(not (pool.backend == "jax-cpu" and dtype == "float32"))
     f, ref, acc, ops = pool.outputs_call(dtype)
     X = data.draw(
         st.builds(
@@ -273,9 +273,10 @@ def test_batch_s_selects_each_ranks_rows(pool, data):
         sels = [batch_s] * pool.n
     total, top, column = sliced(batch_s=batch_s)
     chosen = [h[sel] for h, sel in zip(held, sels, strict=True)]
-    np.testing.assert_allclose(total, sum(c.sum() for c in chosen), rtol=1e-6)
-    np.testing.assert_allclose(top, max(c.max() for c in chosen), rtol=1e-6)
-    np.testing.assert_allclose(column, np.concatenate([c[:, 1] for c in chosen]), rtol=1e-6)
+    tol = _tol(pool, "float64")
+    np.testing.assert_allclose(total, sum(c.sum() for c in chosen), rtol=tol, atol=tol)
+    np.testing.assert_allclose(top, max(c.max() for c in chosen), rtol=tol)
+    np.testing.assert_allclose(column, np.concatenate([c[:, 1] for c in chosen]), rtol=tol)
 
 
 # ---- collectives ---------------------------------------------------------------------------
