@@ -13,13 +13,13 @@ rank), covering every output op (and the ``c_`` host forms), updates combined ov
 sliceable shared variables, a chained training step, and the collectives on shared
 variables of eleven dtypes.
 
-Profiles: the fast one runs in the suite with a few derandomized examples per test (the
-whole module well under 60 s on a 2-core VM). The long one::
+Profiles: the fast one runs in the suite with a few derandomized examples per test on
+``cpu`` and ``gpu`` (the module under 60 s on a 2-core VM). The long one::
 
     SYNK_DIFF_EXAMPLES=200 python -m pytest -q tests/test_differential.py -p no:cacheprovider
 
-draws that many random examples per test and backend (its last result: bench/RESULTS.md,
-"Differential test matrix").
+draws that many random examples per test and backend, ``jax-cpu`` included (its last
+result: bench/RESULTS.md, "Differential test matrix").
 """
 
 from __future__ import annotations
@@ -48,13 +48,16 @@ SETTINGS = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-# JAX mode compiles anew for every shape a rank sees (a minute or more per test on a 2-core
-# VM): the JAX backends run in the long profile only.
-_JAX_LONG = pytest.mark.skipif(not LONG, reason="JAX backends: long profile (SYNK_DIFF_EXAMPLES)")
+# JAX mode compiles anew for every shape a rank sees: in the fast profile, of the two JAX
+# backends only GPU ranks (on CPU devices), whose collectives are XLA programs; jax-cpu
+# (shared-memory collectives, as cpu) joins in the long profile.
 BACKENDS = [
     ("cpu", 3),
-    pytest.param(("jax-cpu", 2), marks=_JAX_LONG),
-    pytest.param(("gpu", 2), marks=[pytest.mark.gpu, _JAX_LONG]),
+    pytest.param(
+        ("jax-cpu", 2),
+        marks=pytest.mark.skipif(not LONG, reason="jax-cpu: long profile (SYNK_DIFF_EXAMPLES)"),
+    ),
+    pytest.param(("gpu", 2), marks=pytest.mark.gpu),
 ]
 COLLECTIVE_DTYPES = [
     "float16",
