@@ -27,6 +27,7 @@ from synkhronos.api.collectives import (
     set_value,
 )
 from synkhronos.api.functions import Function
+from synkhronos.api.verification import RanksDisagree, verify
 from synkhronos.session.launch import backend, close, distribute, fork, get_n_gpu, timeline
 from synkhronos.transport.channel import RemoteError, WorkerDied, WorkerHung
 from synkhronos.transport.shared_arrays import Data
@@ -84,6 +85,7 @@ __all__ = [
     "Chain",
     "Data",
     "Function",
+    "RanksDisagree",
     "RemoteError",
     "WorkerDied",
     "WorkerHung",
@@ -108,4 +110,5 @@ __all__ = [
     "scatter",
     "set_value",
     "timeline",
+    "verify",
 ]

@@ -74,7 +74,7 @@ def _chunks(items: list, size: int) -> Iterable[list]:
         yield items[start : start + size]
 
 
-def _per_rank(session, routine, indices: list[int], *args) -> list[list[np.ndarray]]:
+def per_rank_results(session, routine, indices: list[int], *args) -> list[list[np.ndarray]]:
     """Every rank's result of ``routine(state, indices, *args)``, chunk by chunk, joined:
     ``[rank][k]`` for ``indices[k]``."""
     joined: list[list[np.ndarray]] = [[] for _ in range(session.n_ranks)]
@@ -158,7 +158,9 @@ def save(
             f"per_rank=[...] to save each rank's value"
         )
     separate = [i for i, kind in enumerate(kinds) if kind == "per_rank"]
-    for rank, values in enumerate(_per_rank(session, checkpoint_part.local_values, separate)):
+    for rank, values in enumerate(
+        per_rank_results(session, checkpoint_part.local_values, separate)
+    ):
         arrays.update({f"value_{i}_rank_{rank}": v for i, v in zip(separate, values, strict=True)})
     for index, kind in enumerate(kinds):
         if kind == "same":

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal, overload
 
 import numpy as np
@@ -73,6 +73,7 @@ STOP_GRACE_S = 5.0  # how long close() waits for workers to exit before SIGKILL
 DEFAULT_TIMEOUT_S = 300.0  # seconds without progress (not per call) before a rank is hung
 
 _session: Session | None = None
+_periodic_check: Callable[[], None] | None = None  # what fork(verify_every=N) runs
 logger = logging.getLogger(__name__)
 
 
@@ -280,6 +281,9 @@ def _worker_env(threads: int, backend: str, gpu: str | None) -> dict:
 
 class Session:
     """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
+
+    verify_every: int | None = None  # fork(verify_every=N)
+    calls = 0  # function calls and chains run, counted while verify_every is set
 
     def __init__(
         self,
@@ -505,6 +509,10 @@ class Session:
                 if isinstance(error, KeyboardInterrupt):
                     self.broken = True
                 raise error
+            if self.verify_every and code & (FORGET_DATA - 1) in (Command.CALL, Command.CHAIN):
+                self.calls += 1
+                if self.calls % self.verify_every == 0 and _periodic_check is not None:
+                    _periodic_check()
             return result
 
     @staticmethod
@@ -647,6 +655,7 @@ def fork(
     nodes: bool | None = None,
     rank_prefix: bool | None = None,
     timeline: str | os.PathLike | None = None,
+    verify_every: int | None = None,
 ) -> int:
     """Start the worker processes; return the number of ranks (rank 0 is this process).
 
@@ -700,6 +709,10 @@ def fork(
         to this file (Chrome trace-event JSON; see :doc:`timeline`). Default: the
         environment variable ``SYNK_TIMELINE``, else none. :func:`timeline` records a
         part of a program instead.
+    verify_every : int, optional
+        Run :func:`synkhronos.verify` after every ``verify_every``-th function call or
+        chain, which then raises :class:`synkhronos.RanksDisagree` when the ranks hold
+        different values of a shared variable (default: never).
 
     Notes
     -----
@@ -719,6 +732,8 @@ def fork(
     >>> synk.close()
     """
     global _session
+    if verify_every is not None and not (isinstance(verify_every, int) and verify_every > 0):
+        raise ValueError(f"verify_every must be a positive int or None, got {verify_every!r}")
     if _session is not None:
         raise RuntimeError("synkhronos is already forked; call synk.close() before forking again")
     if not use_gpu:
@@ -758,6 +773,7 @@ def fork(
     finally:
         os.environ.pop(LAYOUT_VAR, None)
         os.environ.pop(COORDINATOR_VAR, None)
+    session.verify_every = verify_every
     _session = session
     timeline = timeline or os.environ.get(TIMELINE_VAR)
     if timeline:
@@ -765,6 +781,14 @@ def fork(
     atexit.register(close)
     _close_on_sigterm()
     return n_parallel
+
+
+def set_periodic_check(check: Callable[[], None]) -> None:
+    """Make ``check`` what ``fork(verify_every=N)`` runs after every N-th call or chain
+    (:mod:`synkhronos.api.verification` registers ``verify``: a layer this one does not
+    import)."""
+    global _periodic_check
+    _periodic_check = check
 
 
 def sweep_dead() -> list[tuple[str, list[int], list[str]]]:

@@ -4,14 +4,17 @@ Used when :func:`synkhronos.fork` runs under MPI on several nodes (see
 :mod:`synkhronos.transport.nodes`). On CPU ranks each collective is hierarchical: the node's ranks
 meet first through shared memory at local rank 0, the leaders combine over MPI, and local
 rank 0 hands the result back to its node. On GPU ranks the reductions and broadcasts are
-XLA programs over one mesh of every rank of every node (the broadcast shapes go out
-through the hierarchical host broadcast); gathers and scatters take the host path. Only
+XLA programs over one mesh of every rank of every node; the exchange of layouts before
+each, and every host-path reduction (host arrays, dtypes the devices do not reduce), are
+this module's hierarchical host collectives (:class:`~synkhronos.transport.comm.xla.Span`),
+so they too span every node; gathers and scatters take the host path. Only
 the leaders call MPI; the workers know just their global rank and the global count.
 
 ``rank`` and ``n_ranks`` are global. ``root`` must be 0, and what the methods return "on
 root" they return on every node's local rank 0 (each node's script sees the result).
 Between nodes the arrays travel through the host: reductions with MPI ``Allreduce`` in
-place, the rest as mpi4py's pickled objects.
+place where MPI defines the op for the dtype, else gathered (pickled) to every leader and
+reduced there in node order, the same on every leader; the rest as mpi4py's pickled objects.
 """
 
 from __future__ import annotations
@@ -20,10 +23,16 @@ import numpy as np
 
 from synkhronos.transport.comm.base import Communicator
 from synkhronos.transport.comm.shm import ShmCommunicator
-from synkhronos.transport.comm.xla import XlaCommunicator
-from synkhronos.transport.reduction import empty_aligned
+from synkhronos.transport.comm.xla import Span, XlaCommunicator
+from synkhronos.transport.reduction import empty_aligned, reduce_into
 
 _MPI_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
+
+
+def _mpi_reduces(dtype: np.dtype, op: str) -> bool:
+    """Whether MPI defines ``op`` for ``dtype``: not for bool (MPI has logical ops only),
+    nor max and min of complex numbers (unordered to MPI; numpy orders them)."""
+    return dtype.kind != "b" and not (dtype.kind == "c" and op in ("max", "min"))
 
 
 def _root_0(root: int) -> None:
@@ -61,7 +70,13 @@ class NodeCommunicator(Communicator):
         self.spread = local.n_ranks > 1  # whether the node's own step has anyone to meet
         self.xla = isinstance(local, XlaCommunicator)
         if isinstance(local, XlaCommunicator):
-            local.span = (self.rank, n_global, self._host_broadcast)
+            local.span = Span(
+                self.rank,
+                n_global,
+                self._host_broadcast,
+                self.all_gather,
+                self._host_all_reduce,
+            )
 
     def start(self) -> None:
         self.local.start()
@@ -88,9 +103,13 @@ class NodeCommunicator(Communicator):
         arrives as the node's sum and leaves as the mean over every global rank."""
         from mpi4py import MPI  # only the leaders load MPI
 
-        mpi_op = getattr(MPI, _MPI_OPS["sum" if op == "avg" else op])
+        bare = "sum" if op == "avg" else op
         for a in buffers:
-            self.world.mpi.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
+            if _mpi_reduces(a.dtype, bare):
+                self.world.mpi.Allreduce(MPI.IN_PLACE, a, op=getattr(MPI, _MPI_OPS[bare]))
+            else:
+                parts = [np.asarray(p).reshape(-1) for p in self.world.mpi.allgather(a)]
+                reduce_into(bare, parts, a.reshape(-1))
         if op == "avg":
             _divide(buffers, self.n_ranks)
 
@@ -112,6 +131,11 @@ class NodeCommunicator(Communicator):
     def all_reduce(self, arrays, op, out=None):
         if self.xla:
             return self.local.all_reduce(arrays, op)
+        return self._host_all_reduce(arrays, op, out)
+
+    def _host_all_reduce(self, arrays, op, out=None):
+        """:meth:`all_reduce` of host arrays: the node's ranks through shared memory, the
+        leaders through MPI."""
         if not self.spread:
             if out is None:
                 out = [np.array(a) for a in arrays]
@@ -154,7 +178,7 @@ class NodeCommunicator(Communicator):
     def gather(self, arrays, root=0):
         _root_0(root)
         if self.spread:
-            boxes = self.local.gather(arrays)
+            boxes = ShmCommunicator.gather(self.local, [np.asarray(a) for a in arrays])
             if not self.leader:
                 return None
         else:

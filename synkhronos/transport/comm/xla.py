@@ -48,6 +48,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -177,6 +179,21 @@ def _supported(layout) -> bool:
     return layout is not None and all(dtype.name in IN_PLACE_DTYPES for dtype, _ in layout)
 
 
+class Span(NamedTuple):
+    """The ranks a communicator's collectives run over, and its host path over them.
+
+    ``rank`` and ``n_ranks`` are this rank's global rank and the number of ranks; the three
+    functions are the host-array collectives over those same ranks, with the signatures of
+    :class:`~synkhronos.transport.comm.base.Communicator`'s methods of the same names.
+    """
+
+    rank: int
+    n_ranks: int
+    broadcast: Callable
+    all_gather: Callable
+    all_reduce: Callable
+
+
 class XlaCommunicator(ShmCommunicator):
     """Collectives as XLA programs over one device per rank (see the module docstring).
 
@@ -184,25 +201,30 @@ class XlaCommunicator(ShmCommunicator):
 
     Attributes
     ----------
-    span : tuple or None
-        Set before :meth:`start` to span several nodes: ``(rank, n_ranks, host_broadcast)``,
-        this rank's global rank, the number of ranks over every node, and a function
-        ``host_broadcast(arrays, root)`` giving host arrays from that global rank to every
-        rank. None (default): this node's ranks only.
+    span : Span or None
+        Set before :meth:`start` to span several nodes: this rank's global rank, the number
+        of ranks over every node, and the host-array collectives over all of them (every
+        exchange of layouts, and every host-path reduction, goes through those: none stays
+        inside one node). None (default): this node's ranks, and the shared-memory
+        collectives this class extends.
     dispatches : int
         XLA programs this rank has run (counted for the tests).
     """
 
-    span: tuple | None = None
+    span: Span | None = None
     mesh = None
     _config = None  # JAX's settings before start() changed them
     device = None
     dispatches = 0
     _abandoned = False
 
-    def _span(self):
-        """(global rank, number of ranks, host broadcast), as :attr:`span` says."""
-        return self.span or (self.rank, self.n_ranks, super().broadcast)
+    def _span(self) -> Span:
+        """The ranks and host path, as :attr:`span` says."""
+        if self.span is not None:
+            return self.span
+        return Span(
+            self.rank, self.n_ranks, super().broadcast, super().all_gather, super().all_reduce
+        )
 
     # ---- joining and leaving JAX's runtime -------------------------------------------------
     def start(self) -> None:
@@ -217,7 +239,8 @@ class XlaCommunicator(ShmCommunicator):
         from jax.extend.backend import clear_backends
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-        rank, n_ranks, _ = self._span()
+        span = self._span()
+        rank, n_ranks = span.rank, span.n_ranks
         self.barrier()  # every rank of this node started: none can leave rank 0 waiting below
         address = os.environ[COORDINATOR_VAR]
         local = address.startswith("127.0.0.1:")
@@ -395,13 +418,13 @@ class XlaCommunicator(ShmCommunicator):
     def agree(self, arrays: list | None) -> tuple[list, bool]:
         """Every rank's (dtype, shape) pairs of its ``arrays`` (None where a rank has none
         to give), and whether they are device arrays on every rank, exchanged through the
-        host: the barrier where a rank's earlier failure stops the others, and the one
-        answer every rank takes its path by."""
+        host over every rank of the span (every node): the barrier where a rank's earlier
+        failure stops the others, and the one answer every rank takes its path by."""
         if arrays is None:
             words = np.array([0, -1], np.int64)
         else:
             words = np.concatenate([[int(self._device_kind(arrays))], signature(arrays)])
-        boxes = super().all_gather([words])
+        boxes = self._span().all_gather([words])
         return [_layout(box[0][1:]) for box in boxes], all(box[0][0] for box in boxes)
 
     @staticmethod
@@ -419,9 +442,12 @@ class XlaCommunicator(ShmCommunicator):
     def all_reduce(self, arrays, op, out=None):
         layouts, on_device = self.agree(arrays)
         check_same_layouts(layouts)
+        span = self._span()
         if not on_device or not _supported(layouts[0]):
-            return super().all_reduce([np.asarray(a) for a in arrays], op, out)
-        n = self._span()[1]
+            # Host arrays, or a dtype the devices do not reduce (one is enough: the call's
+            # arrays take one path), over every rank of the span.
+            return span.all_reduce([np.asarray(a) for a in arrays], op, out)
+        n = span.n_ranks
         program = self._program(
             ("reduce", op), lambda: lambda xs: [reduce_traced(x, op, n) for x in xs]
         )
@@ -429,11 +455,11 @@ class XlaCommunicator(ShmCommunicator):
 
     def reduce(self, arrays, op, root=0):
         result = self.all_reduce(arrays, op)
-        return result if self._span()[0] == root else None
+        return result if self._span().rank == root else None
 
     def broadcast(self, arrays, root=0):
-        rank, _, host_broadcast = self._span()
-        mine = rank == root
+        span = self._span()
+        mine, host_broadcast = span.rank == root, span.broadcast
         # The root's layout, and whether its arrays are on its device, through the host.
         words = [signature(arrays), np.array([self._device_kind(arrays)])] if mine else None
         described, on_device = host_broadcast(words, root)
@@ -509,6 +535,7 @@ def _sender(root: int, to: int):
 
 __all__ = [
     "COORDINATOR_VAR",
+    "Span",
     "XlaCommunicator",
     "broadcast_traced",
     "check_not_leaving",
