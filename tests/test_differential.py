@@ -31,7 +31,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import synkhronos as synk
@@ -202,8 +202,6 @@ def _shares(n_sel: int, n: int) -> list[int]:
     num_slices=st.integers(1, 3),
 )
 def test_outputs_and_updates_equal_one_process(pool, data, dtype, n_rows, num_slices):
-    # Known bug, pinned by test_jax_cpu_float32_update_keeps_its_dtype.
-    assume(not (pool.backend == "jax-cpu" and dtype == "float32"))
     f, ref, acc, ops = pool.outputs_call(dtype)
     X = data.draw(
         st.builds(
@@ -362,25 +360,3 @@ def test_chained_sgd_step_equals_numpy(pool, data, n_rows):
     want = w0 - 0.05 * (2.0 / len(sel)) * Xs.T @ (Xs @ w0 - ys)
     np.testing.assert_allclose(synk.get_value(0, w), want, rtol=_tol(pool, "float64"), atol=1e-6)
     synk.verify()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="PyTensor's JAX mode with 64-bit JAX sums float32 in float64 and returns float64 "
-    "(plain pytensor.function too); rank/compiled.py's assign() stores the update as it comes, "
-    "so a float32 shared variable turns float64 on the ranks that had rows and stays float32 "
-    "on a rank whose share was empty",
-)
-def test_jax_cpu_float32_update_keeps_its_dtype():
-    """Found by the matrix (jax-cpu, float32, 1 row on 2 ranks): the ranks disagree on the
-    variable's dtype, and its next all_reduce raises."""
-    pytest.importorskip("jax")
-    synk.fork(2, backend="jax-cpu")
-    try:
-        x = pt.matrix("x", dtype="float32")
-        acc = pytensor.shared(np.zeros(3, "float32"), name="acc")
-        f = synk.function([x], x.sum(), updates=[(acc, acc + x.sum(axis=0), "sum")])
-        f(np.ones((1, 3), "float32"))  # rank 1 gets no rows
-        assert [synk.get_value(r, acc).dtype for r in range(2)] == [np.float32] * 2
-    finally:
-        synk.close()

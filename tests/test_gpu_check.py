@@ -44,6 +44,7 @@ def test_gpu_check_quick_gives_a_verdict_per_check(tmp_path):
             "jax_first",
             "nvidia_smi",
             "memory",
+            "training_function",
             "determinism",
             "close_after_kill",
             "nccl_dead_peer",

@@ -150,6 +150,16 @@ def function(
     """
     if collect_modes is not None or reduce_ops is not None:
         outputs = _with_collect_modes(outputs, collect_modes, reduce_ops)
+    # Any iterable, read more than once below.
+    inputs = list(inputs)
+    bcast_inputs = None if bcast_inputs is None else list(bcast_inputs)
+    sliceable_shareds = None if sliceable_shareds is None else list(sliceable_shareds)
+    if updates is not None and not hasattr(updates, "items"):
+        updates = list(updates)
+    if givens is not None and not hasattr(givens, "items"):
+        givens = list(givens)
+    if outputs is not None and not isinstance(outputs, Variable | tuple):
+        outputs = list(outputs)
     session = launch.current()
     if not local_updates and updates is not None:
         variables, ops, explicit, single = parse_outputs(outputs)

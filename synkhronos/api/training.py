@@ -184,12 +184,25 @@ class TrainingFunction(Function):
             parts.function_kwargs,
             counts_rows=True,
         )
+        reduced_updates = [
+            (var, value) for (var, _), value in zip(all_updates, update_values, strict=True)
+        ]
+        # The reduced phase applies no default update (a running average's reads the
+        # rows): those of its variables without one of its updates stay as they are.
+        written = {id(v) for v, _ in reduced_updates}
+        reduced_updates += [
+            (v, v)
+            for v in graph_inputs(targets)
+            if isinstance(v, SharedVariable)
+            and getattr(v, "default_update", None) is not None
+            and id(v) not in written
+        ]
         self.reduced_function = Function(
             session,
             [],
             [(o, None) for o in reduced_outputs],
             [],
-            [(var, value) for (var, _), value in zip(all_updates, update_values, strict=True)],
+            reduced_updates,
             None,
             None,
             f"{label} (reduced)",

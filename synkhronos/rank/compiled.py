@@ -84,8 +84,14 @@ _CHECK_MODE = Mode(linker="py", optimizer="None")
 
 def assign(updates: list[tuple]) -> None:
     """Give each shared variable of ``(variable, value)`` pairs its new value, as PyTensor
-    stores an update (the values are a function's fresh outputs, of the variable's type)."""
+    stores an update (the values are a function's fresh outputs), in the variable's
+    dtype."""
     for var, value in updates:
+        dtype = getattr(var.type, "dtype", None)
+        if dtype is not None and getattr(value, "dtype", dtype) != dtype:
+            # JAX in 64-bit mode gives a float32 variable's sum as float64: every rank
+            # keeps the variable's type (one with no rows never computed it).
+            value = value.astype(dtype)
         var.container.storage[0] = value
 
 
@@ -176,7 +182,11 @@ class RankFunction:
             # updates (random generators' next states) included.
             givens = [(s, s[rows]) for s in spec.sliceable] + list(givens)
         if updates_as_outputs and updates:
-            outputs, updates = list(outputs) + [u for _, u in updates], []
+            # An update made an output must still override its variable's default update
+            # (PyTensor would apply that one): the variable keeps its value until the
+            # call's updates apply.
+            outputs = list(outputs) + [u for _, u in updates]
+            updates = [(v, v) for v, _ in updates if getattr(v, "default_update", None) is not None]
         kwargs = {
             "updates": updates,
             "givens": givens,
