@@ -4,10 +4,10 @@ This is Lasagne's classic tutorial script (convolution, max pooling, dropout, a 
 layer, softmax, L2 weight decay, Nesterov momentum) ported by its import lines only:
 ``from synkhronos.extensions import lasagne`` in place of ``import lasagne``, and
 ``from synkhronos import theano`` in place of ``import theano``.  It trains on one
-process, or with ``--ranks N`` on N (CPU) ranks: then the same model, loss and Lasagne
-update rule go to :func:`synkhronos.extensions.train.make_step_function` instead of
-``theano.function``, and each minibatch is split over the ranks (one all-reduce of the
-gradient per step).
+process, or with ``--ranks N`` on N (CPU) ranks: then the training function's line
+says ``synk.function`` where it said ``theano.function``, and each minibatch is split
+over the ranks (one all-reduce of the gradients per step; every rank ends each step with
+one process's parameters, dropout's masks included).
 
 Run ``python demos/lasagne_mnist.py --help`` for the options.  Without MNIST files and
 network access, scikit-learn's 8x8 digits stand in (see ``mnist_data.py``).
@@ -24,7 +24,6 @@ from mnist_data import load_mnist
 import synkhronos as synk
 from synkhronos import theano
 from synkhronos.extensions import lasagne
-from synkhronos.extensions.train import make_step_function
 from synkhronos.theano import tensor as T  # noqa: N812 (Theano's customary alias)
 
 
@@ -64,16 +63,15 @@ def iterate_minibatches(inputs, targets, batchsize, shuffle=False):
 
 
 def compile_train_fn(loss, params, inputs, ranks=1):
-    """Lasagne's training function; with ``ranks > 1`` the same rule, data-parallel.
+    """Lasagne's training function; with ``ranks > 1`` the same line, data-parallel.
 
     Both take ``(inputs, targets)`` and return the minibatch's mean loss; the
     data-parallel one scatters the rows over the ranks (call it after ``synk.fork``).
     """
-    rule = lasagne.updates.nesterov_momentum
-    hyperparameters = {"learning_rate": 0.05, "momentum": 0.9}
+    updates = lasagne.updates.nesterov_momentum(loss, params, learning_rate=0.05, momentum=0.9)
     if ranks == 1:
-        return theano.function(inputs, loss, updates=rule(loss, params, **hyperparameters))
-    return make_step_function(loss, params, inputs, rule, **hyperparameters)
+        return theano.function(inputs, loss, updates=updates)
+    return synk.function(inputs, loss, updates=updates)
 
 
 def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_dir="data/mnist",
