@@ -221,11 +221,18 @@ def check_memory(args) -> tuple[str, str]:
         step, params, data = _train(sizes, 64, n, embed=False)
         session = launch.current()
         comm = session.state.comm
+
+        def in_use() -> float:  # MB on rank 0's device now
+            return (comm.device.memory_stats() or {}).get("bytes_in_use", 0) / 1e6
+
+        stages = [f"built {in_use():.0f}"]
         step(*data)  # compiled
+        stages.append(f"first step {in_use():.0f}")
         old = [p.get_value(borrow=True) for p in params]
         fused = session.state.fused
         for _ in range(3):
             step(*data)
+        stages.append(f"4 steps {in_use():.0f}")
         donated = all(o.is_deleted() for o in old)
         shared = sum(np.asarray(v.get_value()).nbytes for v in session.state.registry.variables)
         stats = comm.device.memory_stats() or {}
@@ -245,7 +252,8 @@ def check_memory(args) -> tuple[str, str]:
     # steps' own footprint is what stays in use after them.
     ok = donated and ran_fused > 0 and live < 1.75 * shared and limit >= 0.85 * total
     return ("PASS" if ok else "FAIL"), (
-        f"{figures}; in use after the steps {live / 1e6:.1f} MB = {live / shared:.2f} x "
+        f"{figures}; in use (MB) {', '.join(stages)}; "
+        f"after the steps {live / 1e6:.1f} MB = {live / shared:.2f} x "
         f"shared (<1.75); peak {peak / 1e6:.1f} MB = {peak / shared:.2f} x shared; "
         f"JAX's cap {limit / 1e9:.1f} of {total / 1e9:.1f} GB ({limit / max(total, 1):.2f}, >=0.85)"
     )
