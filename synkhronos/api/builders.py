@@ -92,7 +92,7 @@ def function(
         and write a variable the rows' computation reads, as
         ``lasagne.updates.adam(loss, params)`` or ``p - lr * grad(loss, p)`` do — give
         every rank one device's update of the whole batch: the function runs as a
-        :class:`~synkhronos.api.training.TrainingFunction` (one flat all-reduce of the
+        :class:`~synkhronos.api.training.TrainingFunction` (one all-reduce of the
         gradients per call; the ranks stay bit-identical). Its outputs whose op is left
         to the default are then computed as one device would (a mean or a sum over rows
         alike). A warning names what cannot be made exact (batch statistics, random
@@ -178,9 +178,9 @@ def function(
             mode,
             dict(kwargs),
         )
-        split = plan_split(parts) if all(op == "avg" for op in update_ops) else None
-        if split is not None:
-            return TrainingFunction(session, parts, split)
+        planned = plan_split(parts) if all(op == "avg" for op in update_ops) else None
+        if planned is not None:
+            return TrainingFunction(session, parts, *planned)
     return Function(
         session,
         inputs,

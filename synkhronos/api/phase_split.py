@@ -7,7 +7,7 @@ cuts such a function's graph in two, at the variables where the rows are summed 
 
 - the **row phase** (every rank, on its rows) computes those variables — the *frontier*:
   the gradients ``x.T @ delta``, the loss's ``sum(ce)``, a batch's statistics;
-- one all-reduce (op "sum") of all of them, concatenated into one flat vector per dtype;
+- one all-reduce (op "sum") of all of them, in one collective;
 - the **reduced phase** (every rank, the same values) computes the updates and the
   outputs from the reduced frontier: every rank applies the same update to the same
   values, so the ranks stay bit-identical, and equal one device's.
@@ -22,8 +22,9 @@ the whole batch's mean. A mean loss, a sum loss, a loss plus a penalty on the pa
 What cannot be exact this way is said (:attr:`PhaseSplit.inexact`): a statistic of the
 rows that the rows' computation reads back (batch normalization's mean and variance:
 each rank normalizes with its own rows', and the frontier averages them, weighted by
-rows), a reduction over rows that is not a sum (``max``), and random draws per row
-(each rank draws its own).
+rows), a reduction over rows that is not a sum (``max``), and random draws per row where
+no row's position can be known (no scattered input) or the draw's parameters vary by row
+(elsewhere every rank draws the whole batch's numbers and keeps its rows').
 
 The analysis runs on rank 0 when the function is built: PyTensor's shape inference tells
 which axes of every variable have the rows' length.

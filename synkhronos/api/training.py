@@ -7,11 +7,11 @@ updates=adam(loss, params))``. It runs as three steps on every rank, chained int
 command (:class:`~synkhronos.api.chains.Chain`):
 
 1. the row phase, on each rank's rows: the values where the rows are summed away (the
-   gradients, the loss's sum; :mod:`synkhronos.api.phase_split`), concatenated into one
-   flat vector per dtype, and the call's broadcast inputs kept for step 3;
-2. one all-reduce ("sum") of each flat vector;
+   gradients, the loss's sum; :mod:`synkhronos.api.phase_split`), each written into a
+   shared variable of its own, and the call's broadcast inputs kept for step 3;
+2. one all-reduce ("sum") of all those variables, in one collective;
 3. the reduced phase, on the same values on every rank: the updates, and the outputs
-   whose reduce op was left to the default, computed from the reduced vectors.
+   whose reduce op was left to the default, computed from the reduced variables.
 
 So every rank applies the same update to the same values (the ranks stay bit-identical),
 and the update is the one-device update of the whole batch.
@@ -56,9 +56,10 @@ def running_updates(variables: Sequence, explicit: Sequence) -> list[tuple]:
     ]
 
 
-def plan_split(parts: FunctionParts) -> PhaseSplit | None:
-    """The split of ``parts``' graph, or None where no update needs one; warns (and
-    gives None) where the updates need one that cannot be made."""
+def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
+    """The split of ``parts``' graph, with every update it makes (``parts``' own, then the
+    running averages' of :func:`running_updates`); None where no update needs a split.
+    Warns (and gives None) where the updates need one that cannot be made."""
     sources = list(parts.inputs) + list(parts.sliceable)
     if not parts.updates or not sources:
         return None
@@ -80,7 +81,6 @@ def plan_split(parts: FunctionParts) -> PhaseSplit | None:
             ]
             if free:
                 raise ValueError(f"the reduced phase would read {', '.join(map(str, free))}")
-        return split
     except ValueError as error:
         warnings.warn(
             f"{parts.what}: its updates depend on each rank's rows, and could not be made "
@@ -90,6 +90,7 @@ def plan_split(parts: FunctionParts) -> PhaseSplit | None:
             stacklevel=4,
         )
         return None
+    return None if split is None else (split, updates)
 
 
 class TrainingFunction(Function):
@@ -106,7 +107,9 @@ class TrainingFunction(Function):
         The whole call: the row phase, the all-reduces, the reduced phase.
     """
 
-    def __init__(self, session, parts: FunctionParts, split: PhaseSplit) -> None:
+    def __init__(
+        self, session, parts: FunctionParts, split: PhaseSplit, all_updates: list[tuple]
+    ) -> None:
         self._session = session
         self.name = parts.name
         self.inputs = list(parts.inputs) + list(parts.bcast_inputs)
@@ -160,9 +163,6 @@ class TrainingFunction(Function):
         update_values = targets[len(split.outputs) :]
         self._reduced_outputs = list(split.outputs)
         self._row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
-        all_updates = list(parts.updates) + running_updates(
-            [*parts.outputs, *(u for _, u in parts.updates)], [v for v, _ in parts.updates]
-        )
         # An explicit update overrides a default one: the running averages stay as they
         # are in the row phase (the reduced phase updates them), and the generators
         # drawn for the whole batch advance past that draw.
@@ -299,7 +299,7 @@ def _as_list(result, positions: list) -> list:
 def _kept(var):
     """A shared variable that keeps a broadcast input's value for the reduced phase."""
     zero = np.zeros((1,) * var.type.ndim, dtype=var.type.dtype)
-    return pytensor.shared(zero.reshape(()) if var.type.ndim == 0 else zero, name=f"kept {var}")
+    return pytensor.shared(zero, name=f"kept {var}")
 
 
 def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:
