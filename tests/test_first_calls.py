@@ -1,8 +1,8 @@
 """First calls take the session's compile lock one rank at a time (rank/first_calls.py).
 
 The test holds the lock itself, through its own opening of the control segment, and
-watches who waits: a worker's first call of a compiled variant waits for the lock; rank 0
-never does; later calls and JAX-mode first calls take no lock. Compiles are logged.
+watches who waits: a worker's first call of a compiled variant waits for the lock, in
+every mode; rank 0 never does; later calls take no lock. Compiles are logged.
 """
 
 from __future__ import annotations
@@ -69,12 +69,18 @@ def test_workers_wait_for_the_lock_on_first_calls_only(session, rng):
         np.testing.assert_allclose(got, reference(data))
         assert waited >= HOLD_S * 0.9, waited
 
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the end: a second call must not wait
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held: a second call must not wait
         np.testing.assert_allclose(f(data[:5]), reference(data[:5]))
 
-        jax_f = synk.function([x], (graph, "gather"), mode="JAX")  # nothing cached on disk
+        # XLA's programs are kept on disk too: a JAX-mode first call waits as well.
+        jax_f = synk.function([x], (graph, "gather"), mode="JAX")
+        start = time.monotonic()
+        releaser = _release_later(fd, HOLD_S)
         # JAX's 64-bit mode follows floatX (float32 after a GPU-rank session, say).
         np.testing.assert_allclose(jax_f(data), reference(data), rtol=1e-5)
+        waited = time.monotonic() - start
+        releaser.join()
+        assert waited >= HOLD_S * 0.9, waited
     finally:
         os.close(fd)
 

@@ -5,6 +5,8 @@ runs the whole check, self-test included, on the test machine.)"""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from synkhronos.api import machine_check
 from synkhronos.transport import names, shm
@@ -38,3 +40,25 @@ def test_leftovers_are_named_and_swept(capsys, tmp_path, monkeypatch):
     assert machine_check.main(["sweep"]) == 0
     assert f"{prefix}: removed 2 names, ended 0 worker(s)" in capsys.readouterr().out
     assert os.listdir(tmp_path) == []
+
+
+def test_sweep_cache_removes_the_compile_caches(tmp_path):
+    """A run with its own base compile folder leaves compiled code there; ``sweep --cache``
+    removes it (in a child process: the compile folder is fixed when PyTensor starts)."""
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path}"}
+    compile_and_sweep = (
+        "import numpy as np, pytensor, pytensor.tensor as pt\n"
+        "from synkhronos.api import machine_check\n"
+        "x = pt.vector('x')\n"
+        "pytensor.function([x], x * 2)(np.ones(3))\n"
+        "folders = machine_check.cache_folders()\n"
+        "print(all(f.is_dir() for f in folders))\n"
+        "machine_check.main(['sweep', '--cache'])\n"
+        "print(any(f.exists() for f in folders))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", compile_and_sweep], env=env, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert out[0] == "True", out  # both folders were there
+    assert any(line.startswith(f"removed {tmp_path}") for line in out), out
+    assert out[-1] == "False", out  # and are gone

@@ -19,10 +19,12 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import graph_inputs
 
+from synkhronos.api import mode_choice
 from synkhronos.api.collectives import check_tensor, checked_value, sliceable_lengths
 from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.graphs import GraphSpec, check_shippable
 from synkhronos.rank.outputs import collect_outputs
+from synkhronos.rank.rewritten_graphs import graph_key
 from synkhronos.rank.state import run_plan
 from synkhronos.session import launch
 from synkhronos.transport import trace
@@ -242,6 +244,8 @@ class Function:
         self.output_modes = ops
         self.update_modes = update_ops
         self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
+        roots = variables + [u for _, u in pairs]
+        mode = mode_choice.choose(mode, session.backend.mode, self.inputs, roots, self._what)
         self._spec = GraphSpec(
             len(session.functions),
             name,
@@ -263,6 +267,7 @@ class Function:
         # changes before rank 0's copy is checked.
         self._check_wire(inputs, bcast_inputs, variables, ops)
         check_shippable(self._spec, session.state.registry, self._what)
+        self._spec.key = graph_key(self._spec.variables(), self._spec.describe())
         # Check rank 0's copy now: a graph error raises here, before anything is shipped.
         compiled = session.state.add_function(self._spec, check=True)
         if is_jax(compiled.mode):

@@ -1,5 +1,6 @@
 """``python -m synkhronos check``: what this machine offers, what ``fork()`` would do, and
-a 2-rank self-test; ``python -m synkhronos sweep``: remove what dead programs left.
+a 2-rank self-test; ``python -m synkhronos sweep``: remove what dead programs left;
+``python -m synkhronos sweep --cache``: also remove the compile caches.
 
 The check reports the platform, the packages, the CPU cores, the GPUs and their
 visibility, the backend ``backend="auto"`` takes and why, the MPI launcher, ``/dev/shm``'s
@@ -18,9 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -32,7 +35,15 @@ from synkhronos.session import launch
 from synkhronos.transport import names, shm
 from synkhronos.transport.nodes import LAUNCHER_VARS, under_mpi_launcher
 
-__all__ = ["MIN_FREE_BYTES", "check", "main", "self_test", "sweep_leftovers"]
+__all__ = [
+    "MIN_FREE_BYTES",
+    "cache_folders",
+    "check",
+    "main",
+    "self_test",
+    "sweep_caches",
+    "sweep_leftovers",
+]
 
 MIN_FREE_BYTES = 32 << 20
 """Free space in ``/dev/shm`` below which the check fails: the self-test's segments need
@@ -217,6 +228,30 @@ def sweep_leftovers(say: Callable[[str], None] = _say) -> int:
     return 0
 
 
+def cache_folders() -> list[Path]:
+    """The folders of compiled code that a run keeps for the next: PyTensor's compile folder
+    (C modules; synkhronos' rewritten graphs and, unless ``JAX_COMPILATION_CACHE_DIR`` says
+    otherwise, XLA's programs are inside it) and Numba's cache. Both follow
+    ``PYTENSOR_FLAGS=base_compiledir=...``."""
+    import pytensor
+
+    return [Path(pytensor.config.compiledir), Path(pytensor.config.base_compiledir) / "numba"]
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def sweep_caches(say: Callable[[str], None] = _say) -> int:
+    """Remove the :func:`cache_folders` (the next run compiles from scratch); return 0."""
+    for folder in cache_folders():
+        if folder.is_dir():
+            size = _size(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            say(f"removed {folder} ({_mib(size)})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m synkhronos {check,sweep}``; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -232,11 +267,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=["cpu", "jax-cpu", "gpu"],
         help="the self-test's backend (default: cpu)",
     )
-    commands.add_parser(
+    sweeping = commands.add_parser(
         "sweep",
         help="remove what this user's dead programs left in /dev/shm, and end their workers",
+    )
+    sweeping.add_argument(
+        "--cache",
+        action="store_true",
+        help="also remove the compile caches (PyTensor's compile folder, Numba's cache, "
+        "synkhronos' rewritten graphs and XLA programs); run it with no program running",
     )
     args = parser.parse_args(argv)
     if args.command == "check":
         return check(args.backend)
-    return sweep_leftovers()
+    return sweep_leftovers() or (sweep_caches() if args.cache else 0)

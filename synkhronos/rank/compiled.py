@@ -37,6 +37,7 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
+from synkhronos.rank.rewritten_graphs import compile_function
 from synkhronos.transport import trace
 from synkhronos.transport.partition import Selection, selection_length, split_selection
 from synkhronos.transport.reduction import accumulate, combine, reduces_in_place
@@ -209,9 +210,12 @@ class RankFunction:
             what = f"compiling {self._label(variant)} ({nodes} nodes, mode {self.mode})"
             try:
                 # One program: see the module docstring.
+                # One rank rewrites the graph and stores it; the others wait and load it.
+                key = None if spec.key is None else f"{spec.key} {variant} {updates_as_outputs}"
+                lock = self.first_calls.one_at_a_time
                 with pytensor.config.change_flags(numba__fastmath=False), compiling(what):
-                    fn = pytensor.function(
-                        inputs, outputs, mode=self.mode, name=spec.name, **kwargs
+                    fn = compile_function(
+                        inputs, outputs, self.mode, spec.name, key, lock, **kwargs
                     )
             except NotImplementedError as error:
                 if is_jax(self.mode) and spec.mode is None:  # the backend's mode
@@ -240,8 +244,7 @@ class RankFunction:
 
     @contextlib.contextmanager
     def _first_call_compiling(self, variant: str) -> Iterator[None]:
-        # JAX: nothing cached on disk to share, no lock.
-        lock = contextlib.nullcontext() if is_jax(self.mode) else self.first_calls.one_at_a_time()
+        lock = self.first_calls.one_at_a_time()
         span = trace.around(lock, "first call", "compile", {"function": self.spec.name})
         with span, compiling(f"first call of {self._label(variant)}: machine code"):
             yield

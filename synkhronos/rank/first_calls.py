@@ -1,16 +1,18 @@
-"""First calls one rank at a time, so that the other ranks load the first one's compile.
+"""Compiles and first calls one rank at a time, so that the other ranks load the first
+one's work.
 
-PyTensor's default mode compiles a function's machine code (Numba) at its first call and
-keeps it in an on-disk cache. Ranks making the same first call together would each compile
-the same code: n times the CPU time and the memory of one compile, and a large graph's
-compile takes minutes and gigabytes. So each rank's first call of a compiled function runs
-under an exclusive lock (``flock``) on the session's control segment: the first rank to
-take it compiles and fills the cache, the others then load from it.
+Every stage of a compile keeps its result on disk: the rewritten graph
+(:mod:`synkhronos.rank.rewritten_graphs`), the C code of each op (CVM), the machine code
+of the whole graph (Numba, compiled at the first call), XLA's program (JAX mode, at the
+first call). Ranks doing the same stage together would each do the same work: n times the
+CPU time and the memory of one, and for a large graph that takes minutes and gigabytes.
+So each rank compiles a function, and makes its first call, under an exclusive lock
+(``flock``) on the session's control segment: the first rank to take it does the work and
+fills the caches, the others then load from them.
 
 Rank 0 never waits for the lock: it must stay free to watch the workers, so when a worker
 holds the lock it compiles without it, as it would have anyway. Workers wait; the kernel
-releases the lock of a process that dies. JAX mode keeps no compiled code on disk, so its
-first calls are left to run together.
+releases the lock of a process that dies.
 """
 
 from __future__ import annotations

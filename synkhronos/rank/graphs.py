@@ -41,6 +41,16 @@ class GraphSpec:
     mode: Any = None  # a PyTensor mode, by name or as a Mode; None: the backend's
     update_ops: list = field(default_factory=list)  # combine each update over num_slices
     function_kwargs: dict = field(default_factory=dict)  # more pytensor.function arguments
+    # Rank 0's key of the graph: where every rank finds it rewritten (rank.rewritten_graphs)
+    key: str | None = None
+
+    def describe(self) -> tuple:
+        """What defines the compiled function (all but its number and key)."""
+        return (
+            self.name, self.inputs, self.bcast_inputs, self.outputs, self.output_ops,
+            self.updates, self.givens, self.sliceable, str(self.mode), self.update_ops,
+            self.function_kwargs,
+        )  # fmt: skip
 
     def variables(self) -> list:
         """Every variable the spec refers to (for finding its shared variables)."""

@@ -12,13 +12,22 @@ Imported on every rank before a function is compiled in JAX mode.
   for JAX. JAX still rejects incompatible shapes; what is lost is only PyTensor's refusal
   to broadcast a length-1 axis not declared broadcastable (docs/limitations.rst says so),
   so the warnings, one per compile, are silenced.
+* XLA's compiled programs are kept on disk (JAX's persistent compilation cache), in
+  :data:`JAX_FOLDER` of PyTensor's compile folder unless the user set a folder
+  (``JAX_COMPILATION_CACHE_DIR``): a second run of a script, or another rank, loads a
+  large graph's program instead of compiling it again. ``python -m synkhronos sweep
+  --cache`` removes them.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 
+import jax
 import jax.numpy as jnp
+import pytensor
 from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.tensor.basic import ARange
@@ -30,6 +39,17 @@ warnings.filterwarnings(
 warnings.filterwarnings(
     "ignore", message="Skipping Assert.*Could not broadcast dimensions", category=UserWarning
 )
+
+
+JAX_FOLDER = "synkhronos-jax"
+"""The folder of XLA's compiled programs, in PyTensor's compile folder."""
+
+if getattr(jax.config, "jax_compilation_cache_dir", None) is None and not os.environ.get(
+    "JAX_COMPILATION_CACHE_DIR"
+):
+    jax.config.update(
+        "jax_compilation_cache_dir", str(Path(pytensor.config.compiledir) / JAX_FOLDER)
+    )
 
 
 @jax_funcify.register(ARange)

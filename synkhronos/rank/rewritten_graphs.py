@@ -1,0 +1,273 @@
+"""Rewritten graphs kept on disk: a function's graph is rewritten once, by one rank, for
+every rank and for later runs of the same script.
+
+``pytensor.function`` rewrites a graph (canonicalization, fusion, in-place ops) before it
+compiles it; for ResNet-50's training step that takes minutes on a small CPU, every time,
+on every rank, since PyTensor keeps compiled code on disk but not rewritten graphs.
+:func:`compile_function` does what ``pytensor.function`` does, except that the rewritten
+graph is stored in PyTensor's compile folder under a key of everything the rewriting
+depends on (the graph before rewriting, the mode, the configuration, the versions of
+PyTensor and synkhronos). Another rank, or a later run, links the stored graph instead of
+rewriting its own: every rank then runs the same graph, and so the same compiled code.
+
+The key of a graph is computed once, on rank 0 (:func:`graph_key`, at
+:func:`synkhronos.function`), and travels with the graph: the workers' copies, being
+unpickled, may pickle to other bytes (a set's order follows the process's string hashes).
+A stored graph refers to its function's inputs (shared variables included) by position,
+so that it can be linked with the inputs of another process. A file that cannot be read
+is rewritten and stored again; ``python -m synkhronos sweep --cache`` removes them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import hashlib
+import io
+import logging
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytensor
+from pytensor.compile.io import SymbolicOutput
+from pytensor.compile.maker import FunctionMaker
+from pytensor.compile.mode import get_mode
+from pytensor.compile.rebuild import construct_function_ins_and_outs
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.traversal import ancestors, io_toposort
+
+logger = logging.getLogger(__name__)
+
+FOLDER = "synkhronos-graphs"
+"""The folder of stored graphs, in PyTensor's compile folder (``pytensor.config.compiledir``,
+which ``PYTENSOR_FLAGS=base_compiledir=...`` moves)."""
+
+# pytensor.function's keyword arguments that compile_function handles; with any other
+# (profile, say) the function is compiled by pytensor.function itself, and not stored.
+_HANDLED = {
+    "updates",
+    "givens",
+    "no_default_updates",
+    "rebuild_strict",
+    "allow_input_downcast",
+    "on_unused_input",
+    "accept_inplace",
+}
+_REBUILD = ("updates", "givens", "no_default_updates", "rebuild_strict", "allow_input_downcast")
+
+
+def folder() -> Path:
+    """Where the stored graphs of this PyTensor configuration are."""
+    return Path(pytensor.config.compiledir) / FOLDER
+
+
+@functools.cache
+def _code_version() -> str:
+    """A digest of synkhronos' own source (its ops and rewrites change what is stored)."""
+    digest = hashlib.sha256(pytensor.__version__.encode())
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _configuration() -> str:
+    """The PyTensor settings that change how a graph is rewritten."""
+    config = pytensor.config
+    names = (
+        "floatX", "mode", "linker", "optimizer", "optimizer_including",
+        "optimizer_excluding", "optimizer_requiring", "on_opt_error",
+    )  # fmt: skip
+    return repr([(n, str(getattr(config, n, None))) for n in names] + [config.get_config_hash()])
+
+
+class _KeyPickler(pickle.Pickler):
+    """Pickles a graph with each shared variable replaced by its order of appearance and
+    type (its value does not change how the graph is rewritten), and each variable without
+    what depends on the program around the graph rather than on the graph: its number
+    among all variables made (``auto_name``) and where it was made (``tag.trace``)."""
+
+    def __init__(self, file):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.shared: dict[int, int] = {}
+
+    def persistent_id(self, obj):
+        if isinstance(obj, SharedVariable):
+            number = self.shared.setdefault(id(obj), len(self.shared))
+            return f"shared {number} {obj.type}"
+        return None
+
+    def reducer_override(self, obj):
+        # An inner graph (a scan's) holds sets of its nodes, which pickle in the order of
+        # their hashes, another in every process: the key takes its inputs and outputs.
+        # (pickle calls no override for a plain set: an op that keeps one in its state
+        # gets another key in another run, and is rewritten again, never mistaken.)
+        if isinstance(obj, FunctionGraph):
+            return (FunctionGraph, (obj.inputs, obj.outputs))
+        if not isinstance(obj, Variable):
+            return NotImplemented
+        reduced = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        if len(reduced) < 3 or not isinstance(reduced[2], dict):
+            return NotImplemented
+        func, args, state, *rest = reduced
+        state = {k: v for k, v in state.items() if k not in ("auto_name", "tag")}
+        state["tag"] = {k: v for k, v in vars(getattr(obj, "tag", {})).items() if k != "trace"}
+        return (func, args, state, *rest)
+
+
+def graph_key(variables: list, whole: object) -> str | None:
+    """(Rank 0) The key of ``whole`` (a function's description: its graph, the kinds of
+    its outputs, its keyword arguments...), whose variables are ``variables``; None if it
+    does not pickle (then every rank rewrites the graph, as ``pytensor.function`` does).
+
+    The default updates of the shared variables the graph reaches are part of the key: a
+    function applies them.
+    """
+    roots, seen = list(variables), set()
+    for var in ancestors(roots):
+        update = getattr(var, "default_update", None)
+        if isinstance(var, SharedVariable) and update is not None and id(var) not in seen:
+            seen.add(id(var))
+            roots.append(update)
+    buffer = io.BytesIO()
+    try:
+        # The nodes first, inputs before users, so that pickle's recursion stays shallow.
+        _KeyPickler(buffer).dump((io_toposort([], roots), roots, whole))
+    except Exception as error:  # noqa: BLE001 - anything unpicklable: no key, no store
+        logger.debug("synkhronos: graph not stored (%s)", error)
+        return None
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
+class _GraphPickler(pickle.Pickler):
+    """Pickles a rewritten graph with its function's inputs by position."""
+
+    def __init__(self, file, inputs: list):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.positions = {id(var): i for i, var in enumerate(inputs)}
+
+    def persistent_id(self, obj):
+        return self.positions.get(id(obj))
+
+
+class _GraphUnpickler(pickle.Unpickler):
+    def __init__(self, file, inputs: list):
+        super().__init__(file)
+        self.inputs = inputs
+
+    def persistent_load(self, pid):
+        return self.inputs[pid]
+
+
+def _store(path: Path, fgraph: FunctionGraph) -> None:
+    """Write ``fgraph``'s outputs and update mapping to ``path`` in one step (a reader
+    never sees half a file)."""
+    buffer = io.BytesIO()
+    contents = (io_toposort(fgraph.inputs, fgraph.outputs), fgraph.outputs, fgraph.update_mapping)
+    _GraphPickler(buffer, fgraph.inputs).dump(contents)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as file:
+        file.write(buffer.getvalue())
+    os.replace(tmp, path)
+
+
+def _load(path: Path, ins: list, outs: list) -> tuple[FunctionGraph, list] | None:
+    """The stored graph at ``path`` as a function graph of ``ins``' variables and
+    ``outs``' places, ready to link, and its update values; None when there is none, or
+    it does not fit ``ins`` and ``outs``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    variables = [spec.variable for spec in ins]
+    try:
+        _, outputs, update_mapping = _GraphUnpickler(io.BytesIO(data), variables).load()
+    except Exception as error:  # noqa: BLE001 - a damaged file is rewritten again
+        logger.warning("synkhronos: stored graph %s unreadable (%s); rewriting", path, error)
+        return None
+    updated = [i for i, spec in enumerate(ins) if spec.update is not None]
+    expected = {len(outs) + k: i for k, i in enumerate(updated)}
+    if update_mapping != expected or len(outputs) != len(outs) + len(expected):
+        logger.warning("synkhronos: stored graph %s does not fit; rewriting", path)
+        return None
+    return FunctionGraph(variables, outputs[: len(outs)], clone=False), outputs[len(outs) :]
+
+
+def compile_function(
+    inputs: list,
+    outputs: list,
+    mode,
+    name,
+    key: str | None,
+    lock: Callable[[], AbstractContextManager] = contextlib.nullcontext,
+    **kwargs,
+):
+    """``pytensor.function(inputs, outputs, mode=mode, name=name, **kwargs)``, with the
+    rewritten graph taken from, or stored to, the folder under ``key`` and the variant's
+    details (see the module docstring). Without a key, with a mode that is not a name, or
+    with arguments beyond those :data:`_HANDLED`, it is ``pytensor.function``.
+
+    ``lock`` is held while a graph is rewritten (and linked), not while a stored one is
+    loaded: ranks that find the graph stored link it at the same time.
+    """
+    plain = not isinstance(outputs, list) or set(kwargs) - _HANDLED
+    if key is None or plain or not (mode is None or isinstance(mode, str)):
+        with lock():
+            return pytensor.function(inputs, outputs, mode=mode, name=name, **kwargs)
+    ins, cloned = construct_function_ins_and_outs(
+        inputs, outputs, **{k: kwargs[k] for k in _REBUILD if k in kwargs}
+    )
+    outs = [FunctionMaker.wrap_out(o) for o in cloned]
+    described = [(str(s.variable.type), s.mutable, s.borrow, s.update is not None) for s in ins]
+    material = [key, str(mode), _configuration(), described, [o.borrow for o in outs]]
+    digest = hashlib.sha256(repr([*material, _code_version()]).encode()).hexdigest()
+    path = folder() / f"{digest}.pkl"
+    mode_instance = get_mode(mode)
+    options = {"on_unused_input": kwargs.get("on_unused_input"), "name": name}
+    stored, how = _load(path, ins, outs), "loaded from"
+    if stored is None:
+        with lock():
+            stored = _load(path, ins, outs)  # stored by the rank this one waited for?
+            if stored is None:
+                accept_inplace = kwargs.get("accept_inplace", False)
+                maker = mode_instance.function_maker(
+                    ins, outs, mode_instance, accept_inplace=accept_inplace, **options
+                )
+                try:
+                    _store(path, maker.fgraph)
+                except Exception as error:  # noqa: BLE001 - the next run rewrites again
+                    logger.warning("synkhronos: rewritten graph not stored (%s)", error)
+                    return maker.create()
+                # This rank links the stored graph too, not its own: a graph's order of
+                # nodes and users, which code generators follow, is then the same on
+                # every rank.
+                stored, how = _load(path, ins, outs), "stored in"
+                if stored is None:
+                    return maker.create()
+    logger.info("synkhronos: rewritten graph of %s %s %s", name or "a function", how, path)
+    fgraph, update_values = stored
+    updates = iter(update_values)
+    linked_ins = []
+    for spec in ins:
+        spec = copy.copy(spec)
+        if spec.update is not None:
+            spec.update = next(updates)
+        linked_ins.append(spec)
+    linked_outs = [
+        SymbolicOutput(var, borrow=out.borrow)
+        for var, out in zip(fgraph.outputs, outs, strict=True)
+    ]
+    maker = mode_instance.function_maker(
+        linked_ins, linked_outs, mode_instance, accept_inplace=True, fgraph=fgraph,
+        no_fgraph_prep=True, **options,
+    )  # fmt: skip
+    return maker.create()

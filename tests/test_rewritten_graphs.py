@@ -1,0 +1,164 @@
+"""Rewritten graphs kept on disk (:mod:`synkhronos.rank.rewritten_graphs`), and the compile
+mode a function that names none gets for its graph (:mod:`synkhronos.api.mode_choice`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.maker import FunctionMaker
+
+import synkhronos as synk
+from synkhronos.api import mode_choice
+from synkhronos.rank import rewritten_graphs
+
+pytestmark = pytest.mark.usefixtures("graph_folder")
+
+
+@pytest.fixture
+def graph_folder(tmp_path, monkeypatch):
+    """An empty folder of stored graphs for each test."""
+    monkeypatch.setattr(rewritten_graphs, "folder", lambda: tmp_path)
+    return tmp_path
+
+
+def _model(rng):
+    """A step of a small regression with noise from a shared generator (a default update):
+    ``(input, outputs, updates, shared variables)``."""
+    x = pt.matrix("x")
+    w = pytensor.shared(rng.standard_normal((3, 2)), name="w")
+    b = pytensor.shared(np.zeros(2), name="b")
+    gen = pytensor.shared(np.random.default_rng(3))
+    next_gen, noise = pt.random.normal(size=(2,), rng=gen).owner.outputs
+    gen.default_update = next_gen
+    y = pt.tanh(x @ w + b) + noise
+    loss = (y**2).sum()
+    gw, gb = pytensor.grad(loss, [w, b])
+    return x, [loss, y], [(w, w - 0.1 * gw), (b, b - 0.1 * gb)], [w, b, gen]
+
+
+def _run(fn, shared, values, data, steps=3):
+    for var, value in zip(shared, values, strict=True):
+        var.set_value(value)
+    outs = [[np.asarray(o) for o in fn(data)] for _ in range(steps)]
+    return outs, [np.asarray(v.get_value()) if v.ndim else None for v in shared[:2]]
+
+
+@pytest.mark.parametrize("mode", [None, "CVM"])
+def test_a_stored_graph_is_linked_without_rewriting_and_computes_the_same(
+    rng, mode, graph_folder, monkeypatch
+):
+    x, outputs, updates, shared = _model(rng)
+    start = [v.get_value() for v in shared[:2]] + [np.random.default_rng(3)]
+    data = rng.standard_normal((5, 3))
+    reference = _run(
+        pytensor.function([x], outputs, updates=updates, mode=mode), shared, start, data
+    )
+    key = rewritten_graphs.graph_key([x, *outputs], ("test", mode))
+
+    def compiled():
+        return rewritten_graphs.compile_function([x], outputs, mode, "f", key, updates=updates)
+
+    rewritten = _run(compiled(), shared, start, data)
+    assert len(list(graph_folder.iterdir())) == 1
+    # The second compile must link the stored graph: rewriting it would fail.
+    monkeypatch.setattr(FunctionMaker, "prepare_fgraph", staticmethod(_no_rewriting))
+    loaded = _run(compiled(), shared, start, data)
+    for result in (rewritten, loaded):
+        for got_step, want_step in zip(result[0], reference[0], strict=True):
+            for got, want in zip(got_step, want_step, strict=True):
+                np.testing.assert_array_equal(got, want)
+        for got, want in zip(result[1], reference[1], strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def _no_rewriting(*args, **kwargs):
+    raise AssertionError("the graph was rewritten again")
+
+
+def test_a_damaged_file_is_rewritten_again(rng, graph_folder, caplog):
+    x, outputs, updates, shared = _model(rng)
+    key = rewritten_graphs.graph_key([x, *outputs], "damaged")
+    rewritten_graphs.compile_function([x], outputs, None, "f", key, updates=updates)
+    (stored,) = graph_folder.iterdir()
+    stored.write_bytes(stored.read_bytes()[:100])
+    start = [v.get_value() for v in shared[:2]] + [np.random.default_rng(3)]
+    data = rng.standard_normal((4, 3))
+    fn = rewritten_graphs.compile_function([x], outputs, None, "f", key, updates=updates)
+    assert "unreadable" in caplog.text
+    reference = pytensor.function([x], outputs, updates=updates)
+    got, want = _run(fn, shared, start, data), _run(reference, shared, start, data)
+    np.testing.assert_array_equal(got[1][0], want[1][0])
+
+
+def test_keys_tell_shared_variables_apart():
+    a, b = pytensor.shared(np.ones(2), name="v"), pytensor.shared(np.ones(2), name="v")
+    assert rewritten_graphs.graph_key([a + b], ()) != rewritten_graphs.graph_key([a + a], ())
+    # ... but not their values: a later run's initial values differ.
+    c = pytensor.shared(np.zeros(2), name="v")
+    assert rewritten_graphs.graph_key([a + b], ()) == rewritten_graphs.graph_key([a + c], ())
+
+
+_KEY_SCRIPT = """
+import numpy as np, pytensor, pytensor.tensor as pt
+from synkhronos.rank.rewritten_graphs import graph_key
+x = pt.tensor3("x")
+w = pytensor.shared(np.ones((4, 4)), name="w")
+gen = pytensor.shared(np.random.default_rng(0))
+nxt, mask = pt.random.bernoulli(0.5, size=(4,), rng=gen).owner.outputs
+gen.default_update = nxt
+h, _ = pytensor.scan(lambda xt, hp: pt.tanh(xt + hp @ w), sequences=[x.dimshuffle(1, 0, 2)],
+                     outputs_info=[pt.zeros((x.shape[0], 4))])
+loss = (h[-1] * mask).sum()
+print(graph_key([x, loss, pytensor.grad(loss, w)], ("scan", 1)))
+"""
+
+
+def test_keys_are_the_same_in_every_process():
+    """Another run (another string hash seed, so other set orders) finds the same key."""
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", _KEY_SCRIPT],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert len(keys) == 1 and len(keys.pop()) == 64
+
+
+@pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_a_large_graph_compiles_op_by_op_on_every_rank(ranks, rng, monkeypatch):
+    monkeypatch.setattr(mode_choice, "LARGE_GRAPH_NODES", 5)  # rank 0 chooses
+    x, y = pt.matrix("x"), pt.vector("y")
+    w = pytensor.shared(rng.standard_normal(3), name="w")
+    loss = ((x @ w - y) ** 2).mean()
+    step = synk.function([x, y], loss, updates=[(w, w - 0.1 * pytensor.grad(loss, w))])
+    assert step.row_function._spec.mode == mode_choice.LARGE_GRAPH_MODE  # a training function
+    named = synk.function([x, y], loss, mode="NUMBA")
+    assert named._spec.mode == "NUMBA"
+    data = rng.standard_normal((7, 3)), rng.standard_normal(7)
+    start = w.get_value()
+    reference = pytensor.function([x, y], loss, updates=[(w, w - 0.1 * pytensor.grad(loss, w))])
+    want = [float(reference(*data)) for _ in range(3)]
+    w_want = w.get_value()
+    w.set_value(start)
+    synk.broadcast(w)
+    got = [float(step(*data)) for _ in range(3)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(w.get_value(), w_want, rtol=1e-12)
+    synk.verify()  # every rank holds the same w
+
+
+def test_small_graphs_keep_the_default_mode():
+    x = pt.vector("x")
+    assert mode_choice.choose(None, None, [x], [x * 2], "f") is None
+    assert mode_choice.choose("NUMBA", None, [x], [x * 2], "f") == "NUMBA"
+    assert mode_choice.choose(None, "JAX", [x], [x * 2], "f") is None
