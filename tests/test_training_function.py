@@ -159,7 +159,7 @@ def test_one_device_answer_on_every_rank(ranks, name, rule, aggregate):
 
 
 def test_batch_statistics_warn_and_ranks_stay_identical(ranks):
-    with pytest.warns(UserWarning, match="statistic of the rows"):
+    with pytest.warns(UserWarning, match="statistic.s. of the rows that their computation reads"):
         run_both("cnn", "adam", "mean", batch_norm=True)  # checks the ranks, averages too
 
 

@@ -283,6 +283,12 @@ class Function:
     def __repr__(self) -> str:
         return f"<synkhronos.Function {self.name or self._spec.fid}>"
 
+    @property
+    def mode(self):
+        """The compile mode: the one named, or the one chosen for the graph
+        (:mod:`synkhronos.api.mode_choice`); None: the backend's."""
+        return self._spec.mode
+
     def _check_wire(self, inputs, bcast_inputs, outputs, ops) -> None:
         """Refuse, naming it, what the wire protocol could not carry in a call: a tensor of
         a dtype or number of dimensions it has no code for, more arrays than a message

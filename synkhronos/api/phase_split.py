@@ -501,18 +501,23 @@ def split_phases(
         if t_c.owner in in_row_phase and t_c not in frontier_c:
             frontier_c.append(t_c)
     inexact: list[str] = []
-    weighted = []
+    weighted, statistics = [], []
     for v in frontier_c:
         statistic = graph.feeds_rows[v]
         weighted.append(statistic)
         name = _label(graph.original.get(v, v))
         if statistic:
-            inexact.append(
-                f"{name} is a statistic of the rows that their computation reads (batch "
-                f"normalization's, say): each rank computes it from its own rows"
-            )
+            statistics.append(name)
         elif not _sums_rows(v.owner):
             inexact.append(f"{name} reduces the rows with {v.owner.op}, which is not a sum")
+    if statistics:  # one line for all (ResNet-50 has hundreds), naming a few
+        named = ", ".join(statistics[:3]) + (", ..." if len(statistics) > 3 else "")
+        inexact.insert(
+            0,
+            f"{len(statistics)} statistic(s) of the rows that their computation reads "
+            f"(batch normalization's, say; {named}): each rank computes them from its own "
+            f"rows",
+        )
     draws = [
         node
         for node in row_nodes

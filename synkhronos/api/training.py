@@ -206,7 +206,7 @@ class TrainingFunction(Function):
             None,
             None,
             f"{label} (reduced)",
-            parts.mode,
+            self.row_function.mode,  # one compiler for both phases (a cold start waits less)
             {k: v for k, v in parts.function_kwargs.items() if k != "allow_input_downcast"},
         )
         self.chain = Chain(

@@ -310,7 +310,9 @@ def make_step_function(
     *args, **kwargs
         The rule's hyperparameters, e.g. ``learning_rate=0.01``.
     mode : str or pytensor Mode, optional
-        Compile mode of both functions (default: the backend's).
+        Compile mode of both functions (default: the one
+        :mod:`synkhronos.api.mode_choice` chooses for the gradient's graph, or the
+        backend's).
     name : str, optional
         Prefix of the functions' names.
     sliceable_shareds : iterable of SharedVariable, optional
@@ -366,8 +368,11 @@ def make_step_function(
             if v is not None
         },
     )
+    # The gradient's mode (CVM for a large graph): a cold start then waits for one compiler.
     update_function = synk.function(
-        updates=phases.param_updates, name=f"{name}_update" if name else None, mode=mode
+        updates=phases.param_updates,
+        name=f"{name}_update" if name else None,
+        mode=grad_function.mode,
     )
     return StepFunction(grad_function, update_function, phases, running_state(loss))
 
