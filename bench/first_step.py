@@ -13,7 +13,7 @@ CI, a new virtual environment: ``PYTENSOR_FLAGS=base_compiledir=<empty>``, which
 PyTensor's C modules, Numba's cache and synkhronos' JAX cache), then "warm" (the second run
 of the same script). Modes: ``default`` (no mode named: what the library chooses), and
 ``NUMBA``, ``CVM``, ``JAX`` named by the user. A run that passes ``--limit`` seconds is
-stopped and shown as ``>limit``.
+stopped and shown as ``>limit``; one that fails is shown with its last error line.
 
 Run: ``python bench/first_step.py`` (all), or e.g.
 ``python bench/first_step.py --models resnet50 --modes default --ranks 2``.
@@ -152,7 +152,8 @@ def run(model: str, mode: str, ranks: int, cache: str, limit: float) -> dict | N
         return None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{model} {mode} {ranks} ranks failed:\n{done.stderr[-3000:]}")
+        errors = [line for line in done.stderr.splitlines() if "Error" in line]
+        return {"failed": errors[-1] if errors else f"exit status {done.returncode}"}
     return json.loads(lines[-1])
 
 
@@ -182,6 +183,10 @@ def main() -> None:
                         if res is None:
                             print(f"{model:9} {mode:8} {ranks:5} {run_name:5} "
                                   f"{'>' + format(args.limit, '.0f'):>12}", flush=True)  # fmt: skip
+                            break
+                        if "failed" in res:
+                            print(f"{model:9} {mode:8} {ranks:5} {run_name:5} failed: "
+                                  f"{res['failed'][:200]}", flush=True)  # fmt: skip
                             break
                         worker = f"{res['worker_gb']:9.2f}" if ranks > 1 else f"{'-':>9}"
                         print(

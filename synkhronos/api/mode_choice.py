@@ -1,16 +1,18 @@
 """The compile mode of a function that names none, chosen for its graph on rank 0.
 
-PyTensor's default mode (Numba) compiles a whole graph into one function: quick to run, but
-its compile time grows faster than the graph (ResNet-50's training step did not compile
-within 10 minutes on a 2-core machine). The C VM (``"CVM"``) compiles op by op and keeps
-each op's code on disk, shared by every graph that uses the op. On the models of
-``bench/first_step.py`` (``bench/RESULTS.md``, "Time to first step") CVM made the first
-step sooner than Numba from the LSTM (about 300 nodes) up, and its later steps were no
-slower there; for the MLP and the CNN (100 to 150 nodes) Numba's steps were the faster.
-So a graph of at least :data:`LARGE_GRAPH_NODES` nodes (before rewriting) compiles in
-:data:`LARGE_GRAPH_MODE` when neither the function nor the backend names a mode and a C
-compiler is configured. Rank 0 chooses, and the mode travels with the graph: every rank
-compiles it the same way. A mode the user names is kept.
+PyTensor's default mode (Numba) compiles a whole graph into one function: its steps were
+the fastest on the models of ``bench/first_step.py`` that it compiles in minutes (an MLP, a
+CNN, an LSTM, a U-Net-like network: up to about 600 nodes), but its compile time grows
+faster than the graph, and ResNet-50's training step (about 6,300 nodes) did not compile
+within 10 minutes on a 2-core machine. The C VM (``"CVM"``) compiles op by op and keeps
+each op's code on disk, shared by every graph that uses the op: its first steps came
+sooner on every one of those models, its later steps were as fast for the MLP and the
+LSTM and slower for the convolutional ones (``bench/RESULTS.md``, "Time to first step").
+So only a graph of at least :data:`LARGE_GRAPH_NODES` nodes (before rewriting), one that
+Numba would take many minutes to compile, compiles in :data:`LARGE_GRAPH_MODE` when
+neither the function nor the backend names a mode and a C compiler is configured. Rank 0
+chooses, and the mode travels with the graph: every rank compiles it the same way. A mode
+the user names is kept.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pytensor.graph.traversal import io_toposort
 
 logger = logging.getLogger(__name__)
 
-LARGE_GRAPH_NODES = 250
-"""Nodes from which a graph compiles in :data:`LARGE_GRAPH_MODE` by default."""
+LARGE_GRAPH_NODES = 2000
+"""Nodes from which a graph compiles in :data:`LARGE_GRAPH_MODE` by default: between the
+U-Net's 600 (Numba: under 2 minutes) and ResNet-50's 6,300 (Numba: over 10 minutes)."""
 
 LARGE_GRAPH_MODE = "CVM"
 """The mode of a large graph when no mode is named."""
