@@ -17,6 +17,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import time
 import warnings
 
 import numpy as np
@@ -50,7 +51,14 @@ def other_user():
             path = os.path.join(SHM_DIR, entry)
             if os.lstat(path).st_uid == user.pw_uid:
                 os.unlink(path)
-        subprocess.run(["userdel", name], check=True, capture_output=True)
+        # A killed process of the user (a shell's child) may not be reaped yet, and userdel
+        # refuses a user with processes: try again for a while.
+        for _ in range(50):
+            if subprocess.run(["userdel", name], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            subprocess.run(["userdel", name], check=True, capture_output=True)
 
 
 def _as(user, action) -> None:
