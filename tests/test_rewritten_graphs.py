@@ -104,6 +104,20 @@ def test_keys_tell_shared_variables_apart():
     assert rewritten_graphs.graph_key([a + b], ()) == rewritten_graphs.graph_key([a + c], ())
 
 
+def test_keys_follow_default_updates_of_default_updates():
+    """A function applies the default update of every shared variable its graph reaches,
+    through other default updates too: two graphs that differ there differ in key."""
+
+    def key(factor):
+        first, second = pytensor.shared(1.0, name="first"), pytensor.shared(2.0, name="second")
+        first.default_update = first + second
+        second.default_update = second * factor
+        return rewritten_graphs.graph_key([pt.scalar("x") + first], ())
+
+    assert key(2.0) != key(3.0)
+    assert key(2.0) == key(2.0)
+
+
 _KEY_SCRIPT = """
 import numpy as np, pytensor, pytensor.tensor as pt
 from synkhronos.rank.rewritten_graphs import graph_key

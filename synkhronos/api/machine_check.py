@@ -234,8 +234,9 @@ def cache_folders() -> list[Path]:
     otherwise, XLA's programs are inside it) and Numba's cache. Both follow
     ``PYTENSOR_FLAGS=base_compiledir=...``."""
     import pytensor
+    from pytensor.link.numba.cache import NUMBA_CACHE_PATH  # imports Numba: only here
 
-    return [Path(pytensor.config.compiledir), Path(pytensor.config.base_compiledir) / "numba"]
+    return [Path(pytensor.config.compiledir), Path(NUMBA_CACHE_PATH)]
 
 
 def _size(folder: Path) -> int:

@@ -81,19 +81,27 @@ class SharedRegistry:
         return len(self.variables) - 1
 
 
-def _graph_roots(specs: list[GraphSpec], registry: SharedRegistry) -> list:
-    """The specs' variables, plus the ``default_update`` expressions of the shared
-    variables they reach that travel now (the workers have the others), and so on."""
-    roots, frontier, seen = [], [v for spec in specs for v in spec.variables()], set()
+def with_default_updates(variables: list, include=lambda var: True) -> list:
+    """``variables``, plus the ``default_update`` expressions of the shared variables they
+    reach (those that ``include`` accepts), plus those that these reach, and so on: what
+    a function of ``variables`` computes, as PyTensor applies default updates."""
+    roots, frontier, seen = [], list(variables), set()
     while frontier:
         roots += frontier
         frontier = []
         for var in ancestors(roots):
             update = getattr(var, "default_update", None)
-            if update is not None and id(var) not in seen and registry.index(var) is None:
+            if update is not None and id(var) not in seen and include(var):
                 seen.add(id(var))
                 frontier.append(update)
     return roots
+
+
+def _graph_roots(specs: list[GraphSpec], registry: SharedRegistry) -> list:
+    """The specs' variables, plus the default updates (:func:`with_default_updates`) of the
+    shared variables that travel now (the workers have the others)."""
+    variables = [v for spec in specs for v in spec.variables()]
+    return with_default_updates(variables, lambda var: registry.index(var) is None)
 
 
 _DEFAULT_UPDATE = "_default_update"  # where PyTensor keeps SharedVariable.default_update

@@ -41,7 +41,9 @@ from pytensor.compile.rebuild import construct_function_ins_and_outs
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.graph.traversal import io_toposort
+
+from synkhronos.rank.graphs import with_default_updates
 
 logger = logging.getLogger(__name__)
 
@@ -128,15 +130,10 @@ def graph_key(variables: list, whole: object) -> str | None:
     its outputs, its keyword arguments...), whose variables are ``variables``; None if it
     does not pickle (then every rank rewrites the graph, as ``pytensor.function`` does).
 
-    The default updates of the shared variables the graph reaches are part of the key: a
-    function applies them.
+    The default updates of the shared variables the graph reaches, and of those that these
+    reach, are part of the key: a function applies them.
     """
-    roots, seen = list(variables), set()
-    for var in ancestors(roots):
-        update = getattr(var, "default_update", None)
-        if isinstance(var, SharedVariable) and update is not None and id(var) not in seen:
-            seen.add(id(var))
-            roots.append(update)
+    roots = with_default_updates(variables)
     buffer = io.BytesIO()
     try:
         # The nodes first, inputs before users, so that pickle's recursion stays shallow.
