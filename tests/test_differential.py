@@ -18,32 +18,47 @@ Profiles: the fast one runs in the suite with a few derandomized examples per te
 
     SYNK_DIFF_EXAMPLES=200 python -m pytest -q tests/test_differential.py -p no:cacheprovider
 
-draws that many random examples per test and backend, ``jax-cpu`` included (its last
-result: bench/RESULTS.md, "Differential test matrix").
+draws that many random examples per test and backend, ``jax-cpu`` included, and adds the
+topologies and caches the suite's run leaves out: the whole module again over 2 MPI nodes
+of 1 and 2 ranks (``mpiexec``, cpu and GPU ranks), and again from empty compile caches
+(every backend) (its last result: bench/RESULTS.md, "Differential test matrix"). Under
+MPI every node runs the same examples (the draws are derandomized there), as every node
+runs the same program.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import synkhronos as synk
 from synkhronos.extensions import train as T
 from synkhronos.extensions import updates as U
 from synkhronos.rank.backends import gpu
+from synkhronos.session import launch
+from synkhronos.transport import nodes
 from synkhronos.transport.partition import split_bounds
 
+ROOT = Path(__file__).resolve().parents[1]
 LONG = int(os.environ.get("SYNK_DIFF_EXAMPLES", "0"))
+# Set by the long profile's runs of this module over MPI nodes: the ranks of each node.
+NODE_RANKS = int(os.environ.get("SYNK_DIFF_NODE_RANKS", "0"))
+# Set in the module's runs started by this module (nodes, cold caches): no deeper runs.
+NESTED = bool(os.environ.get("SYNK_DIFF_NESTED"))
 SETTINGS = settings(
     max_examples=LONG or 3,
-    derandomize=not LONG,  # the suite's run is the same every time
+    # The suite's run is the same every time; over MPI nodes each node draws the same.
+    derandomize=not LONG or bool(NODE_RANKS),
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
@@ -154,6 +169,18 @@ class Pool:
         loss = pt.mean((xs @ w - ys) ** 2)
         return T.make_train_function(loss, [w], xs, ys, U.sgd, learning_rate=0.05), w
 
+    @functools.cached_property
+    def chains(self) -> tuple:
+        """({fuse: a chained two-phase least-squares step}, w): a gradient summed over each
+        rank's rows, its all-reduce, the update, and a broadcast of w."""
+        xc, yc = pt.matrix("xc"), pt.vector("yc")  # floatX: JAX mode's own width
+        w = pytensor.shared(np.zeros(3, xc.dtype), name="w_chain")
+        g = pytensor.shared(np.zeros(3, xc.dtype), name="g_chain")
+        grad = synk.function([xc, yc], updates=[(g, xc.T @ (xc @ w - yc))])
+        update = synk.function([], updates=[(w, w - 0.01 * g)])
+        steps = (grad, ("all_reduce", g, "sum"), update, ("broadcast", w))
+        return {fuse: synk.chain(*steps, fuse=fuse) for fuse in (True, False)}, w
+
 
 @pytest.fixture(scope="module", params=BACKENDS, ids=lambda p: f"{p[0]}x{p[1]}")
 def pool(request):
@@ -162,8 +189,9 @@ def pool(request):
         pytest.importorskip("jax")
     if backend == "gpu" and not gpu.on_cpu_devices():
         n = None
-    n = synk.fork(n, backend=backend)
-    yield Pool(backend, n)
+    synk.fork(NODE_RANKS or n, backend=backend)
+    assert nodes.current().n_nodes == (2 if NODE_RANKS else 1)
+    yield Pool(backend, nodes.current().n_global)  # ranks are numbered over every node
     synk.close()
 
 
@@ -245,7 +273,9 @@ def test_integer_outputs_are_exact(pool, data, n_rows, num_slices):
     got = f(X, batch=batch, num_slices=num_slices)
     for g, w in zip(got[:-1], ref(X[sel])[:-1], strict=True):
         np.testing.assert_array_equal(g, w)
-    np.testing.assert_allclose(got[-1], X[sel].mean(), rtol=1e-6)
+    # The mean is a float (32 bits in JAX mode): ranks' means of large values, combined.
+    tol = _tol(pool, "float64")
+    np.testing.assert_allclose(got[-1], X[sel].mean(), rtol=tol, atol=tol * np.abs(X).max())
 
 
 @SETTINGS
@@ -353,10 +383,109 @@ def test_chained_sgd_step_equals_numpy(pool, data, n_rows):
     step, w = pool.sgd
     synk.broadcast(w, w0)
     # make_train_function refuses a batch that leaves a rank without rows.
-    k = data.draw(st.integers(pool.n, n_rows))
+    k = data.draw(st.integers(pool.n, max(pool.n, n_rows)))  # rows may repeat
     sel = np.array(data.draw(st.lists(st.integers(0, n_rows - 1), min_size=k, max_size=k)))
     step(X, y, batch=sel)
     Xs, ys = X[sel], y[sel]
     want = w0 - 0.05 * (2.0 / len(sel)) * Xs.T @ (Xs @ w0 - ys)
     np.testing.assert_allclose(synk.get_value(0, w), want, rtol=_tol(pool, "float64"), atol=1e-6)
     synk.verify()
+
+
+@SETTINGS
+@given(
+    seed=st.integers(0, 2**16),
+    per_rank=st.integers(1, 4),
+    extra=st.integers(0, 2),
+    fuse=st.booleans(),
+    n_calls=st.integers(1, 3),
+)
+@example(seed=1, per_rank=2, extra=0, fuse=True, n_calls=2)  # fused on GPU ranks
+@example(seed=2, per_rank=1, extra=1, fuse=True, n_calls=1)  # uneven: step by step
+def test_chains_fused_or_step_by_step_equal_numpy(pool, seed, per_rank, extra, fuse, n_calls):
+    """GPU ranks fuse a chain into one XLA program when every rank's rows have one shape
+    (rows a multiple of the ranks, one node); other calls, and other backends, run it
+    step by step."""
+    rng = np.random.default_rng(seed)
+    k = pool.n * per_rank + extra
+    fx = pytensor.config.floatX
+    X, y, w0 = (rng.normal(size=size).astype(fx) for size in ((k, 3), k, 3))
+    chains, w = pool.chains
+    synk.broadcast(w, w0)
+    programs = launch.current().state.fused.values
+    runs_before = sum(p.calls for p in programs())
+    want = w0
+    for _ in range(n_calls):
+        chains[fuse](X, y)
+        want = want - 0.01 * X.T @ (X @ want - y)
+    np.testing.assert_allclose(synk.get_value(0, w), want, rtol=_tol(pool, fx), atol=1e-5)
+    even = k % pool.n == 0
+    fused = pool.backend == "gpu" and fuse and even and nodes.current().n_nodes == 1
+    assert sum(p.calls for p in programs()) - runs_before == (n_calls if fused else 0)
+    synk.verify()
+
+
+# ---- the long profile's other topologies and caches -----------------------------------------
+def _run_module(command: list[str], env: dict, backend: str, timeout: float):
+    """Run this module's tests of ``backend`` as ``command`` (``pytest`` or ``mpiexec`` of
+    it), the examples as many as this run's; returns the finished process."""
+    env = dict(
+        env,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        JAX_PLATFORMS="cpu",
+        SYNK_DIFF_EXAMPLES=str(LONG),
+        SYNK_DIFF_NESTED="1",
+    )
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    pytest_args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", f"[{backend}x"]
+    return subprocess.run(
+        [*command, sys.executable, *pytest_args, __file__],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,  # a hang guard: the examples take minutes
+        check=False,
+    )
+
+
+LONG_ONLY = pytest.mark.skipif(
+    not LONG or NESTED, reason="long profile (SYNK_DIFF_EXAMPLES), from its first run only"
+)
+
+
+@LONG_ONLY
+@pytest.mark.slow
+@pytest.mark.parametrize("local", [1, 2])
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_matrix_over_two_mpi_nodes(backend, local):
+    """Every test above, over 2 MPI nodes of ``local`` ranks each (GPU ranks on CPU
+    devices): each node runs the same examples, as every node runs the same program."""
+    from tests.test_nodes import MPIEXEC
+
+    if not MPIEXEC.exists():
+        pytest.skip("needs mpiexec next to the interpreter (pip install mpich)")
+    if backend == "gpu":
+        pytest.importorskip("jax")
+    env = dict(os.environ, SYNK_DIFF_NODE_RANKS=str(local))
+    done = _run_module([str(MPIEXEC), "-n", "2"], env, backend, timeout=3600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-8000:]
+    assert out.count(" passed") == 2, out[-8000:]  # one summary line per node
+
+
+@LONG_ONLY
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["cpu", "jax-cpu", "gpu"])
+def test_matrix_from_cold_caches(backend, tmp_path):
+    """Every test above in a fresh process whose compile folder (PyTensor's C code, Numba's
+    cache, the stored rewritten graphs, XLA's programs) starts empty."""
+    if backend != "cpu":
+        pytest.importorskip("jax")
+    flags = ",".join(
+        filter(None, [os.environ.get("PYTENSOR_FLAGS"), f"base_compiledir={tmp_path / 'cache'}"])
+    )
+    done = _run_module([], dict(os.environ, PYTENSOR_FLAGS=flags), backend, timeout=3600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-8000:]
+    assert " passed" in out, out[-8000:]

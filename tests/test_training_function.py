@@ -16,6 +16,7 @@ import pytest
 from pytensor.tensor.random.type import RandomType
 
 import synkhronos as synk
+from synkhronos.api import phase_split
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
@@ -99,20 +100,20 @@ def run_both(name, rule, aggregate, **kwargs):
     lasagne.random.set_rng(np.random.RandomState(3))
     input_var, target_var, loss, accuracy, updates, shape = script(name, rule, aggregate, **kwargs)
     x, y = data(shape)
-    variables = list(updates) + [
-        v for v in pytensor.graph.traversal.graph_inputs([loss])
-        if isinstance(v.type, RandomType)
-    ]  # fmt: skip
-    start = [v.get_value() for v in variables]
-    train_fn = synk.function([input_var, target_var], [loss, accuracy], updates=updates, mode=MODE)
-    steps = [(b, 1 if name == "mlp" else k) for b, k in STEPS]  # dropout: num_slices=1
-    outs = [train_fn(x, y, batch=batch, num_slices=k) for batch, k in steps]
+    inputs = list(pytensor.graph.traversal.graph_inputs([loss]))
     running = [
         v
-        for v in pytensor.graph.traversal.graph_inputs([loss])
+        for v in inputs
         if getattr(v, "default_update", None) is not None and not isinstance(v.type, RandomType)
     ]  # fmt: skip  (batch normalization's averages)
-    assert_identical_on_ranks(variables + running, launch.current().n_ranks)
+    variables = list(updates) + running + [v for v in inputs if isinstance(v.type, RandomType)]
+    start = [v.get_value() for v in variables]
+    train_fn = synk.function([input_var, target_var], [loss, accuracy], updates=updates, mode=MODE)
+    # Dropout and batch statistics: num_slices=1.
+    one_slice = name == "mlp" or kwargs.get("batch_norm")
+    steps = [(b, 1 if one_slice else k) for b, k in STEPS]
+    outs = [train_fn(x, y, batch=batch, num_slices=k) for batch, k in steps]
+    assert_identical_on_ranks(variables, launch.current().n_ranks)
     trained = state_of(variables)
     for v, value in zip(variables, start, strict=True):
         v.set_value(value)  # on rank 0 only: the reference runs there
@@ -145,9 +146,35 @@ CASES = [
 
 @pytest.mark.parametrize("name, rule, aggregate", CASES)
 def test_one_device_answer_on_every_rank(ranks, name, rule, aggregate):
+    assert_one_device_answer(name, rule, aggregate)
+
+
+@pytest.mark.parametrize(
+    ("rule", "aggregate"), [("adam", "mean"), ("nesterov_momentum", "sum"), ("sgd", "mean")]
+)
+def test_batch_normalization_uses_the_whole_batchs_statistics(ranks, rule, aggregate):
+    """Batch statistics in rounds: each rank's sums, summed over the ranks, before the
+    rows go on; the running averages are one device's too."""
+    train_fn = assert_one_device_answer("cnn", rule, aggregate, batch_norm=True)
+    assert train_fn.round_functions  # the statistics took rounds
+    x, y = data((1, 6, 6))
+    with pytest.raises(ValueError, match="num_slices=1"):
+        train_fn(x, y, num_slices=2)
+
+
+def test_statistics_past_the_rounds_limit_warn_and_ranks_stay_identical(ranks, monkeypatch):
+    monkeypatch.setattr(phase_split, "MAX_ROUNDS", 2)
+    with pytest.warns(UserWarning, match=r"each rank computes them from its own rows .* over 2"):
+        train_fn, *_ = run_both("cnn", "adam", "mean", batch_norm=True)  # checks the ranks
+    assert not train_fn.round_functions
+
+
+def assert_one_device_answer(name, rule, aggregate, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        train_fn, variables, trained, ref, outs, ref_outs = run_both(name, rule, aggregate)
+        train_fn, variables, trained, ref, outs, ref_outs = run_both(
+            name, rule, aggregate, **kwargs
+        )
     assert not [w for w in caught if "synkhronos" in str(w.message)]  # exact: nothing said
     assert isinstance(train_fn, TrainingFunction)
     for var, got, want in zip(variables, trained, ref, strict=True):
@@ -156,11 +183,7 @@ def test_one_device_answer_on_every_rank(ranks, name, rule, aggregate):
         else:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str(var))
     np.testing.assert_allclose(np.array(outs, float), np.array(ref_outs, float), rtol=1e-5)
-
-
-def test_batch_statistics_warn_and_ranks_stay_identical(ranks):
-    with pytest.warns(UserWarning, match="statistic.s. of the rows that their computation reads"):
-        run_both("cnn", "adam", "mean", batch_norm=True)  # checks the ranks, averages too
+    return train_fn
 
 
 def test_draws_per_row_need_one_slice(ranks):
@@ -168,6 +191,25 @@ def test_draws_per_row_need_one_slice(ranks):
     x, y = data((6,))
     with pytest.raises(ValueError, match="num_slices=1"):
         train_fn(x, y, num_slices=2)
+
+
+def test_running_averages_alone_do_not_train(ranks):
+    """The original's two-phase rules write a gradient for an explicit all-reduce: with
+    batch normalization (whose running averages the rows read, as Lasagne makes them)
+    the function keeps its per-rank meaning, and nothing is said."""
+    from synkhronos.extensions import updates as original_rules
+
+    input_var, target_var, loss, _, _, _ = script("cnn", "sgd", "mean", batch_norm=True)
+    network_params = [
+        v for v in pytensor.graph.traversal.graph_inputs([loss])
+        if isinstance(v, pytensor.compile.sharedvalue.SharedVariable)
+        and getattr(v, "default_update", None) is None and not isinstance(v.type, RandomType)
+    ]  # fmt: skip
+    grad_updates, _, _ = original_rules.sgd(loss, network_params, learning_rate=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f_grad = synk.function([input_var, target_var], loss, updates=grad_updates)
+    assert not isinstance(f_grad, TrainingFunction)
 
 
 def test_per_rank_updates_on_request(ranks):

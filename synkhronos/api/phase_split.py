@@ -19,12 +19,20 @@ whole count instead (a hidden broadcast input), so that every rank's term is its
 the whole batch's mean. A mean loss, a sum loss, a loss plus a penalty on the parameters
 (the penalty is added once, in the reduced phase) are all exact.
 
-What cannot be exact this way is said (:attr:`PhaseSplit.inexact`): a statistic of the
-rows that the rows' computation reads back (batch normalization's mean and variance:
-each rank normalizes with its own rows', and the frontier averages them, weighted by
-rows), a reduction over rows that is not a sum (``max``), and random draws per row where
-no row's position can be known (no scattered input) or the draw's parameters vary by row
-(elsewhere every rank draws the whole batch's numbers and keeps its rows').
+A sum over rows that the rows' computation reads back (batch normalization's mean and
+variance, and their gradients' sums) needs the whole batch before the rows can go on:
+the row phase is then itself cut into *rounds* (:attr:`PhaseSplit.rounds`). Each round
+computes the statistics whose inputs are ready, and the ranks sum them (one all-reduce
+per round); the next round reads the sums, divided by the whole count where the graph
+divides. What a later round reads of an earlier one's rows (a layer's output, the
+inputs, a dropout mask) the earlier one keeps, on its rank, so nothing is computed twice.
+
+What cannot be exact this way is said (:attr:`PhaseSplit.inexact`): a reduction over
+rows that is not a sum (``max``), a statistic read by an output the ranks compute on
+their own rows (then every statistic is each rank's own, and the frontier averages
+them, weighted by rows), and random draws per row where no row's position can be known
+(no scattered input) or the draw's parameters vary by row (elsewhere every rank draws
+the whole batch's numbers and keeps its rows').
 
 The analysis runs on rank 0 when the function is built: PyTensor's shape inference tells
 which axes of every variable have the rows' length.
@@ -54,6 +62,10 @@ from pytensor.tensor.type import TensorType
 ROW, NO, UNKNOWN = 2, 0, 1  # does a shape depend on the rows' count
 _COUNTS = (7, 11)  # two rows' counts: a length that tracks the rows differs between them
 _ANY_LENGTH = 13  # an unknown length that does not track the rows
+#: The most rounds a row phase is cut into (an all-reduce and a compiled function each);
+#: beyond it, every rank's statistics are its own rows', as a warning says. ResNet-50's
+#: would take 196, which made its training function take 3.7 times as long to build.
+MAX_ROUNDS = 64
 
 # Ops whose result, reduced over the rows, is a sum of one term per row (so summing the
 # ranks' results gives the whole batch's); by class name, so that the convolution
@@ -99,17 +111,42 @@ def _sums_rows(node: Apply) -> bool:
 
 
 @dataclass
+class Round:
+    """One round of a row phase cut by statistics (see the module docstring): it runs on
+    each rank's rows, before the statistics it computes are summed over the ranks.
+
+    Attributes
+    ----------
+    statistics : list of Variable
+        The sums over the rank's rows that later rounds read, summed over the ranks.
+    statistic_placeholders : list of Variable
+        Where later rounds' graphs read those sums (one free variable each).
+    kept : list of Variable
+        The values later rounds read of this round (rows of a layer, the inputs), kept
+        on the rank.
+    kept_placeholders : list of Variable
+        Where later rounds' graphs read them.
+    """
+
+    statistics: list
+    statistic_placeholders: list
+    kept: list
+    kept_placeholders: list
+
+
+@dataclass
 class PhaseSplit:
     """A function's graph cut where its rows meet (see the module docstring).
 
     Attributes
     ----------
     frontier : list of Variable
-        The row phase's results, as the row phase computes them (row counts replaced
-        by ``rows``): one term per rank, to sum over the ranks.
+        The row phase's results, as its last round computes them (row counts replaced
+        by ``rows``; earlier rounds' values by their placeholders): one term per rank,
+        to sum over the ranks.
     row_outputs : list of Variable
-        The outputs left to the row phase, as it computes them (drawing as the frontier
-        does).
+        The outputs left to the row phase, as its first round computes them (drawing as
+        the frontier does).
     outputs : list of int
         The outputs that go to the reduced phase (by position).
     targets : list of Variable
@@ -135,6 +172,9 @@ class PhaseSplit:
         draw (the row phase's updates of them, in place of their default updates).
     inexact : list of str
         Why the result is not one device's, if it is not.
+    rounds : list of Round
+        The row phase's rounds before the one that computes the frontier (none when
+        the rows read back no sum of theirs).
     """
 
     frontier: list
@@ -148,6 +188,7 @@ class PhaseSplit:
     positions: Variable | None = None
     generators: list = field(default_factory=list)
     inexact: list = field(default_factory=list)
+    rounds: list = field(default_factory=list)
 
 
 class _Graph:
@@ -444,6 +485,8 @@ def split_phases(
     movable: Sequence[bool],
     updates: Sequence[tuple],
     by_position: bool = True,
+    exact_statistics: bool = True,
+    deciding: int | None = None,
 ) -> PhaseSplit | None:
     """Cut a function's graph where its rows meet, or None if no update needs it.
 
@@ -461,6 +504,13 @@ def split_phases(
     by_position : bool
         Whether a hidden input can give each row's position (the call scatters inputs),
         so that random draws per row can be one device's.
+    exact_statistics : bool
+        Cut the row phase into rounds where the rows read back a sum of theirs (else
+        each rank's statistics are its own rows', said in ``inexact``).
+    deciding : int or None
+        How many of ``updates`` (the first) decide whether the function trains; the
+        others (running averages, which Lasagne's batch normalization makes the rows
+        read) follow. None: all.
 
     Returns
     -------
@@ -480,7 +530,7 @@ def split_phases(
     # The shared variables the rows' computation reads (directly or transformed).
     params = [i for node in row_nodes for i in node.inputs if not graph.data.get(i, False)]
     read = {v for v in graph_inputs(params) if isinstance(v, SharedVariable)}
-    if not any(var in read and fact(graph.data, u) for var, u in updates):
+    if not any(var in read and fact(graph.data, u) for var, u in updates[:deciding]):
         return None
     for var, u in updates:
         if fact(graph.row, u):
@@ -500,7 +550,20 @@ def split_phases(
         t_c: Any = clone_of.get(t, t)
         if t_c.owner in in_row_phase and t_c not in frontier_c:
             frontier_c.append(t_c)
+    kept_outputs = [o for k, o in enumerate(outputs) if k not in moved]
     inexact: list[str] = []
+    rounds = _rounds(graph, row_nodes, frontier_c, kept_outputs) if exact_statistics else None
+    too_many = ""
+    if rounds is not None and rounds.final > MAX_ROUNDS:
+        too_many = f" (the whole batch's would take {rounds.final} rounds, over {MAX_ROUNDS})"
+        rounds = None
+    if rounds is not None:
+        inexact += [
+            f"{_label(graph.original.get(v, v))} reduces the rows with {v.owner.op}, which "
+            f"is not a sum, and their computation reads it: each rank computes it from its "
+            f"own rows"
+            for v in rounds.not_sums
+        ]
     weighted, statistics = [], []
     for v in frontier_c:
         statistic = graph.feeds_rows[v]
@@ -510,13 +573,13 @@ def split_phases(
             statistics.append(name)
         elif not _sums_rows(v.owner):
             inexact.append(f"{name} reduces the rows with {v.owner.op}, which is not a sum")
-    if statistics:  # one line for all (ResNet-50 has hundreds), naming a few
+    if statistics and rounds is None:  # one line for all (ResNet-50 has hundreds)
         named = ", ".join(statistics[:3]) + (", ..." if len(statistics) > 3 else "")
         inexact.insert(
             0,
             f"{len(statistics)} statistic(s) of the rows that their computation reads "
             f"(batch normalization's, say; {named}): each rank computes them from its own "
-            f"rows",
+            f"rows{too_many}",
         )
     draws = [
         node
@@ -528,15 +591,45 @@ def split_phases(
         if positions is None or not _drawn_whole(graph, node):
             inexact.append(f"{node.op} draws per row: each rank draws for its own rows")
     rows = pt.scalar("synk_batch_rows", dtype="int64")
-    originals = [graph.original.get(v, v) for v in frontier_c]
-    to_frontier = _Substitution(graph, rows, positions=positions)
+    exact = rounds is not None
+
+    def original(c):
+        return graph.original.get(c, c)
+
+    # Each round reads the statistics and kept values of the rounds before it.
+    earlier: dict = {}  # original variable -> its placeholder, of the rounds so far
+    split_rounds, generators = [], {}
+    for k, (sums_c, kept_c) in enumerate(
+        zip(rounds.statistics, rounds.kept, strict=True) if rounds is not None else []
+    ):
+        build = _Substitution(graph, rows, earlier, positions if k == 0 else None, exact=exact)
+        sums_k = [original(c) for c in sums_c]
+        kept_k = [original(c) for c in kept_c]
+        split_rounds.append(
+            Round(
+                build.rebuild_all(sums_k),
+                [v.type() for v in sums_k],
+                build.rebuild_all(kept_k),
+                [v.type() for v in kept_k],
+            )
+        )
+        generators.update(build.generators)
+        earlier = {
+            **earlier,
+            **dict(zip(sums_k, split_rounds[-1].statistic_placeholders, strict=True)),
+            **dict(zip(kept_k, split_rounds[-1].kept_placeholders, strict=True)),
+        }
+    originals = [original(v) for v in frontier_c]
+    first = not split_rounds
+    to_frontier = _Substitution(
+        graph, rows, earlier, positions=positions if first else None, exact=exact
+    )
     frontier = to_frontier.rebuild_all(originals)
     # The outputs left to the row phase keep their rank's counts, but draw as the
-    # frontier does.
-    kept = [o for k, o in enumerate(outputs) if k not in moved]
+    # frontier does; the first round computes them (they read no statistic).
     to_outputs = _Substitution(graph, rows, positions=positions, counts=False)
-    row_outputs = to_outputs.rebuild_all(kept)
-    generators = {**to_outputs.generators, **to_frontier.generators}
+    row_outputs = to_outputs.rebuild_all(kept_outputs)
+    generators = {**to_outputs.generators, **generators, **to_frontier.generators}
     placeholders = [v.type() for v in originals]
     reduced = _Substitution(graph, rows, dict(zip(originals, placeholders, strict=True)))
     return PhaseSplit(
@@ -551,7 +644,101 @@ def split_phases(
         positions,
         list(generators.items()),
         inexact,
+        split_rounds,
     )
+
+
+def _rounds(graph: _Graph, row_nodes: list, frontier: list, kept_outputs: list):
+    """The rounds that make the rows' statistics exact (:class:`_Rounds`), or None where
+    the row phase needs no more than one (no statistic), or cannot be cut (an output
+    left to the ranks reads a statistic; a draw that is no tensor would be kept)."""
+    sums, not_sums = _statistics(graph, row_nodes)
+    if not sums:
+        return None
+    depth, drawn = _depths(graph, sums)
+    clone_of = {o: c for c, o in graph.original.items()}
+    if any(depth.get(clone_of.get(o, o), 0) for o in kept_outputs):
+        return None
+    try:
+        plan = _plan_rounds(graph, sums, depth, drawn, frontier)
+    except ValueError:
+        return None
+    plan.not_sums = not_sums
+    return plan if plan.final else None
+
+
+def _statistics(graph: _Graph, row_nodes: list) -> tuple[set, list]:
+    """The reductions of rows that the rows' computation reads back: the sums (batch
+    normalization's), and the others (which no round can make exact)."""
+    sums, others = set(), []
+    for node in row_nodes:
+        if not any(graph.row.get(i, False) for i in node.inputs):
+            continue
+        for o in node.outputs:
+            if graph.data[o] and not graph.row[o] and graph.feeds_rows[o]:
+                if _sums_rows(node):
+                    sums.add(o)
+                else:
+                    others.append(o)
+    return sums, others
+
+
+def _depths(graph: _Graph, sums: set) -> tuple[dict, set]:
+    """Per variable, the round that can compute it (how many statistics it waits for, one
+    after another); and the variables drawn at random (kept, never drawn again)."""
+    depth: dict = {}
+    drawn: set = set()
+    for node in graph.nodes:
+        d = max((depth.get(i, 0) + (i in sums) for i in node.inputs), default=0)
+        draws = isinstance(node.op, RandomVariable) or any(i in drawn for i in node.inputs)
+        for o in node.outputs:
+            depth[o] = d
+            if draws:
+                drawn.add(o)
+    return depth, drawn
+
+
+@dataclass
+class _Rounds:
+    """The rounds' plan, on the analysed graph: per round before the last (``final``),
+    the statistics it computes and the values it keeps for later rounds."""
+
+    final: int
+    statistics: list
+    kept: list
+    not_sums: list = field(default_factory=list)
+
+
+def _plan_rounds(graph: _Graph, sums: set, depth: dict, drawn: set, frontier: list) -> _Rounds:
+    """What each round computes, from the last back: a round reads an earlier round's
+    statistic summed over the ranks, and an earlier round's value of the rows (or a
+    draw) from where that round kept it; what depends on neither, it computes."""
+    final = max((depth.get(v, 0) for v in frontier), default=0)
+    plan = _Rounds(final, [[] for _ in range(final)], [[] for _ in range(final)])
+    for k in range(final, -1, -1):
+        targets = frontier if k == final else plan.statistics[k] + plan.kept[k]
+        seen: set = set()
+        stack = list(targets)
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            d = depth.get(u, 0)
+            if d < k and u in sums:
+                _append_new(plan.statistics[d], u)
+            elif d < k and (graph.data.get(u, False) or u in drawn):
+                if not isinstance(u.type, TensorType):
+                    raise ValueError(f"{_label(graph.original.get(u, u))} cannot be kept")
+                _append_new(plan.kept[d], u)
+            elif u.owner is not None:
+                stack.extend(u.owner.inputs)
+    return plan
+
+
+def _append_new(found: list, v) -> None:
+    if v not in found:
+        found.append(v)
 
 
 def _drawn_whole(graph: _Graph, node: Apply) -> bool:
@@ -564,7 +751,8 @@ class _Substitution:
     """Rebuilds original variables with every value use of a row count replaced by the
     call's whole count (unless not ``counts``), and ``replace``'s variables by theirs;
     with ``positions``, random draws per row are drawn for the whole batch, and the
-    rank's rows taken."""
+    rank's rows taken. With ``exact``, the statistics the rows read back are the whole
+    batch's (summed over the ranks in rounds), and divide by the whole count too."""
 
     def __init__(
         self,
@@ -573,10 +761,12 @@ class _Substitution:
         replace: dict | None = None,
         positions: Variable | None = None,
         counts: bool = True,
+        exact: bool = False,
     ):
         self.graph = graph
         self.rows = rows
         self.counts = counts
+        self.exact = exact
         self.generators: dict = {}  # a generator drawn whole: its state after the draw
         self.positions = positions
         self.memo: dict = dict(replace or {})
@@ -616,9 +806,11 @@ class _Substitution:
         ):
             self._draw_whole(node, g.row_axes(outs[1])[0])
             return
-        # A statistic the rows read keeps the rank's own count; so does a shape.
+        # A shape keeps the rank's own count; so does a statistic the rows read, unless
+        # it is the whole batch's.
         keep = not self.counts or any(
-            g.pure.get(o, False) or (g.feeds_rows.get(o) and g.data.get(o)) for o in outs
+            g.pure.get(o, False) or (not self.exact and g.feeds_rows.get(o) and g.data.get(o))
+            for o in outs
         )
         structural = _structural(node)
         inputs = []
@@ -627,7 +819,7 @@ class _Substitution:
                 not keep
                 and k not in structural
                 and g.count.get(self.clone_of.get(i, i), False)
-                and getattr(i.type, "ndim", None) == 0
+                and all(getattr(i.type, "broadcastable", (False,)))  # a count, dims added
             ):
                 inputs.append(self._whole(i))
             else:
@@ -658,29 +850,62 @@ class _Substitution:
             self.generators[rng] = new.outputs[0]
 
     def _whole(self, v: Variable) -> Variable:
-        """``v`` (computed from shapes) with the rows' axes at the whole count,
-        and the other axes from the graph's roots where shape inference knows them."""
+        """``v`` (computed from shapes) with the rows' axes at the whole count, and the
+        other axes from the graph's roots where shape inference knows them; with
+        ``exact``, from this rebuild's own variables (a round has only what it computes
+        and what earlier rounds kept, and a shape expression from the roots would be
+        computed again by every round: ResNet-50 has ~200)."""
         if v in self.whole:
             return self.whole[v]
         g = self.graph
         leaves = {}
         for a in _shape_leaves(v):
-            u = self.clone_of.get(a.owner.inputs[0], a.owner.inputs[0])
+            original = a.owner.inputs[0]
+            u = self.clone_of.get(original, original)
             axes = g.row_axes(u)
             whole = pt.cast(self.rows, a.dtype)
+            mine = self.memo[original].shape if self.exact else a
             if isinstance(a.owner.op, Shape_i):
                 if a.owner.op.i in axes:
                     leaves[a] = whole
-            elif axes:
+                elif self.exact:
+                    leaves[a] = mine[a.owner.op.i]
+            elif axes or self.exact:
                 lengths = []
                 for k in range(u.type.ndim):
-                    known = g.shape_expression(u, k)
-                    length = whole if k in axes else (a[k] if known is None else known)
+                    known = None if self.exact else g.shape_expression(u, k)
+                    length = whole if k in axes else (mine[k] if known is None else known)
                     lengths.append(pt.cast(length, a.dtype))
                 leaves[a] = pt.stack(lengths)
-        result = graph_replace([v], leaves, strict=False)[0] if leaves else v
+        if not leaves:
+            result = v
+        elif self.exact:
+            result = _with_leaves(v, leaves)
+        else:
+            result = graph_replace([v], leaves, strict=False)[0]
         self.whole[v] = result
         return result
+
+
+def _with_leaves(v: Variable, leaves: dict) -> Variable:
+    """``v`` computed from ``leaves``' values in place of theirs: only the nodes between
+    them and ``v`` are new (``graph_replace`` would copy their ancestors too)."""
+    memo = dict(leaves)
+    stack = [v]
+    while stack:
+        top = stack[-1]
+        if top in memo or top.owner is None:
+            memo.setdefault(top, top)
+            stack.pop()
+            continue
+        missing = [i for i in top.owner.inputs if i not in memo]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        node = top.owner.clone_with_new_inputs([memo[i] for i in top.owner.inputs], strict=False)
+        memo.update(zip(top.owner.outputs, node.outputs, strict=True))
+    return memo[v]
 
 
 def _shape_leaves(v: Variable) -> list:
@@ -698,4 +923,4 @@ def _shape_leaves(v: Variable) -> list:
     return found
 
 
-__all__ = ["PhaseSplit", "split_phases"]
+__all__ = ["MAX_ROUNDS", "PhaseSplit", "Round", "split_phases"]

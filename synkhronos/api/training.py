@@ -68,17 +68,27 @@ def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
     try:
         movable = [not explicit for explicit in parts.explicit]
         split = split_phases(
-            sources, parts.outputs, movable, updates, by_position=bool(parts.inputs)
+            sources,
+            parts.outputs,
+            movable,
+            updates,
+            by_position=bool(parts.inputs),
+            deciding=len(parts.updates),
         )
-        if split is not None:
-            known = {*split.placeholders, split.rows, *parts.bcast_inputs}
-            free = [
-                v
-                for v in graph_inputs(split.targets)
-                if v.owner is None
-                and not isinstance(v, SharedVariable | Constant)
-                and v not in known
+        if split is not None and split.rounds:
+            earlier = [
+                *(p for r in split.rounds for p in r.statistic_placeholders + r.kept_placeholders),
+                split.rows,
+                *parts.bcast_inputs,
             ]
+            later = [v for r in split.rounds[1:] for v in r.statistics + r.kept] + split.frontier
+            if _free(later, earlier):  # not expected: then each rank's statistics
+                split = split_phases(
+                    sources, parts.outputs, movable, updates, bool(parts.inputs), False,
+                    len(parts.updates),
+                )  # fmt: skip
+        if split is not None:
+            free = _free(split.targets, [*split.placeholders, split.rows, *parts.bcast_inputs])
             if free:
                 raise ValueError(f"the reduced phase would read {', '.join(map(str, free))}")
     except ValueError as error:
@@ -91,6 +101,18 @@ def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
         )
         return None
     return None if split is None else (split, updates)
+
+
+def _free(values: list, known: list) -> list:
+    """The inputs ``values`` would need besides ``known`` (and shared variables)."""
+    known_ids = {id(v) for v in known}
+    return [
+        v
+        for v in graph_inputs(values)
+        if v.owner is None
+        and not isinstance(v, SharedVariable | Constant)
+        and id(v) not in known_ids
+    ]
 
 
 class TrainingFunction(Function):
@@ -152,10 +174,20 @@ class TrainingFunction(Function):
                 stacklevel=4,
             )
         label = parts.name or "training function"
-        reduced = _frontier_variables(split, label)
-        # The reduced phase reads the call's broadcast values from where the row phase
-        # kept them (only a chain's first function takes arguments).
+        # Later steps read the call's broadcast values (and, after rounds, the rank's row
+        # count) from where the first kept them: only a chain's first function takes
+        # arguments.
         kept = {v: _kept(v) for v in [*parts.bcast_inputs, split.rows]}
+        if split.rounds:
+            kept[split.local_rows] = _kept(split.local_rows)
+        rounds = _round_variables(split, label)
+        later = dict(kept)
+        for statistics, kept_rows in rounds:
+            later.update((p, v) for p, (v, _) in statistics.items())
+            later.update((p, v) for p, (v, _) in kept_rows.items())
+        reduced = _frontier_variables(split, label)
+        if split.rounds:
+            reduced = [(v, _replaced(value, later)) for v, value in reduced]
         replace = dict(zip(split.placeholders, (v for v, _ in reduced), strict=True))
         replace.update(kept)
         targets = graph_replace(split.targets, replace, strict=False)
@@ -166,8 +198,17 @@ class TrainingFunction(Function):
         # An explicit update overrides a default one: the running averages stay as they
         # are in the row phase (the reduced phase updates them), and the generators
         # drawn for the whole batch advance past that draw.
-        row_updates = [(var, var, "max") for var, _ in all_updates[len(parts.updates) :]]
-        row_updates += [(var, value, "sum") for var, value in reduced]
+        running = [var for var, _ in all_updates[len(parts.updates) :]]
+        # Per round of the rows: the statistics it computes (summed over the ranks after
+        # it) and what it keeps of its rows for later rounds; the last round computes
+        # the frontier (summed before the reduced phase).
+        round_updates = [
+            [(v, value, "sum") for v, value in statistics.values()]
+            + [(v, value, "max") for v, value in kept_rows.values()]
+            for statistics, kept_rows in rounds
+        ]
+        round_updates.append([(var, value, "sum") for var, value in reduced])
+        row_updates = _unchanged(running, round_updates[0]) + round_updates[0]
         row_updates += [(generator, state, "avg") for generator, state in split.generators]
         row_updates += [(shared, var, "max") for var, shared in kept.items()]
         hidden = [] if split.positions is None else [split.positions]
@@ -184,6 +225,26 @@ class TrainingFunction(Function):
             parts.function_kwargs,
             counts_rows=True,
         )
+        later_kwargs = {
+            k: v for k, v in parts.function_kwargs.items() if k != "allow_input_downcast"
+        }
+        self.round_functions = []
+        for k, updates in enumerate(round_updates[1:], start=1):
+            updates = [(v, _replaced(value, later), op) for v, value, op in updates]
+            self.round_functions.append(
+                Function(
+                    session,
+                    [],
+                    [],
+                    [],
+                    _unchanged(running, updates) + updates,
+                    None,
+                    None,
+                    f"{label} (rows, round {k})",
+                    self.row_function.mode,
+                    later_kwargs,
+                )
+            )
         reduced_updates = [
             (var, value) for (var, _), value in zip(all_updates, update_values, strict=True)
         ]
@@ -206,18 +267,14 @@ class TrainingFunction(Function):
             None,
             None,
             f"{label} (reduced)",
-            self.row_function.mode,  # one compiler for both phases (a cold start waits less)
-            {k: v for k, v in parts.function_kwargs.items() if k != "allow_input_downcast"},
+            self.row_function.mode,  # one compiler for every phase (a cold start waits less)
+            later_kwargs,
         )
-        self.chain = Chain(
-            session,
-            [
-                self.row_function,
-                ("all_reduce", [v for v, _ in reduced], "sum"),
-                self.reduced_function,
-            ],
-            every_rank_rows=True,
-        )
+        steps: list = [self.row_function]
+        for (statistics, _), function in zip(rounds, self.round_functions, strict=True):
+            steps += [("all_reduce", [v for v, _ in statistics.values()], "sum"), function]
+        steps += [("all_reduce", [v for v, _ in reduced], "sum"), self.reduced_function]
+        self.chain = Chain(session, steps, every_rank_rows=True)
         self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)
 
     def _row_positions(self, first, batch) -> Data:
@@ -235,9 +292,9 @@ class TrainingFunction(Function):
         return f"<synkhronos.TrainingFunction {self.name or ''}>".replace(" >", ">")
 
     def get_shared(self) -> list:
-        """The shared variables the function uses (its two phases')."""
+        """The shared variables the function uses (its phases')."""
         seen: dict = {}
-        for f in (self.row_function, self.reduced_function):
+        for f in (self.row_function, *self.round_functions, self.reduced_function):
             for v in f.get_shared():
                 seen.setdefault(id(v), v)
         return list(seen.values())
@@ -266,6 +323,12 @@ class TrainingFunction(Function):
             args = self._by_name(args, kwargs)
         if len(args) != len(self.inputs):
             raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
+        if num_slices != 1 and self.round_functions:
+            raise ValueError(
+                f"{self._what} reads statistics of the whole batch (batch normalization's), "
+                f"which it computes in rounds that keep each rank's rows whole: call it "
+                f"with num_slices=1"
+            )
         if self._draws:
             if num_slices != 1:
                 raise ValueError(
@@ -300,6 +363,45 @@ def _kept(var):
     """A shared variable that keeps a broadcast input's value for the reduced phase."""
     zero = np.zeros((1,) * var.type.ndim, dtype=var.type.dtype)
     return pytensor.shared(zero, name=f"kept {var}")
+
+
+def _unchanged(running: list, updates: list) -> list[tuple]:
+    """Updates that leave those of the ``running`` averages that ``updates`` read as they
+    are (an explicit update overrides a default one: the reduced phase moves them)."""
+    read = {id(v) for v in graph_inputs([value for _, value, _ in updates])}
+    return [(var, var, "max") for var in running if id(var) in read]
+
+
+def _replaced(value, replace: dict):
+    """``value`` reading ``replace``'s shared variables for its placeholders."""
+    return graph_replace([value], replace, strict=False)[0]
+
+
+def _round_variables(split: PhaseSplit, label: str) -> list[tuple[dict, dict]]:
+    """Per round before the last: ``{placeholder: (shared variable, value)}`` for its
+    statistics, then for the values it keeps."""
+    made = []
+    for k, stage in enumerate(split.rounds):
+        pairs = []
+        for kind, values, placeholders in (
+            ("statistic", stage.statistics, stage.statistic_placeholders),
+            ("kept", stage.kept, stage.kept_placeholders),
+        ):
+            pairs.append(
+                {
+                    p: (_holder(p, f"{label} round {k} {kind} {j}"), value)
+                    for j, (p, value) in enumerate(zip(placeholders, values, strict=True))
+                }
+            )
+        made.append((pairs[0], pairs[1]))
+    return made
+
+
+def _holder(placeholder, name: str):
+    """A shared variable of ``placeholder``'s type (its lengths change with the call)."""
+    static = placeholder.type.shape
+    zeros = np.zeros(tuple(n or 0 for n in static), placeholder.type.dtype)
+    return pytensor.shared(zeros, name=name, shape=static)
 
 
 def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:
