@@ -64,7 +64,8 @@ _COUNTS = (7, 11)  # two rows' counts: a length that tracks the rows differs bet
 _ANY_LENGTH = 13  # an unknown length that does not track the rows
 #: The most rounds a row phase is cut into (an all-reduce and a compiled function each);
 #: beyond it, every rank's statistics are its own rows', as a warning says. ResNet-50's
-#: would take 196, which made its training function take 3.7 times as long to build.
+#: would take 196, and its training function several times as long to build
+#: (bench/RESULTS.md, "Time to first step").
 MAX_ROUNDS = 64
 
 # Ops whose result, reduced over the rows, is a sum of one term per row (so summing the
