@@ -193,6 +193,22 @@ def test_draws_per_row_need_one_slice(ranks):
         train_fn(x, y, num_slices=2)
 
 
+def test_dropout_after_batch_normalization_keeps_each_ranks_statistics(ranks):
+    """A dropout mask whose size waits for a statistic is not drawn in a later round: the
+    statistics stay each rank's, a warning says so, and the ranks stay identical."""
+    lasagne.random.set_rng(np.random.RandomState(3))
+    x, y = pt.matrix("inputs"), pt.ivector("targets")
+    net = L.BatchNormLayer(L.DenseLayer(L.InputLayer((None, 6), x), 8))
+    net = L.DenseLayer(L.DropoutLayer(net, p=0.5), 3, nonlinearity=lasagne.nonlinearities.softmax)
+    loss = lasagne.objectives.categorical_crossentropy(L.get_output(net), y).mean()
+    params = L.get_all_params(net, trainable=True)
+    with pytest.warns(UserWarning, match="each rank computes them from its own rows"):
+        train_fn = synk.function([x, y], loss, updates=lasagne.updates.sgd(loss, params, 0.1))
+    assert not train_fn.round_functions
+    train_fn(*data((6,)))
+    assert_identical_on_ranks(params, launch.current().n_ranks)
+
+
 def test_running_averages_alone_do_not_train(ranks):
     """The original's two-phase rules write a gradient for an explicit all-reduce: with
     batch normalization (whose running averages the rows read, as Lasagne makes them)

@@ -652,13 +652,20 @@ def split_phases(
 def _rounds(graph: _Graph, row_nodes: list, frontier: list, kept_outputs: list):
     """The rounds that make the rows' statistics exact (:class:`_Rounds`), or None where
     the row phase needs no more than one (no statistic), or cannot be cut (an output
-    left to the ranks reads a statistic; a draw that is no tensor would be kept)."""
+    left to the ranks reads a statistic; a random draw waits for one; a draw that is no
+    tensor would be kept)."""
     sums, not_sums = _statistics(graph, row_nodes)
     if not sums:
         return None
     depth, drawn = _depths(graph, sums)
     clone_of = {o: c for c, o in graph.original.items()}
     if any(depth.get(clone_of.get(o, o), 0) for o in kept_outputs):
+        return None
+    # A draw in a later round (its size read from a normalized layer: dropout after
+    # batch normalization) would need each row's position there: not made.
+    if any(
+        isinstance(node.op, RandomVariable) and depth.get(node.outputs[1], 0) for node in row_nodes
+    ):
         return None
     try:
         plan = _plan_rounds(graph, sums, depth, drawn, frontier)

@@ -14,7 +14,10 @@ command (:class:`~synkhronos.api.chains.Chain`):
    whose reduce op was left to the default, computed from the reduced variables.
 
 So every rank applies the same update to the same values (the ranks stay bit-identical),
-and the update is the one-device update of the whole batch.
+and the update is the one-device update of the whole batch. Where the rows read back a
+sum of theirs (batch normalization's statistics), step 1 is itself cut into rounds, each
+followed by an all-reduce ("sum") of the statistics it computed
+(:class:`~synkhronos.api.phase_split.Round`).
 """
 
 from __future__ import annotations
@@ -124,7 +127,9 @@ class TrainingFunction(Function):
     Attributes
     ----------
     row_function, reduced_function : synkhronos.Function
-        The two phases.
+        The two phases (the row phase's first round, where there are rounds).
+    round_functions : list of synkhronos.Function
+        The row phase's later rounds (none without batch statistics).
     chain : synkhronos.Chain
         The whole call: the row phase, the all-reduces, the reduced phase.
     """
@@ -397,10 +402,10 @@ def _round_variables(split: PhaseSplit, label: str) -> list[tuple[dict, dict]]:
     return made
 
 
-def _holder(placeholder, name: str):
-    """A shared variable of ``placeholder``'s type (its lengths change with the call)."""
-    static = placeholder.type.shape
-    zeros = np.zeros(tuple(n or 0 for n in static), placeholder.type.dtype)
+def _holder(like, name: str):
+    """A shared variable of ``like``'s type (its lengths may change with the call)."""
+    static = like.type.shape
+    zeros = np.zeros(tuple(n or 0 for n in static), like.type.dtype)
     return pytensor.shared(zeros, name=name, shape=static)
 
 
@@ -413,9 +418,7 @@ def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:
         if weighted:
             weight = pt.cast(split.local_rows, dtype) / pt.cast(split.rows, dtype)
             term = pt.cast(term * weight, dtype)
-        static = term.type.shape
-        zeros = np.zeros(tuple(n or 0 for n in static), dtype)
-        pairs.append((pytensor.shared(zeros, name=f"{label} reduced {k}", shape=static), term))
+        pairs.append((_holder(term, f"{label} reduced {k}"), term))
     return pairs
 
 
