@@ -92,6 +92,20 @@ def test_a_disagreement_on_one_rank_is_named(trained):
     synk.verify()
 
 
+def test_a_scalar_disagreement_is_named(trained):
+    _, _, n = trained
+    fx = pytensor.config.floatX
+    scalar = pytensor.shared(np.asarray(1.5, fx), name="scalar")
+    synk.function([], scalar * 2)
+    synk.verify()
+    _plant(scalar, n - 1, 2.0)
+    with pytest.raises(synk.RanksDisagree) as caught:
+        synk.verify()
+    (found,) = caught.value.disagreements
+    assert found.largest == pytest.approx(0.5)
+    _restore(scalar, np.asarray(1.5, fx), n)
+
+
 def test_optimizer_state_and_shapes(trained):
     """The velocity differs on rank 1 by a bit only; w has another shape on rank 0's peer."""
     w, velocity, n = trained

@@ -42,7 +42,7 @@ import numpy as np
 from synkhronos.api import routines
 from synkhronos.api.collectives import broadcast, registered
 from synkhronos.rank import checkpoint_part
-from synkhronos.rank.checkpoint_part import is_generator
+from synkhronos.rank.checkpoint_part import is_generator, kept_per_rank
 from synkhronos.rank.routine_part import from_text, text
 from synkhronos.rank.versions import installed_versions
 from synkhronos.session import launch
@@ -145,7 +145,7 @@ def save(
             kinds.append("per_rank")
         elif (digests[:, index] == digests[0, index]).all():
             kinds.append("same")
-        elif getattr(var, "default_update", None) is not None:
+        elif kept_per_rank(var):
             kinds.append("per_rank")
         else:
             kinds.append("same")

@@ -127,12 +127,16 @@ class Round:
         on the rank.
     kept_placeholders : list of Variable
         Where later rounds' graphs read them.
+    generators : list of (SharedVariable, Variable)
+        The random generators this round draws from for the whole batch (as
+        :attr:`PhaseSplit.generators`), and their states after the draw.
     """
 
     statistics: list
     statistic_placeholders: list
     kept: list
     kept_placeholders: list
+    generators: list = field(default_factory=list)
 
 
 @dataclass
@@ -175,7 +179,10 @@ class PhaseSplit:
         Why the result is not one device's, if it is not.
     rounds : list of Round
         The row phase's rounds before the one that computes the frontier (none when
-        the rows read back no sum of theirs).
+        the rows read back no sum of theirs); the first round's draws are in
+        ``generators``.
+    last_generators : list of (SharedVariable, Variable)
+        The generators the last of several rounds draws from, and their states after.
     """
 
     frontier: list
@@ -190,6 +197,7 @@ class PhaseSplit:
     generators: list = field(default_factory=list)
     inexact: list = field(default_factory=list)
     rounds: list = field(default_factory=list)
+    last_generators: list = field(default_factory=list)
 
 
 class _Graph:
@@ -597,13 +605,15 @@ def split_phases(
     def original(c):
         return graph.original.get(c, c)
 
-    # Each round reads the statistics and kept values of the rounds before it.
+    # Each round reads the statistics and kept values of the rounds before it; a later
+    # round draws with the rows' positions the first kept.
     earlier: dict = {}  # original variable -> its placeholder, of the rounds so far
-    split_rounds, generators = [], {}
+    split_rounds: list[Round] = []
+    drawing = positions
     for k, (sums_c, kept_c) in enumerate(
         zip(rounds.statistics, rounds.kept, strict=True) if rounds is not None else []
     ):
-        build = _Substitution(graph, rows, earlier, positions if k == 0 else None, exact=exact)
+        build = _Substitution(graph, rows, earlier, drawing, exact=exact)
         sums_k = [original(c) for c in sums_c]
         kept_k = [original(c) for c in kept_c]
         split_rounds.append(
@@ -612,25 +622,35 @@ def split_phases(
                 [v.type() for v in sums_k],
                 build.rebuild_all(kept_k),
                 [v.type() for v in kept_k],
+                list(build.generators.items()),
             )
         )
-        generators.update(build.generators)
         earlier = {
             **earlier,
             **dict(zip(sums_k, split_rounds[-1].statistic_placeholders, strict=True)),
             **dict(zip(kept_k, split_rounds[-1].kept_placeholders, strict=True)),
         }
+        if k == 0 and positions is not None:
+            drawing = positions.type()
+            split_rounds[0].kept.append(positions)
+            split_rounds[0].kept_placeholders.append(drawing)
     originals = [original(v) for v in frontier_c]
-    first = not split_rounds
-    to_frontier = _Substitution(
-        graph, rows, earlier, positions=positions if first else None, exact=exact
-    )
+    to_frontier = _Substitution(graph, rows, earlier, positions=drawing, exact=exact)
     frontier = to_frontier.rebuild_all(originals)
     # The outputs left to the row phase keep their rank's counts, but draw as the
     # frontier does; the first round computes them (they read no statistic).
     to_outputs = _Substitution(graph, rows, positions=positions, counts=False)
     row_outputs = to_outputs.rebuild_all(kept_outputs)
-    generators = {**to_outputs.generators, **generators, **to_frontier.generators}
+    # The first round's draws: the outputs', then its own (the frontier's where there
+    # are no rounds); each later round's stay with it, the last's in last_generators.
+    generators = dict(to_outputs.generators)
+    last_generators = list(to_frontier.generators.items())
+    if split_rounds:
+        generators.update(split_rounds[0].generators)
+        split_rounds[0].generators = []
+    else:
+        generators.update(last_generators)
+        last_generators = []
     placeholders = [v.type() for v in originals]
     reduced = _Substitution(graph, rows, dict(zip(originals, placeholders, strict=True)))
     return PhaseSplit(
@@ -646,26 +666,20 @@ def split_phases(
         list(generators.items()),
         inexact,
         split_rounds,
+        last_generators,
     )
 
 
 def _rounds(graph: _Graph, row_nodes: list, frontier: list, kept_outputs: list):
     """The rounds that make the rows' statistics exact (:class:`_Rounds`), or None where
     the row phase needs no more than one (no statistic), or cannot be cut (an output
-    left to the ranks reads a statistic; a random draw waits for one; a draw that is no
-    tensor would be kept)."""
+    left to the ranks reads a statistic; a draw that is no tensor would be kept)."""
     sums, not_sums = _statistics(graph, row_nodes)
     if not sums:
         return None
     depth, drawn = _depths(graph, sums)
     clone_of = {o: c for c, o in graph.original.items()}
     if any(depth.get(clone_of.get(o, o), 0) for o in kept_outputs):
-        return None
-    # A draw in a later round (its size read from a normalized layer: dropout after
-    # batch normalization) would need each row's position there: not made.
-    if any(
-        isinstance(node.op, RandomVariable) and depth.get(node.outputs[1], 0) for node in row_nodes
-    ):
         return None
     try:
         plan = _plan_rounds(graph, sums, depth, drawn, frontier)

@@ -68,28 +68,26 @@ def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
         return None
     updates = list(parts.updates)
     updates += running_updates([*parts.outputs, *(u for _, u in updates)], [v for v, _ in updates])
-    try:
-        movable = [not explicit for explicit in parts.explicit]
-        split = split_phases(
+    movable = [not explicit for explicit in parts.explicit]
+
+    def split_them(exact_statistics: bool) -> PhaseSplit | None:
+        return split_phases(
             sources,
             parts.outputs,
             movable,
             updates,
-            by_position=bool(parts.inputs),
+            bool(parts.inputs),
+            exact_statistics,
             deciding=len(parts.updates),
         )
-        if split is not None and split.rounds:
-            earlier = [
-                *(p for r in split.rounds for p in r.statistic_placeholders + r.kept_placeholders),
-                split.rows,
-                *parts.bcast_inputs,
-            ]
-            later = [v for r in split.rounds[1:] for v in r.statistics + r.kept] + split.frontier
-            if _free(later, earlier):  # not expected: then each rank's statistics
-                split = split_phases(
-                    sources, parts.outputs, movable, updates, bool(parts.inputs), False,
-                    len(parts.updates),
-                )  # fmt: skip
+
+    try:
+        try:
+            split = split_them(True)
+            if split is not None and split.rounds and _rounds_read_free(split, parts):
+                raise ValueError("a round would read what no earlier round kept")
+        except ValueError:  # not expected: then each rank's statistics (warned)
+            split = split_them(False)
         if split is not None:
             free = _free(split.targets, [*split.placeholders, split.rows, *parts.bcast_inputs])
             if free:
@@ -104,6 +102,18 @@ def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
         )
         return None
     return None if split is None else (split, updates)
+
+
+def _rounds_read_free(split: PhaseSplit, parts: FunctionParts) -> bool:
+    """Whether a round after the first reads a variable that no earlier round provides."""
+    earlier = [
+        *(p for r in split.rounds for p in r.statistic_placeholders + r.kept_placeholders),
+        split.rows,
+        *parts.bcast_inputs,
+    ]
+    later = [v for r in split.rounds[1:] for v in r.statistics + r.kept] + split.frontier
+    drawn = [*(g for r in split.rounds[1:] for g in r.generators), *split.last_generators]
+    return bool(_free(later + [state for _, state in drawn], earlier))
 
 
 def _free(values: list, known: list) -> list:
@@ -164,7 +174,8 @@ class TrainingFunction(Function):
         )
         inexact = list(split.inexact)
         if split.positions is not None:
-            for generator, _ in split.generators:
+            drawn = [*split.generators, *(g for r in split.rounds for g in r.generators)]
+            for generator, _ in drawn + split.last_generators:
                 if session.state.registry.index(generator) is not None:
                     inexact.append(
                         f"the random generator {generator} was shipped with an earlier "
@@ -185,6 +196,7 @@ class TrainingFunction(Function):
         kept = {v: _kept(v) for v in [*parts.bcast_inputs, split.rows]}
         if split.rounds:
             kept[split.local_rows] = _kept(split.local_rows)
+            kept[split.local_rows].tag.per_rank = True  # each rank's own count
         rounds = _round_variables(split, label)
         later = dict(kept)
         for statistics, kept_rows in rounds:
@@ -207,12 +219,17 @@ class TrainingFunction(Function):
         # Per round of the rows: the statistics it computes (summed over the ranks after
         # it) and what it keeps of its rows for later rounds; the last round computes
         # the frontier (summed before the reduced phase).
+        # A round that draws moves its generators past the draw.
         round_updates = [
             [(v, value, "sum") for v, value in statistics.values()]
             + [(v, value, "max") for v, value in kept_rows.values()]
-            for statistics, kept_rows in rounds
+            + [(generator, state, "avg") for generator, state in stage.generators]
+            for (statistics, kept_rows), stage in zip(rounds, split.rounds, strict=True)
         ]
-        round_updates.append([(var, value, "sum") for var, value in reduced])
+        round_updates.append(
+            [(var, value, "sum") for var, value in reduced]
+            + [(generator, state, "avg") for generator, state in split.last_generators]
+        )
         row_updates = _unchanged(running, round_updates[0]) + round_updates[0]
         row_updates += [(generator, state, "avg") for generator, state in split.generators]
         row_updates += [(shared, var, "max") for var, shared in kept.items()]
@@ -398,6 +415,8 @@ def _round_variables(split: PhaseSplit, label: str) -> list[tuple[dict, dict]]:
                     for j, (p, value) in enumerate(zip(placeholders, values, strict=True))
                 }
             )
+        for holder, _ in pairs[1].values():
+            holder.tag.per_rank = True  # each rank's rows: synk.verify and save know
         made.append((pairs[0], pairs[1]))
     return made
 

@@ -20,6 +20,7 @@ from synkhronos.api import routines
 from synkhronos.api.checkpoints import per_rank_results
 from synkhronos.api.collectives import registered
 from synkhronos.rank import checkpoint_part
+from synkhronos.rank.checkpoint_part import kept_per_rank
 from synkhronos.session import launch
 from synkhronos.transport.nodes import current as current_nodes
 
@@ -82,7 +83,7 @@ def _largest(reference: np.ndarray, other: np.ndarray) -> float | None:
     if reference.size == 0:
         return 0.0
     wide = np.complex128 if reference.dtype.kind == "c" else np.float64
-    a, b = reference.astype(wide), other.astype(wide)
+    a, b = np.atleast_1d(reference.astype(wide)), np.atleast_1d(other.astype(wide))
     gaps = np.abs(a - b)
     # Equal bits are no difference, NaN against NaN included; NaN against a number is NaN.
     gaps[(a == b) | (np.isnan(a) & np.isnan(b))] = 0.0
@@ -106,7 +107,8 @@ def verify(per_rank: Iterable = ()) -> None:
     difference). Not compared: sliceable shared variables (each rank holds its own rows),
     random generators (each rank draws its own numbers), shared variables with a
     ``default_update`` (each rank updates them from its own rows, as batch-norm averages),
-    and those in ``per_rank``; the same ones :func:`synkhronos.save` writes per rank.
+    what a training function keeps of each rank's rows between its rounds, and those in
+    ``per_rank``; the same ones :func:`synkhronos.save` writes per rank.
 
     Parameters
     ----------
@@ -127,9 +129,7 @@ def verify(per_rank: Iterable = ()) -> None:
     session.distribute()  # every function built so far: its variables get their index
     variables = session.state.registry.variables
     skipped = {i for i, var in enumerate(variables) if id(var) in session.sliceable_ids}
-    skipped |= {
-        i for i, var in enumerate(variables) if getattr(var, "default_update", None) is not None
-    }
+    skipped |= {i for i, var in enumerate(variables) if kept_per_rank(var)}
     if per_rank:
         skipped |= set(registered(session, list(per_rank))[1].tolist())
     world = current_nodes()

@@ -40,6 +40,15 @@ def is_generator(var) -> bool:
     return isinstance(var.get_value(borrow=True), np.random.Generator)
 
 
+def kept_per_rank(var) -> bool:
+    """Whether each rank keeps its own value of the shared variable ``var`` by design: it
+    has a ``default_update`` (each rank moves it from its own rows, as batch-norm
+    averages), or is tagged ``per_rank`` (a training function's rows kept between rounds)."""
+    return getattr(var, "default_update", None) is not None or bool(
+        getattr(var.tag, "per_rank", False)
+    )
+
+
 def digest(value) -> int:
     """A 64-bit digest of an array's dtype, shape and contents (equal arrays, equal
     digests; NaNs compare by their bits).
