@@ -386,7 +386,9 @@ def test_training_step_in_jax_mode_matches_cpu(rng):
     np.testing.assert_allclose(jax_losses, cpu_losses, rtol=1e-6)
     assert jax_losses[2] < jax_losses[0]
     for a, b in zip(jax_values, cpu_values, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+        # float32: XLA's and the C code's sums in another order (values near 0 differ
+        # by a few 1e-9, measured under load)
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.filterwarnings("ignore:The RandomType SharedVariables")

@@ -127,6 +127,29 @@ def test_ctrl_c_during_a_long_call():
     assert _close_and_check(session) < 5.0  # not the 5 s grace
 
 
+def sleep_on_rank_0(state, seconds):
+    """(A routine) rank 0 sleeps ``seconds``; the other ranks return at once."""
+    if state.rank == 0:
+        time.sleep(float(seconds[0]))
+    return []
+
+
+def test_ctrl_c_in_rank_0s_own_part_does_not_wait_for_a_stopped_rank():
+    """Ctrl-C while rank 0 computes its part (a first call's compile, say) and a worker
+    cannot answer: the call ends at once, the session broken, instead of waiting."""
+    from synkhronos.api import routines
+
+    session, _ = _forked(timeout=None)
+    os.kill(session.processes[0].pid, signal.SIGSTOP)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        routines.run(sleep_on_rank_0, np.array([60.0]))
+    assert time.monotonic() - start < HANG_GUARD_S
+    assert session.broken
+    assert _close_and_check(session) < 5.0
+
+
 def test_exception_on_one_rank_only(rng):
     synk.fork(2, backend="cpu")
     session = launch.current()

@@ -485,6 +485,12 @@ class Session:
             except BaseException as e:  # noqa: BLE001 - re-raised below, after the workers
                 error = _interrupt_behind(e)
                 self.control.set_abort(True)
+                if isinstance(error, KeyboardInterrupt):
+                    # Ctrl-C in rank 0's own part: the session is broken anyway, and a
+                    # worker that cannot answer (stopped, hung) must not keep the user
+                    # waiting; close() ends the workers.
+                    self.broken = True
+                    raise error from e if error is not e else None
             try:
                 with trace.span("wait for ranks", "wait"):
                     failures = self.channel.wait_done()
