@@ -561,7 +561,11 @@ def split_phases(
             frontier_c.append(t_c)
     kept_outputs = [o for k, o in enumerate(outputs) if k not in moved]
     inexact: list[str] = []
-    rounds = _rounds(graph, row_nodes, frontier_c, kept_outputs) if exact_statistics else None
+    rounds = (
+        _rounds(graph, row_nodes, frontier_c, [clone_of.get(o, o) for o in kept_outputs])
+        if exact_statistics
+        else None
+    )
     too_many = ""
     if rounds is not None and rounds.final > MAX_ROUNDS:
         too_many = f" (the whole batch's would take {rounds.final} rounds, over {MAX_ROUNDS})"
@@ -625,11 +629,8 @@ def split_phases(
                 list(build.generators.items()),
             )
         )
-        earlier = {
-            **earlier,
-            **dict(zip(sums_k, split_rounds[-1].statistic_placeholders, strict=True)),
-            **dict(zip(kept_k, split_rounds[-1].kept_placeholders, strict=True)),
-        }
+        earlier.update(zip(sums_k, split_rounds[-1].statistic_placeholders, strict=True))
+        earlier.update(zip(kept_k, split_rounds[-1].kept_placeholders, strict=True))
         if k == 0 and positions is not None:
             drawing = positions.type()
             split_rounds[0].kept.append(positions)
@@ -673,13 +674,13 @@ def split_phases(
 def _rounds(graph: _Graph, row_nodes: list, frontier: list, kept_outputs: list):
     """The rounds that make the rows' statistics exact (:class:`_Rounds`), or None where
     the row phase needs no more than one (no statistic), or cannot be cut (an output
-    left to the ranks reads a statistic; a draw that is no tensor would be kept)."""
+    left to the ranks reads a statistic; a draw that is no tensor would be kept). The
+    variables are the analysed graph's."""
     sums, not_sums = _statistics(graph, row_nodes)
     if not sums:
         return None
     depth, drawn = _depths(graph, sums)
-    clone_of = {o: c for c, o in graph.original.items()}
-    if any(depth.get(clone_of.get(o, o), 0) for o in kept_outputs):
+    if any(depth.get(o, 0) for o in kept_outputs):
         return None
     try:
         plan = _plan_rounds(graph, sums, depth, drawn, frontier)
@@ -912,22 +913,10 @@ class _Substitution:
 def _with_leaves(v: Variable, leaves: dict) -> Variable:
     """``v`` computed from ``leaves``' values in place of theirs: only the nodes between
     them and ``v`` are new (``graph_replace`` would copy their ancestors too)."""
-    memo = dict(leaves)
-    stack = [v]
-    while stack:
-        top = stack[-1]
-        if top in memo or top.owner is None:
-            memo.setdefault(top, top)
-            stack.pop()
-            continue
-        missing = [i for i in top.owner.inputs if i not in memo]
-        if missing:
-            stack.extend(missing)
-            continue
-        stack.pop()
-        node = top.owner.clone_with_new_inputs([memo[i] for i in top.owner.inputs], strict=False)
-        memo.update(zip(top.owner.outputs, node.outputs, strict=True))
-    return memo[v]
+    equiv: dict[Any, Any] = clone_get_equiv(
+        list(leaves), [v], copy_inputs=False, copy_orphans=False, memo=dict(leaves)
+    )
+    return equiv[v]
 
 
 def _shape_leaves(v: Variable) -> list:

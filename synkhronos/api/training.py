@@ -382,9 +382,8 @@ def _as_list(result, positions: list) -> list:
 
 
 def _kept(var):
-    """A shared variable that keeps a broadcast input's value for the reduced phase."""
-    zero = np.zeros((1,) * var.type.ndim, dtype=var.type.dtype)
-    return pytensor.shared(zero, name=f"kept {var}")
+    """A shared variable that keeps a broadcast input's value for the later steps."""
+    return _holder(var, f"kept {var}")
 
 
 def _unchanged(running: list, updates: list) -> list[tuple]:

@@ -512,8 +512,6 @@ class Session:
                     raise error from remote
                 raise remote
             if error is not None:
-                if isinstance(error, KeyboardInterrupt):
-                    self.broken = True
                 raise error
             if self.verify_every and code & (FORGET_DATA - 1) in (Command.CALL, Command.CHAIN):
                 self.calls += 1
