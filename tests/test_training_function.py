@@ -7,6 +7,7 @@ same script run by ``pytensor.function`` in one process: parameters and optimize
 equal (float tolerance) and bit-identical on every rank.
 """
 
+import logging
 import warnings
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from pytensor.tensor.random.type import RandomType
 
 import synkhronos as synk
-from synkhronos.api import phase_split
+from synkhronos.api import phase_split, stored_splits
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
@@ -208,6 +209,17 @@ def test_dropout_after_batch_normalization(ranks):
     """A dropout mask whose size waits for a statistic is drawn in a later round, for the
     whole batch, from the rows' positions that the first round kept."""
     train_fn = assert_one_device_answer("mlp_bn", "adam", "mean")
+    assert train_fn.round_functions
+
+
+def test_a_stored_split_gives_the_one_device_answer(ranks, caplog):
+    """The same script built again (a later run) loads the split the first build stored
+    (or found), and still computes one device's answer."""
+    with caplog.at_level(logging.INFO, logger=stored_splits.__name__):
+        assert_one_device_answer("mlp_bn", "adam", "mean")
+        caplog.clear()
+        train_fn = assert_one_device_answer("mlp_bn", "adam", "mean")
+    assert any("phase split loaded" in r.getMessage() for r in caplog.records)
     assert train_fn.round_functions
 
 

@@ -24,7 +24,7 @@ from synkhronos.api.collectives import check_tensor, checked_value, sliceable_le
 from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.graphs import GraphSpec, check_shippable
 from synkhronos.rank.outputs import collect_outputs
-from synkhronos.rank.rewritten_graphs import graph_key
+from synkhronos.rank.rewritten_graphs import graph_key, mark_checked, was_checked
 from synkhronos.rank.state import run_plan
 from synkhronos.session import launch
 from synkhronos.transport import trace
@@ -266,10 +266,16 @@ class Function:
         # Everything below may fail, and must leave the session as it was: nothing in it
         # changes before rank 0's copy is checked.
         self._check_wire(inputs, bcast_inputs, variables, ops)
-        check_shippable(self._spec, session.state.registry, self._what)
         self._spec.key = graph_key(self._spec.variables(), self._spec.describe())
+        # A graph that passed both checks before (an earlier run of the script) is not
+        # checked again: for ResNet-50's step they took a third of synk.function.
+        checked = was_checked(self._spec.key)
+        if not checked:
+            check_shippable(self._spec, session.state.registry, self._what)
         # Check rank 0's copy now: a graph error raises here, before anything is shipped.
-        compiled = session.state.add_function(self._spec, check=True)
+        compiled = session.state.add_function(self._spec, check=not checked)
+        if not checked:
+            mark_checked(self._spec.key)
         if is_jax(compiled.mode):
             _warn_if_computed_in_32_bits(self._spec, self._what)
         self._all_outputs = np.arange(len(variables), dtype=np.int64)

@@ -36,7 +36,8 @@ from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import Function, FunctionParts
-from synkhronos.api.phase_split import PhaseSplit, split_phases
+from synkhronos.api.phase_split import PhaseSplit
+from synkhronos.api.stored_splits import split_phases_stored
 from synkhronos.rank.graphs import GraphSpec
 from synkhronos.session import launch
 from synkhronos.transport.nodes import abort_on_error
@@ -71,15 +72,19 @@ def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
     movable = [not explicit for explicit in parts.explicit]
 
     def split_them(exact_statistics: bool) -> PhaseSplit | None:
-        return split_phases(
-            sources,
-            parts.outputs,
-            movable,
-            updates,
-            bool(parts.inputs),
-            exact_statistics,
-            deciding=len(parts.updates),
-        )
+        # No creation stack for the nodes that the analysis makes (shapes, clones'
+        # replacements), as PyTensor's own rewriting keeps none: walking the stack of
+        # each took a third of the analysis of ResNet-50's step.
+        with pytensor.config.change_flags(traceback__limit=0):
+            return split_phases_stored(
+                sources,
+                parts.outputs,
+                movable,
+                updates,
+                bool(parts.inputs),
+                exact_statistics,
+                deciding=len(parts.updates),
+            )
 
     try:
         try:

@@ -136,6 +136,7 @@ class RankFunction:
         if self.slices_by_index:
             from synkhronos.rank.backends import jax_compat  # noqa: F401 - registers fixes to PyTensor's JAX backend
         self._compiled: dict[tuple[str, bool], Any] = {}  # (variant, updates as outputs)
+        self._shared: list | None = None  # found by check()
 
     def check(self) -> None:
         """Build the graph of a plain call without rewriting or compiling it (rank 0, when
@@ -250,8 +251,11 @@ class RankFunction:
             yield
 
     def get_shared(self) -> list:
-        """The shared variables the function uses (rank 0: found by :meth:`check`)."""
-        return self._shared
+        """The shared variables the function uses (rank 0: found by :meth:`check`, which
+        runs now if it was skipped when the function was built)."""
+        if self._shared is None:
+            self.check()
+        return self._shared or []
 
     def sliceable_lengths(self) -> list[int]:
         """Rows of each sliceable shared variable on this rank."""

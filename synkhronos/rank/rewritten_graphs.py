@@ -42,8 +42,10 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import io_toposort
+from pytensor.misc.frozendict import frozendict
 
-from synkhronos.rank.graphs import with_default_updates
+from synkhronos.rank.graphs import is_subclass, with_default_updates
+from synkhronos.rank.inplace_rewrite import with_fast_inplace
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +104,7 @@ class _KeyPickler(pickle.Pickler):
         self.shared: dict[int, int] = {}
 
     def persistent_id(self, obj):
-        if isinstance(obj, SharedVariable):
+        if is_subclass(type(obj), SharedVariable):
             number = self.shared.setdefault(id(obj), len(self.shared))
             return f"shared {number} {obj.type}"
         return None
@@ -112,9 +114,13 @@ class _KeyPickler(pickle.Pickler):
         # their hashes, another in every process: the key takes its inputs and outputs.
         # (pickle calls no override for a plain set: an op that keeps one in its state
         # gets another key in another run, and is rewritten again, never mistaken.)
-        if isinstance(obj, FunctionGraph):
+        if is_subclass(type(obj), FunctionGraph):
             return (FunctionGraph, (obj.inputs, obj.outputs))
-        if not isinstance(obj, Variable):
+        # A frozendict (in an op's properties) keeps its hash once asked, a hash of
+        # strings, another in every process: the key takes its items alone.
+        if is_subclass(type(obj), frozendict):
+            return (type(obj), (dict(obj),))
+        if not is_subclass(type(obj), Variable):
             return NotImplemented
         reduced = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         if len(reduced) < 3 or not isinstance(reduced[2], dict):
@@ -144,37 +150,85 @@ def graph_key(variables: list, whole: object) -> str | None:
     return hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
-class _GraphPickler(pickle.Pickler):
-    """Pickles a rewritten graph with its function's inputs by position."""
+def stored_path(key: str, material: list, suffix: str) -> Path:
+    """Where what is made of the graph of ``key`` (and of ``material``, a list of what
+    else it depends on) is kept, for this PyTensor configuration and this code."""
+    digest = hashlib.sha256(repr([key, *material, _configuration(), _code_version()]).encode())
+    return folder() / f"{digest.hexdigest()}{suffix}"
 
-    def __init__(self, file, inputs: list):
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` in one step: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+    os.replace(tmp, path)
+
+
+def _checked_path(key: str) -> Path:
+    return stored_path(key, [], ".checked")
+
+
+def was_checked(key: str | None) -> bool:
+    """(Rank 0) Whether the graph of ``key`` passed rank 0's checks at
+    :func:`synkhronos.function` before (it ships, and it builds), with this PyTensor
+    configuration and this code (see :func:`mark_checked`)."""
+    return key is not None and _checked_path(key).exists()
+
+
+def mark_checked(key: str | None) -> None:
+    """(Rank 0) Note that the graph of ``key`` passed rank 0's checks (an empty file
+    beside the stored graphs; a note that cannot be written is left out)."""
+    if key is None:
+        return
+    path = _checked_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as error:
+        logger.debug("synkhronos: check of %s not noted (%s)", key, error)
+
+
+class _PositionPickler(pickle.Pickler):
+    """Pickles with the given variables by their position in a list."""
+
+    def __init__(self, file, variables: list):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.positions = {id(var): i for i, var in enumerate(inputs)}
+        self.positions = {id(var): i for i, var in enumerate(variables)}
 
     def persistent_id(self, obj):
         return self.positions.get(id(obj))
 
 
-class _GraphUnpickler(pickle.Unpickler):
-    def __init__(self, file, inputs: list):
+class _PositionUnpickler(pickle.Unpickler):
+    def __init__(self, file, variables: list):
         super().__init__(file)
-        self.inputs = inputs
+        self.variables = variables
 
     def persistent_load(self, pid):
-        return self.inputs[pid]
+        return self.variables[pid]
+
+
+def dumps_by_position(obj, variables: list) -> bytes:
+    """``obj`` pickled with each of ``variables`` by its position: graphs built on
+    another run's variables (a function's inputs, a graph's roots), to be loaded onto this
+    run's by :func:`loads_by_position`. Graphs in ``obj`` should come as their nodes
+    first, inputs before users, so that pickle's recursion stays shallow."""
+    buffer = io.BytesIO()
+    _PositionPickler(buffer, variables).dump(obj)
+    return buffer.getvalue()
+
+
+def loads_by_position(data: bytes, variables: list):
+    """What :func:`dumps_by_position` pickled, onto ``variables``."""
+    return _PositionUnpickler(io.BytesIO(data), variables).load()
 
 
 def _store(path: Path, fgraph: FunctionGraph) -> None:
-    """Write ``fgraph``'s outputs and update mapping to ``path`` in one step (a reader
-    never sees half a file)."""
-    buffer = io.BytesIO()
+    """Write ``fgraph``'s outputs and update mapping to ``path``, its inputs by position."""
     contents = (io_toposort(fgraph.inputs, fgraph.outputs), fgraph.outputs, fgraph.update_mapping)
-    _GraphPickler(buffer, fgraph.inputs).dump(contents)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as file:
-        file.write(buffer.getvalue())
-    os.replace(tmp, path)
+    write_whole(path, dumps_by_position(contents, fgraph.inputs))
 
 
 def _load(path: Path, ins: list, outs: list) -> tuple[FunctionGraph, list] | None:
@@ -187,7 +241,7 @@ def _load(path: Path, ins: list, outs: list) -> tuple[FunctionGraph, list] | Non
         return None
     variables = [spec.variable for spec in ins]
     try:
-        _, outputs, update_mapping = _GraphUnpickler(io.BytesIO(data), variables).load()
+        _, outputs, update_mapping = loads_by_position(data, variables)
     except Exception as error:  # noqa: BLE001 - a damaged file is rewritten again
         logger.warning("synkhronos: stored graph %s unreadable (%s); rewriting", path, error)
         return None
@@ -225,10 +279,8 @@ def compile_function(
     )
     outs = [FunctionMaker.wrap_out(o) for o in cloned]
     described = [(str(s.variable.type), s.mutable, s.borrow, s.update is not None) for s in ins]
-    material = [key, str(mode), _configuration(), described, [o.borrow for o in outs]]
-    digest = hashlib.sha256(repr([*material, _code_version()]).encode()).hexdigest()
-    path = folder() / f"{digest}.pkl"
-    mode_instance = get_mode(mode)
+    path = stored_path(key, [str(mode), described, [o.borrow for o in outs]], ".pkl")
+    mode_instance = with_fast_inplace(get_mode(mode))
     options = {"on_unused_input": kwargs.get("on_unused_input"), "name": name}
     stored, how = _load(path, ins, outs), "loaded from"
     if stored is None:
