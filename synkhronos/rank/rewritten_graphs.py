@@ -182,10 +182,8 @@ def mark_checked(key: str | None) -> None:
     beside the stored graphs; a note that cannot be written is left out)."""
     if key is None:
         return
-    path = _checked_path(key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        write_whole(_checked_path(key), b"")
     except OSError as error:
         logger.debug("synkhronos: check of %s not noted (%s)", key, error)
 
