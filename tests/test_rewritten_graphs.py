@@ -98,6 +98,54 @@ def test_a_damaged_file_is_rewritten_again(rng, graph_folder, caplog):
     np.testing.assert_array_equal(got[1][0], want[1][0])
 
 
+def test_the_graph_stored_first_is_the_one_every_rank_links(rng, graph_folder, monkeypatch, caplog):
+    x, outputs, updates, shared = _model(rng)
+    key = rewritten_graphs.graph_key([x, *outputs], "race")
+    rewritten_graphs.compile_function([x], outputs, "CVM", "f", key, updates=updates)
+    (path,) = graph_folder.iterdir()
+    first = path.read_bytes()
+    # A rank that looked twice (before and in the lock) before the first rank stored its
+    # graph: it rewrites too, and must then link the first rank's graph, not store its own.
+    load, looks = rewritten_graphs._load, []
+
+    def late(*args):
+        looks.append(args)
+        return None if len(looks) <= 2 else load(*args)
+
+    monkeypatch.setattr(rewritten_graphs, "_load", late)
+    monkeypatch.setattr(rewritten_graphs, "_store", _store_other(rewritten_graphs._store))
+    caplog.set_level("INFO", logger=rewritten_graphs.__name__)
+    fn = rewritten_graphs.compile_function([x], outputs, "CVM", "f", key, updates=updates)
+    assert "another rank's loaded from" in caplog.text
+    assert path.read_bytes() == first and len(looks) == 3
+    start = [v.get_value() for v in shared[:2]] + [np.random.default_rng(3)]
+    data = rng.standard_normal((4, 3))
+    reference = pytensor.function([x], outputs, updates=updates, mode="CVM")
+    got, want = _run(fn, shared, start, data), _run(reference, shared, start, data)
+    np.testing.assert_array_equal(got[1][0], want[1][0])
+
+
+def _store_other(store):
+    """``store``, given a graph whose bytes differ from the stored one's (a rank's own
+    rewrite need not pickle alike)."""
+
+    def other(path, fgraph):
+        fgraph.outputs[0].name = "rewritten by another rank"
+        return store(path, fgraph)
+
+    return other
+
+
+def test_write_whole_keeps_a_file_unless_told_to_replace_it(tmp_path):
+    path = tmp_path / "sub" / "file"
+    assert rewritten_graphs.write_whole(path, b"first", replace=False)
+    assert not rewritten_graphs.write_whole(path, b"second", replace=False)
+    assert path.read_bytes() == b"first"
+    assert rewritten_graphs.write_whole(path, b"third")
+    assert path.read_bytes() == b"third"
+    assert [p.name for p in path.parent.iterdir()] == ["file"]  # no temporary file left
+
+
 def test_keys_tell_shared_variables_apart():
     a, b = pytensor.shared(np.ones(2), name="v"), pytensor.shared(np.ones(2), name="v")
     assert rewritten_graphs.graph_key([a + b], ()) != rewritten_graphs.graph_key([a + a], ())

@@ -216,8 +216,9 @@ class RankFunction:
                 lock = self.first_calls.one_at_a_time
                 with pytensor.config.change_flags(numba__fastmath=False), compiling(what):
                     fn = compile_function(
-                        inputs, outputs, self.mode, spec.name, key, lock, **kwargs
-                    )
+                        inputs, outputs, self.mode, spec.name, key, lock,
+                        self.first_calls.share, **kwargs,
+                    )  # fmt: skip
             except NotImplementedError as error:
                 if is_jax(self.mode) and spec.mode is None:  # the backend's mode
                     error.add_note(
@@ -247,7 +248,10 @@ class RankFunction:
     def _first_call_compiling(self, variant: str) -> Iterator[None]:
         lock = self.first_calls.one_at_a_time()
         span = trace.around(lock, "first call", "compile", {"function": self.spec.name})
-        with span, compiling(f"first call of {self._label(variant)}: machine code"):
+        # Without fast-math flags, as at the compile: an OpFromGraph node compiles its
+        # inner function in Numba at its first call (see the module docstring).
+        flags = pytensor.config.change_flags(numba__fastmath=False)
+        with span, flags, compiling(f"first call of {self._label(variant)}: machine code"):
             yield
 
     def get_shared(self) -> list:

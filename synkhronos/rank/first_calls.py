@@ -33,10 +33,14 @@ class FirstCalls:
     wait : bool
         Wait for the lock (workers), or go on without it when another rank holds it
         (rank 0).
+    share : (int, int)
+        This rank's index and the number of ranks that compile each function together:
+        each compiles its share of a graph's C modules
+        (:mod:`synkhronos.rank.c_modules`).
     """
 
-    def __init__(self, fd: int | None, wait: bool):
-        self.fd, self.wait = fd, wait
+    def __init__(self, fd: int | None, wait: bool, share: tuple[int, int] = (0, 1)):
+        self.fd, self.wait, self.share = fd, wait, share
 
     @contextlib.contextmanager
     def one_at_a_time(self) -> Iterator[None]:

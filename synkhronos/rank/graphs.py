@@ -155,19 +155,24 @@ def is_subclass(cls: type, base: type) -> bool:
     return issubclass(cls, base)
 
 
+def _registered(index: int) -> SharedVariable:
+    """Stands, in a shipment, for the shared variable of registry ``index``: each rank's
+    unpickler (:class:`_Unpickler`) gives its own."""
+    raise pickle.UnpicklingError(f"shared variable {index} unpickled without its registry")
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, file, registry: SharedRegistry):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.registry = registry
 
-    def persistent_id(self, obj):
+    def reducer_override(self, obj):
+        # A shipped shared variable goes by its registry index. (Not by persistent_id:
+        # pickle asks that of every object, ints and strings too, and at every reference.)
         if is_subclass(type(obj), SharedVariable):
             index = self.registry.index(obj)
             if index is not None:
-                return index
-        return None
-
-    def reducer_override(self, obj):
+                return (_registered, (index,))
         if isinstance(obj, _BY_NAME):
             reason = _unreachable(obj)
             if reason is not None:
@@ -187,8 +192,10 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self.registry = registry
 
-    def persistent_load(self, pid):
-        return self.registry[pid]
+    def find_class(self, module, name):
+        if (module, name) == (__name__, _registered.__name__):
+            return self.registry.__getitem__
+        return super().find_class(module, name)
 
 
 def _contents(specs: list[GraphSpec], registry: SharedRegistry) -> tuple:

@@ -42,9 +42,12 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import io_toposort
+from pytensor.link.vm import VMLinker
 from pytensor.misc.frozendict import frozendict
 
+from synkhronos.rank.c_modules import compile_share
 from synkhronos.rank.graphs import is_subclass, with_default_updates
+from synkhronos.rank.inner_functions import compile_inner_functions
 from synkhronos.rank.inplace_rewrite import with_fast_inplace
 
 logger = logging.getLogger(__name__)
@@ -93,6 +96,10 @@ def _configuration() -> str:
     return repr([(n, str(getattr(config, n, None))) for n in names] + [config.get_config_hash()])
 
 
+def _shared_in_key(number: int, type_name: str) -> None:
+    """What a shared variable is in a key: its order of appearance and its type."""
+
+
 class _KeyPickler(pickle.Pickler):
     """Pickles a graph with each shared variable replaced by its order of appearance and
     type (its value does not change how the graph is rewritten), and each variable without
@@ -103,13 +110,12 @@ class _KeyPickler(pickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.shared: dict[int, int] = {}
 
-    def persistent_id(self, obj):
+    def reducer_override(self, obj):
+        # (Not persistent_id: pickle asks that of every object, ints and strings too, and
+        # not only once per object.) A key is never unpickled: any callable names it.
         if is_subclass(type(obj), SharedVariable):
             number = self.shared.setdefault(id(obj), len(self.shared))
-            return f"shared {number} {obj.type}"
-        return None
-
-    def reducer_override(self, obj):
+            return (_shared_in_key, (number, str(obj.type)))
         # An inner graph (a scan's) holds sets of its nodes, which pickle in the order of
         # their hashes, another in every process: the key takes its inputs and outputs.
         # (pickle calls no override for a plain set: an op that keeps one in its state
@@ -157,13 +163,23 @@ def stored_path(key: str, material: list, suffix: str) -> Path:
     return folder() / f"{digest.hexdigest()}{suffix}"
 
 
-def write_whole(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` in one step: a reader never sees half a file."""
+def write_whole(path: Path, data: bytes, replace: bool = True) -> bool:
+    """Write ``data`` to ``path`` in one step: a reader never sees half a file. Without
+    ``replace``, a file already there is kept; whether ``data`` was written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "wb") as file:
         file.write(data)
-    os.replace(tmp, path)
+    if replace:
+        os.replace(tmp, path)
+        return True
+    try:
+        os.link(tmp, path)  # fails if the file exists, unlike a rename
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+    return True
 
 
 def _checked_path(key: str) -> Path:
@@ -223,10 +239,15 @@ def loads_by_position(data: bytes, variables: list):
     return _PositionUnpickler(io.BytesIO(data), variables).load()
 
 
-def _store(path: Path, fgraph: FunctionGraph) -> None:
-    """Write ``fgraph``'s outputs and update mapping to ``path``, its inputs by position."""
+def _store(path: Path, fgraph: FunctionGraph) -> bool:
+    """Write ``fgraph``'s outputs and update mapping to ``path``, its inputs by position,
+    unless a graph is stored there already; whether it was written.
+
+    The first graph stored stays: two ranks may rewrite the same graph at once (rank 0
+    does not wait for a worker that holds the lock), and every rank must link the same
+    one."""
     contents = (io_toposort(fgraph.inputs, fgraph.outputs), fgraph.outputs, fgraph.update_mapping)
-    write_whole(path, dumps_by_position(contents, fgraph.inputs))
+    return write_whole(path, dumps_by_position(contents, fgraph.inputs), replace=False)
 
 
 def _load(path: Path, ins: list, outs: list) -> tuple[FunctionGraph, list] | None:
@@ -242,11 +263,13 @@ def _load(path: Path, ins: list, outs: list) -> tuple[FunctionGraph, list] | Non
         _, outputs, update_mapping = loads_by_position(data, variables)
     except Exception as error:  # noqa: BLE001 - a damaged file is rewritten again
         logger.warning("synkhronos: stored graph %s unreadable (%s); rewriting", path, error)
+        path.unlink(missing_ok=True)  # so that the rewritten graph can take its place
         return None
     updated = [i for i, spec in enumerate(ins) if spec.update is not None]
     expected = {len(outs) + k: i for k, i in enumerate(updated)}
     if update_mapping != expected or len(outputs) != len(outs) + len(expected):
         logger.warning("synkhronos: stored graph %s does not fit; rewriting", path)
+        path.unlink(missing_ok=True)
         return None
     return FunctionGraph(variables, outputs[: len(outs)], clone=False), outputs[len(outs) :]
 
@@ -258,6 +281,7 @@ def compile_function(
     name,
     key: str | None,
     lock: Callable[[], AbstractContextManager] = contextlib.nullcontext,
+    share: tuple[int, int] = (0, 1),
     **kwargs,
 ):
     """``pytensor.function(inputs, outputs, mode=mode, name=name, **kwargs)``, with the
@@ -266,7 +290,12 @@ def compile_function(
     with arguments beyond those :data:`_HANDLED`, it is ``pytensor.function``.
 
     ``lock`` is held while a graph is rewritten (and linked), not while a stored one is
-    loaded: ranks that find the graph stored link it at the same time.
+    loaded: ranks that find the graph stored link it at the same time. A rank that did not
+    find it stored (it rewrote the graph, or waited for the rank that did) first compiles
+    its ``share`` (its index, the number of ranks) of the C modules the link needs
+    (:mod:`synkhronos.rank.c_modules`); a worker that did not find it stored compiles
+    the graph's inner functions (:mod:`synkhronos.rank.inner_functions`) before it waits
+    for the rank that rewrites it.
     """
     plain = not isinstance(outputs, list) or set(kwargs) - _HANDLED
     if key is None or plain or not (mode is None or isinstance(mode, str)):
@@ -281,7 +310,11 @@ def compile_function(
     mode_instance = with_fast_inplace(get_mode(mode))
     options = {"on_unused_input": kwargs.get("on_unused_input"), "name": name}
     stored, how = _load(path, ins, outs), "loaded from"
+    found = stored is not None
     if stored is None:
+        if share[0] > 0 and isinstance(mode_instance.linker, VMLinker):
+            # A worker waits for rank 0, which rewrites at once: time to compile ahead.
+            compile_inner_functions([*cloned, *(s.update for s in ins if s.update is not None)])
         with lock():
             stored = _load(path, ins, outs)  # stored by the rank this one waited for?
             if stored is None:
@@ -290,14 +323,15 @@ def compile_function(
                     ins, outs, mode_instance, accept_inplace=accept_inplace, **options
                 )
                 try:
-                    _store(path, maker.fgraph)
+                    written = _store(path, maker.fgraph)
                 except Exception as error:  # noqa: BLE001 - the next run rewrites again
                     logger.warning("synkhronos: rewritten graph not stored (%s)", error)
                     return maker.create()
                 # This rank links the stored graph too, not its own: a graph's order of
                 # nodes and users, which code generators follow, is then the same on
-                # every rank.
-                stored, how = _load(path, ins, outs), "stored in"
+                # every rank, and so is the graph where two ranks rewrote it at once.
+                how = "stored in" if written else "rewritten, then another rank's loaded from"
+                stored = _load(path, ins, outs)
                 if stored is None:
                     return maker.create()
     logger.info("synkhronos: rewritten graph of %s %s %s", name or "a function", how, path)
@@ -317,4 +351,7 @@ def compile_function(
         linked_ins, linked_outs, mode_instance, accept_inplace=True, fgraph=fgraph,
         no_fgraph_prep=True, **options,
     )  # fmt: skip
+    # Found stored, the graph was compiled before, C modules and all: nothing to share.
+    if not found and isinstance(maker.linker, VMLinker) and maker.linker.c_thunks:
+        compile_share(maker.fgraph, *share, folder())
     return maker.create()

@@ -79,7 +79,9 @@ def main(argv: list[str]) -> None:
     backend = get_backend(backend_name)
     comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
     comm.start()
-    state = RankState(rank, n_ranks, comm, backend, FirstCalls(control.segment.fd, wait=True))
+    state = RankState(
+        rank, n_ranks, comm, backend, FirstCalls(control.segment.fd, True, (rank, n_ranks))
+    )
     views = DataViews(prefix)
 
     def distribute(state, arrays, resolve) -> None:
