@@ -12,6 +12,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.maker import FunctionMaker
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import io_toposort
 from pytensor.misc.frozendict import frozendict
 
@@ -183,6 +184,20 @@ def test_keys_do_not_change_when_ops_are_hashed():
             for value in vars(part).values() if part is not None else ():
                 if isinstance(value, frozendict):
                     hash(value)
+    assert rewritten_graphs.graph_key(variables, ()) == before
+
+
+def test_keys_do_not_depend_on_the_function_graphs_built_before():
+    """PyTensor notes in a node's tag each function graph that imported it (and removed
+    it): a key computed after a check or an analysis built some is the key before."""
+    x = pt.matrix("x")
+    w = pytensor.shared(np.ones((3, 3)), name="w")
+    loss = (pt.tanh(x @ w) + 2.0).sum()
+    variables = [x, loss, pytensor.grad(loss, w)]
+    before = rewritten_graphs.graph_key(variables, ())
+    for _ in range(2):
+        FunctionGraph([x, w], variables[1:], clone=False)
+    assert any(getattr(n.tag, "imported_by", None) for n in io_toposort([], variables))
     assert rewritten_graphs.graph_key(variables, ()) == before
 
 

@@ -39,7 +39,7 @@ from pytensor.compile.maker import FunctionMaker
 from pytensor.compile.mode import get_mode
 from pytensor.compile.rebuild import construct_function_ins_and_outs
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import io_toposort
 from pytensor.link.vm import VMLinker
@@ -102,9 +102,10 @@ def _shared_in_key(number: int, type_name: str) -> None:
 
 class _KeyPickler(pickle.Pickler):
     """Pickles a graph with each shared variable replaced by its order of appearance and
-    type (its value does not change how the graph is rewritten), and each variable without
-    what depends on the program around the graph rather than on the graph: its number
-    among all variables made (``auto_name``) and where it was made (``tag.trace``)."""
+    type (its value does not change how the graph is rewritten), and each variable and
+    node without what depends on the program around the graph rather than on the graph:
+    a variable's number among all variables made (``auto_name``) and where it was made
+    (``tag.trace``), the function graphs that imported or removed a node."""
 
     def __init__(self, file):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -126,15 +127,28 @@ class _KeyPickler(pickle.Pickler):
         # strings, another in every process: the key takes its items alone.
         if is_subclass(type(obj), frozendict):
             return (type(obj), (dict(obj),))
-        if not is_subclass(type(obj), Variable):
+        if is_subclass(type(obj), Variable):
+            history = _VARIABLE_HISTORY
+        elif is_subclass(type(obj), Apply):
+            history = _NODE_HISTORY
+        else:
             return NotImplemented
         reduced = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         if len(reduced) < 3 or not isinstance(reduced[2], dict):
             return NotImplemented
         func, args, state, *rest = reduced
         state = {k: v for k, v in state.items() if k not in ("auto_name", "tag")}
-        state["tag"] = {k: v for k, v in vars(getattr(obj, "tag", {})).items() if k != "trace"}
+        tag = vars(getattr(obj, "tag", {}))
+        state["tag"] = {k: v for k, v in tag.items() if k not in history}
         return (func, args, state, *rest)
+
+
+# What PyTensor writes in tags about a graph's history in this process, not about the
+# graph: where a variable was made, and which function graphs imported a node and
+# removed it (every FunctionGraph built over a node appends to these: a key would
+# depend on what the process built before, checks and analyses included).
+_VARIABLE_HISTORY = ("trace",)
+_NODE_HISTORY = ("imported_by", "removed_by")
 
 
 def graph_key(variables: list, whole: object) -> str | None:
