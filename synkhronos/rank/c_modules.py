@@ -81,17 +81,16 @@ def _modules(fgraph: FunctionGraph) -> list[tuple]:
     return list(modules.values())
 
 
-def _compile_into(folder: Path, key, linker) -> Path:
-    """Compile ``linker``'s module into a new module folder in ``folder``, as PyTensor's
-    cache would (the compiler's command, a folder named ``tmp...``, the key file that the
-    cache reads, naming the module where it will be: in the compile folder), without
-    importing it; the module folder."""
+def _compile_into(folder: Path, module_hash: str, key, linker) -> Path:
+    """Compile ``linker``'s module (of ``module_hash``, from :func:`_modules`) into a new
+    module folder in ``folder``, as PyTensor's cache would (the compiler's command, a
+    folder named ``tmp...``, the key file that the cache reads, naming the module where it
+    will be: in the compile folder), without importing it; the module folder."""
     module = linker.get_dynamic_module()
-    code = module.code()
     made = Path(tempfile.mkdtemp(dir=folder))
     linker.c_compiler().compile_str(
         module_name=module.code_hash,
-        src_code=code,
+        src_code=module.code(),
         location=str(made),
         include_dirs=linker.header_dirs(),
         lib_dirs=linker.lib_dirs(),
@@ -102,7 +101,7 @@ def _compile_into(folder: Path, key, linker) -> Path:
     final = Path(pytensor.config.compiledir) / made.name
     key_data = cmodule.KeyData(
         keys={key},
-        module_hash=cmodule.get_module_hash(code, key),
+        module_hash=module_hash,
         key_pkl=str(final / "key.pkl"),
         entry=str(final / f"{module.code_hash}.{cmodule.get_lib_extension()}"),
     )
@@ -123,7 +122,7 @@ def compile_share(fgraph: FunctionGraph, index: int, count: int, scratch: Path) 
     cache = c_basic.get_module_cache()
     cache.refresh(cleanup=False)
     mine = [
-        (key, linker)
+        (module_hash, key, linker)
         for i, (module_hash, key, linker) in enumerate(modules)
         if i % count == index
         and module_hash not in cache.module_hash_to_key_data
@@ -139,9 +138,9 @@ def compile_share(fgraph: FunctionGraph, index: int, count: int, scratch: Path) 
         logger.debug("synkhronos: no C modules compiled ahead (%s)", error)
         return 0
     try:
-        for key, linker in mine:
+        for module_hash, key, linker in mine:
             try:
-                made = _compile_into(own, key, linker)
+                made = _compile_into(own, module_hash, key, linker)
                 # One step: PyTensor, in any process, sees the whole folder or none of it.
                 os.rename(made, Path(pytensor.config.compiledir) / made.name)
             except Exception as error:  # noqa: BLE001 - the link compiles it, and reports

@@ -167,23 +167,24 @@ class _Pickler(pickle.Pickler):
         self.registry = registry
 
     def reducer_override(self, obj):
-        # A shipped shared variable goes by its registry index. (Not by persistent_id:
-        # pickle asks that of every object, ints and strings too, and at every reference.)
         if is_subclass(type(obj), SharedVariable):
+            # A shipped shared variable goes by its registry index. (Not by persistent_id:
+            # pickle asks that of every object, ints and strings too, at every reference.)
             index = self.registry.index(obj)
             if index is not None:
                 return (_registered, (index,))
+            # A new one's default update (a batch-norm average, say) is the graph of
+            # everything before it; pickled with the variable, at the variable's first
+            # use, it would recurse through all of that. It travels on its own, after the
+            # nodes.
+            if obj.__dict__.get(_DEFAULT_UPDATE) is not None:
+                func, args, state, *rest = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+                return (func, args, {**state, _DEFAULT_UPDATE: None}, *rest)
+            return NotImplemented
         if isinstance(obj, _BY_NAME):
             reason = _unreachable(obj)
             if reason is not None:
                 raise pickle.PicklingError(reason)
-            return NotImplemented
-        # A shared variable's default update (a batch-norm average, say) is the graph of
-        # everything before it; pickled with the variable, at the variable's first use,
-        # it would recurse through all of that. It travels on its own, after the nodes.
-        if is_subclass(type(obj), SharedVariable) and obj.__dict__.get(_DEFAULT_UPDATE) is not None:
-            func, args, state, *rest = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-            return (func, args, {**state, _DEFAULT_UPDATE: None}, *rest)
         return NotImplemented
 
 

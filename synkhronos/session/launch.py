@@ -304,7 +304,7 @@ class Session:
         control = self.control  # not self: the session would sit in a reference cycle
         self.watchdog = Watchdog([], lambda rank: int(control.heartbeat(rank)[0]), timeout)
         # Rank 0 never waits for the lock: it must stay free to watch the workers.
-        first_calls = FirstCalls(self.control.segment.fd, False, (0, n_ranks))
+        first_calls = FirstCalls(self.control.segment.fd, wait=False, share=(0, n_ranks))
         self.state = RankState(0, n_ranks, comm, self.backend, first_calls)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         self.cores = cores_to_pin(n_ranks, backend_name)

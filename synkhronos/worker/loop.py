@@ -80,7 +80,11 @@ def main(argv: list[str]) -> None:
     comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
     comm.start()
     state = RankState(
-        rank, n_ranks, comm, backend, FirstCalls(control.segment.fd, True, (rank, n_ranks))
+        rank,
+        n_ranks,
+        comm,
+        backend,
+        FirstCalls(control.segment.fd, wait=True, share=(rank, n_ranks)),
     )
     views = DataViews(prefix)
 
