@@ -13,6 +13,7 @@ from pytensor.compile.mode import get_mode
 from pytensor.compile.rebuild import construct_function_ins_and_outs
 from pytensor.link.c.cmodule import GCC_compiler
 
+from synkhronos.rank import c_modules
 from synkhronos.rank.c_modules import compile_share
 
 pytestmark = pytest.mark.skipif(not pytensor.config.cxx, reason="no C compiler")
@@ -52,9 +53,15 @@ def test_the_ranks_compile_their_shares_and_the_link_compiles_nothing(rng, monke
         np.testing.assert_allclose(g, w, rtol=1e-12)
 
 
-def test_one_rank_compiles_nothing_ahead(rng):
+def test_a_rank_alone_compiles_every_module_as_long_as_told(rng, monkeypatch):
     maker, values, want = _maker(rng)
-    assert compile_share(maker.fgraph, 0, 1, _scratch()) == 0
+    assert compile_share(maker.fgraph, 0, 1, _scratch(), keep_going=lambda: False) == 0
+    assert compile_share(maker.fgraph, 0, 1, _scratch()) >= 2
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the link compiled a module")
+
+    monkeypatch.setattr(GCC_compiler, "compile_str", staticmethod(refuse))
     for g, w in zip(maker.create()(*values), want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-12)
 
@@ -70,3 +77,19 @@ def test_a_module_that_fails_to_compile_is_left_to_the_link(rng, monkeypatch):
         assert compile_share(maker.fgraph, 0, 2, _scratch()) == 0
     for g, w in zip(maker.create()(*values), want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_modules_are_dealt_out_evenly_by_the_length_of_their_code(rng):
+    lengths = [int(n) for n in rng.integers(5_000, 150_000, size=49)]
+    for count in (1, 2, 3, 5):
+        ranks = c_modules.deal(lengths, count)
+        assert ranks == c_modules.deal(list(lengths), count)  # the same on every rank
+        assert set(ranks) == set(range(count))
+        loads = [
+            sum(c_modules._FIXED_COST + n for n, r in zip(lengths, ranks, strict=True) if r == k)
+            for k in range(count)
+        ]
+        # Greedy, longest first: no rank has more than one module's work beyond another.
+        assert max(loads) - min(loads) <= c_modules._FIXED_COST + max(lengths)
+    # Every n-th by position would give both long modules to rank 0.
+    assert c_modules.deal([100_000, 1, 100_000, 1], 2) == [0, 0, 1, 1]

@@ -20,7 +20,7 @@ import pytensor.tensor as pt
 import pytest
 
 import synkhronos as synk
-from synkhronos.rank import compiled
+from synkhronos.rank import compiled, first_calls
 from synkhronos.session import launch
 from synkhronos.transport.shm import SHM_DIR
 
@@ -129,3 +129,76 @@ def test_a_long_compile_says_it_is_still_going(caplog, monkeypatch):
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
     assert caplog.records[-1].getMessage().startswith("synkhronos: done compiling a test in ")
+
+
+def test_a_waiting_worker_rewrites_a_chains_later_function_ahead(caplog, rng):
+    x = pt.matrix("x")
+    c = float(np.random.default_rng().uniform(0.5, 1.5))  # unseeded: no cache has the graphs
+    w = pytensor.shared(np.zeros(3), name="w")
+    with caplog.at_level(logging.INFO, logger="synkhronos.rank.rewritten_graphs"):
+        synk.fork(2, backend="cpu", timeout=5.0)  # after caplog: workers send their records
+        try:
+            first = synk.function([x], updates=[(w, w + c * x.sum(axis=0))], name="first")
+            later = synk.function([], updates=[(w, pt.tanh(w) * (1 + c))], name="later")
+            step = synk.chain(first, ("all_reduce", [w]), later)
+            synk.distribute()
+            fd = _held_lock(launch.current())
+            try:
+                # Rank 1 finds the lock taken at its compile of the first function: it
+                # rewrites the later one meanwhile, then waits; rank 0 cannot pass the
+                # all-reduce before rank 1 does, so the later graph is stored by then.
+                releaser = _release_later(fd, HOLD_S)
+                data = rng.normal(size=(5, 3))
+                step(data)
+                releaser.join()
+            finally:
+                os.close(fd)
+            got = w.get_value()
+        finally:
+            synk.close()
+    # Ranks 0 and 1 sum 3 and 2 rows; the all-reduce averages.
+    np.testing.assert_allclose(got, np.tanh(c * data.sum(axis=0) / 2) * (1 + c))
+    lines = [(getattr(r, "rank", 0), r.getMessage()) for r in caplog.records]
+    assert [r for r, m in lines if "graph of later stored ahead" in m] == [1], lines
+    loaded = {r for r, m in lines if re.search("graph of later loaded from", m)}
+    assert loaded == {0, 1}, lines
+
+
+def test_a_waiting_worker_works_through_its_queue_while_the_lock_is_taken(tmp_path, caplog):
+    path = tmp_path / "lock"
+    path.write_bytes(b"")
+    holder, mine = os.open(path, os.O_RDWR), os.open(path, os.O_RDWR)
+    done = []
+
+    def fail():
+        done.append("fail")
+        raise RuntimeError("broken piece")
+
+    def release():
+        done.append("release")
+        fcntl.flock(holder, fcntl.LOCK_UN)
+
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        worker = first_calls.FirstCalls(mine, wait=True)
+        worker.meanwhile.update({"a": fail, "b": release, "c": lambda: done.append("c")})
+        with caplog.at_level(logging.DEBUG, logger=first_calls.__name__):
+            with worker.one_at_a_time():
+                with pytest.raises(BlockingIOError):  # the worker holds the lock now
+                    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # The failing piece is dropped, logged; none is done once the lock is free.
+        assert done == ["fail", "release"] and list(worker.meanwhile) == ["c"]
+        assert "broken piece" in caplog.text
+        with worker.one_at_a_time():
+            pass
+        assert done == ["fail", "release"]
+        # Rank 0 waits for nobody, and so does nothing meanwhile.
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        rank0 = first_calls.FirstCalls(mine, wait=False)
+        rank0.meanwhile["d"] = lambda: done.append("d")
+        with rank0.one_at_a_time():
+            pass
+        assert done == ["fail", "release"]
+    finally:
+        os.close(holder)
+        os.close(mine)

@@ -14,6 +14,7 @@ import pytest
 from pytensor.compile.maker import FunctionMaker
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import io_toposort
+from pytensor.link.c.cmodule import GCC_compiler
 from pytensor.misc.frozendict import frozendict
 
 import synkhronos as synk
@@ -68,7 +69,7 @@ def test_a_stored_graph_is_linked_without_rewriting_and_computes_the_same(
         return rewritten_graphs.compile_function([x], outputs, mode, "f", key, updates=updates)
 
     rewritten = _run(compiled(), shared, start, data)
-    assert len(list(graph_folder.iterdir())) == 1
+    assert len(list(graph_folder.glob("*.pkl"))) == 1
     # The second compile must link the stored graph: rewriting it would fail.
     monkeypatch.setattr(FunctionMaker, "prepare_fgraph", staticmethod(_no_rewriting))
     loaded = _run(compiled(), shared, start, data)
@@ -84,11 +85,70 @@ def _no_rewriting(*args, **kwargs):
     raise AssertionError("the graph was rewritten again")
 
 
+def test_a_graph_stored_ahead_has_its_c_modules_compiled_while_told(rng, monkeypatch):
+    x = pt.matrix("x")
+    c = np.random.default_rng().uniform(1.0, 2.0, size=4)  # unseeded: no cache has them
+    told = [
+        ([pt.tanh(x * c[0] + c[1]) ** 3], lambda: False),
+        ([pt.exp(x * c[2]) - c[3]], lambda: True),
+    ]
+    compiles = []
+    compile_str = GCC_compiler.compile_str
+    monkeypatch.setattr(
+        GCC_compiler,
+        "compile_str",
+        staticmethod(lambda *args, **kwargs: compiles.append(1) or compile_str(*args, **kwargs)),
+    )
+    counts = []
+    for outputs, keep_going in told:
+        key = rewritten_graphs.graph_key([x, *outputs], "ahead, C")
+        assert rewritten_graphs.store_ahead([x], outputs, "CVM", "f", key, keep_going)
+        counts.append(len(compiles))
+    assert counts[0] == 0 and counts[1] >= 1  # told to stop, then told to go on
+    data = rng.standard_normal((4, 3))
+    refused = staticmethod(lambda *args, **kwargs: pytest.fail("the link compiled a module"))
+    monkeypatch.setattr(GCC_compiler, "compile_str", refused)
+    outputs = told[1][0]
+    key = rewritten_graphs.graph_key([x, *outputs], "ahead, C")
+    fn = rewritten_graphs.compile_function([x], outputs, "CVM", "f", key, share=(1, 2))
+    np.testing.assert_allclose(fn(data)[0], np.exp(data * c[2]) - c[3], rtol=1e-12)
+
+
+def test_a_graph_stored_ahead_is_linked_and_its_c_modules_shared(rng, graph_folder, monkeypatch):
+    x, outputs, updates, shared = _model(rng)
+    start = [v.get_value() for v in shared[:2]] + [np.random.default_rng(3)]
+    data = rng.standard_normal((5, 3))
+    reference = _run(
+        pytensor.function([x], outputs, updates=updates, mode="CVM"), shared, start, data
+    )
+    key = rewritten_graphs.graph_key([x, *outputs], "ahead")
+    assert not rewritten_graphs.store_ahead([x], outputs, "CVM", "f", None, updates=updates)
+    assert rewritten_graphs.store_ahead([x], outputs, "CVM", "f", key, updates=updates)
+    assert not rewritten_graphs.store_ahead([x], outputs, "CVM", "f", key, updates=updates)
+    monkeypatch.setattr(FunctionMaker, "prepare_fgraph", staticmethod(_no_rewriting))
+    shares = []
+    monkeypatch.setattr(rewritten_graphs, "compile_share", lambda *args: shares.append(args[1:3]))
+
+    def compiled():
+        return rewritten_graphs.compile_function(
+            [x], outputs, "CVM", "f", key, share=(1, 2), updates=updates
+        )
+
+    # Stored but never linked: the ranks that link it first compile its C modules together.
+    linked = _run(compiled(), shared, start, data)
+    assert shares == [(1, 2)]
+    _run(compiled(), shared, start, data)
+    assert shares == [(1, 2)]  # linked before: its modules are in the cache
+    for got_step, want_step in zip(linked[0], reference[0], strict=True):
+        for got, want in zip(got_step, want_step, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_a_damaged_file_is_rewritten_again(rng, graph_folder, caplog):
     x, outputs, updates, shared = _model(rng)
     key = rewritten_graphs.graph_key([x, *outputs], "damaged")
     rewritten_graphs.compile_function([x], outputs, None, "f", key, updates=updates)
-    (stored,) = graph_folder.iterdir()
+    (stored,) = graph_folder.glob("*.pkl")
     stored.write_bytes(stored.read_bytes()[:100])
     start = [v.get_value() for v in shared[:2]] + [np.random.default_rng(3)]
     data = rng.standard_normal((4, 3))
@@ -103,7 +163,7 @@ def test_the_graph_stored_first_is_the_one_every_rank_links(rng, graph_folder, m
     x, outputs, updates, shared = _model(rng)
     key = rewritten_graphs.graph_key([x, *outputs], "race")
     rewritten_graphs.compile_function([x], outputs, "CVM", "f", key, updates=updates)
-    (path,) = graph_folder.iterdir()
+    (path,) = graph_folder.glob("*.pkl")
     first = path.read_bytes()
     # A rank that looked twice (before and in the lock) before the first rank stored its
     # graph: it rewrites too, and must then link the first rank's graph, not store its own.

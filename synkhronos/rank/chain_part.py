@@ -137,6 +137,31 @@ def run_steps(
             raise
         if fused is not None:
             return fused
+    ahead = _queue_ahead(state, steps)
+    try:
+        return _run_each(state, steps, plan, resolve)
+    finally:
+        for key in ahead:
+            state.first_calls.meanwhile.pop(key, None)
+
+
+def _queue_ahead(state: RankState, steps: list[Step]) -> list[tuple]:
+    """(Workers) Queue the rewriting of the chain's functions after its first, called
+    without arguments, for while this rank waits for another's compile of an earlier one
+    (the rank that rewrites the first function of a training step would otherwise leave the
+    others idle, then rewrite the second alone); the keys queued."""
+    if not state.first_calls.wait:
+        return []
+    keys = []
+    for step in [s for s in steps if not isinstance(s, CollectiveStep)][1:]:
+        key = ("store ahead", step)
+        state.first_calls.meanwhile.setdefault(key, state.functions[step].store_ahead)
+        keys.append(key)
+    return keys
+
+
+def _run_each(state: RankState, steps: list[Step], plan: CallPlan | None, resolve) -> list:
+    """The steps run one after the other (see :func:`run_steps`)."""
     results: list = []
     for i, step in enumerate(steps):
         try:

@@ -31,13 +31,12 @@ from typing import Any
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile.mode import Mode
 from pytensor.graph.traversal import io_toposort
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec
-from synkhronos.rank.rewritten_graphs import compile_function
+from synkhronos.rank.rewritten_graphs import compile_function, shared_inputs, store_ahead
 from synkhronos.transport import trace
 from synkhronos.transport.partition import Selection, selection_length, split_selection
 from synkhronos.transport.reduction import accumulate, combine, reduces_in_place
@@ -79,8 +78,10 @@ def compiling(what: str) -> Iterator[None]:
         logger.info("synkhronos: done %s in %.1f s", what, time.monotonic() - start)
 
 
-# Builds a graph as pytensor.function does, checking it, with neither rewriting nor compiling.
-_CHECK_MODE = Mode(linker="py", optimizer="None")
+def _compile_flags() -> contextlib.AbstractContextManager:
+    """PyTensor's settings while a function compiles and makes its first call: without
+    fast-math flags (see the module docstring)."""
+    return pytensor.config.change_flags(numba__fastmath=False)
 
 
 def assign(updates: list[tuple]) -> None:
@@ -153,9 +154,7 @@ class RankFunction:
             self._shared = self._function(self._default_variant(), True).get_shared()
             return
         inputs, outputs, kwargs = self._graph(self._default_variant(), updates_as_outputs=True)
-        self._shared = pytensor.function(
-            inputs, outputs, mode=_CHECK_MODE, name=self.spec.name, **kwargs
-        ).get_shared()
+        self._shared = shared_inputs(inputs, outputs, self.spec.name, **kwargs)
 
     def _default_variant(self) -> str:
         if not self.spec.sliceable:
@@ -212,11 +211,11 @@ class RankFunction:
             try:
                 # One program: see the module docstring.
                 # One rank rewrites the graph and stores it; the others wait and load it.
-                key = None if spec.key is None else f"{spec.key} {variant} {updates_as_outputs}"
                 lock = self.first_calls.one_at_a_time
-                with pytensor.config.change_flags(numba__fastmath=False), compiling(what):
+                with _compile_flags(), compiling(what):
                     fn = compile_function(
-                        inputs, outputs, self.mode, spec.name, key, lock,
+                        inputs, outputs, self.mode, spec.name,
+                        self._key(variant, updates_as_outputs), lock,
                         self.first_calls.share, **kwargs,
                     )  # fmt: skip
             except NotImplementedError as error:
@@ -231,6 +230,26 @@ class RankFunction:
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
             self._compiled[(variant, updates_as_outputs)] = fn
         return fn
+
+    def _key(self, variant: str, updates_as_outputs: bool) -> str | None:
+        """The key of ``variant``'s graph among stored graphs (rank 0 computed the
+        function's key: :mod:`synkhronos.rank.rewritten_graphs`)."""
+        return None if self.spec.key is None else f"{self.spec.key} {variant} {updates_as_outputs}"
+
+    def store_ahead(self) -> None:
+        """Rewrite and store, unless compiled or stored already, the graph that a call
+        without arguments links (a chain's later step: plain, updates applied), and compile
+        its C modules while another rank holds the compile lock, for when this rank calls
+        it (:func:`~synkhronos.rank.rewritten_graphs.store_ahead`)."""
+        if ("plain", False) in self._compiled:
+            return
+        inputs, outputs, kwargs = self._graph("plain", updates_as_outputs=False)
+        key = self._key("plain", False)
+        with _compile_flags():
+            store_ahead(
+                inputs, outputs, self.mode, self.spec.name, key,
+                self.first_calls.held_by_another, **kwargs,
+            )  # fmt: skip
 
     def _label(self, variant: str) -> str:
         return f"function {self.spec.name or self.spec.fid!r} ({variant})"
@@ -250,8 +269,11 @@ class RankFunction:
         span = trace.around(lock, "first call", "compile", {"function": self.spec.name})
         # Without fast-math flags, as at the compile: an OpFromGraph node compiles its
         # inner function in Numba at its first call (see the module docstring).
-        flags = pytensor.config.change_flags(numba__fastmath=False)
-        with span, flags, compiling(f"first call of {self._label(variant)}: machine code"):
+        with (
+            span,
+            _compile_flags(),
+            compiling(f"first call of {self._label(variant)}: machine code"),
+        ):
             yield
 
     def get_shared(self) -> list:

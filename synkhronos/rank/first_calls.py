@@ -12,14 +12,20 @@ fills the caches, the others then load from them.
 
 Rank 0 never waits for the lock: it must stay free to watch the workers, so when a worker
 holds the lock it compiles without it, as it would have anyway. Workers wait; the kernel
-releases the lock of a process that dies.
+releases the lock of a process that dies. A worker that finds the lock taken first does
+the work queued in :attr:`FirstCalls.meanwhile` (a chain's later functions, rewritten
+ahead, and their C modules compiled: :mod:`synkhronos.rank.chain_part`), one piece at a
+time, as long as the lock stays taken (:meth:`FirstCalls.held_by_another`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
+
+logger = logging.getLogger(__name__)
 
 
 class FirstCalls:
@@ -41,16 +47,50 @@ class FirstCalls:
 
     def __init__(self, fd: int | None, wait: bool, share: tuple[int, int] = (0, 1)):
         self.fd, self.wait, self.share = fd, wait, share
+        self.meanwhile: dict[object, Callable[[], object]] = {}
+        """Work a waiting worker does while another rank holds the lock, by a key of the
+        queuer's choosing (a piece queued twice is done once); a piece that fails is
+        logged and dropped (its function's compile, later, reports the error)."""
+
+    def held_by_another(self) -> bool:
+        """Whether another rank holds the lock now (tried without waiting, and let go at
+        once if this rank got it)."""
+        if self.fd is None:
+            return False
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        return False
+
+    def _take(self) -> bool:
+        """Take the lock, waiting if :attr:`wait`; whether this rank holds it now."""
+        assert self.fd is not None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if not self.wait:
+                return False  # rank 0, and a worker compiles: compile alongside it
+        while self.meanwhile:
+            key = next(iter(self.meanwhile))
+            try:
+                self.meanwhile.pop(key)()
+            except Exception as error:  # noqa: BLE001 - the compile that needs it reports it
+                logger.debug("synkhronos: work done while waiting failed (%s)", error)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                continue
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return True
 
     @contextlib.contextmanager
     def one_at_a_time(self) -> Iterator[None]:
         """Hold the lock, as far as :attr:`wait` allows, for the enclosed first call."""
-        if self.fd is None:
-            yield
-            return
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # rank 0, and a worker compiles: compile alongside it
+        if self.fd is None or not self._take():
             yield
             return
         try:

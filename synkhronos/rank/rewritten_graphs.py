@@ -36,7 +36,7 @@ from pathlib import Path
 import pytensor
 from pytensor.compile.io import SymbolicOutput
 from pytensor.compile.maker import FunctionMaker
-from pytensor.compile.mode import get_mode
+from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.rebuild import construct_function_ins_and_outs
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Variable
@@ -49,6 +49,7 @@ from synkhronos.rank.c_modules import compile_share
 from synkhronos.rank.graphs import is_subclass, with_default_updates
 from synkhronos.rank.inner_functions import compile_inner_functions
 from synkhronos.rank.inplace_rewrite import with_fast_inplace
+from synkhronos.rank.protection_check import with_fast_protection_check
 
 logger = logging.getLogger(__name__)
 
@@ -288,6 +289,117 @@ def _load(path: Path, ins: list, outs: list) -> tuple[FunctionGraph, list] | Non
     return FunctionGraph(variables, outputs[: len(outs)], clone=False), outputs[len(outs) :]
 
 
+class _Prepared:
+    """What :func:`compile_function` and :func:`store_ahead` make of their arguments: the
+    function's inputs and outputs as ``pytensor.function`` builds them, where the rewritten
+    graph is stored, and the mode that rewrites and links it."""
+
+    def __init__(self, inputs: list, outputs: list, mode, name, key: str, kwargs: dict):
+        self.ins, self.cloned = construct_function_ins_and_outs(
+            inputs, outputs, **{k: kwargs[k] for k in _REBUILD if k in kwargs}
+        )
+        self.outs = [FunctionMaker.wrap_out(o) for o in self.cloned]
+        described = [
+            (str(s.variable.type), s.mutable, s.borrow, s.update is not None) for s in self.ins
+        ]
+        self.path = stored_path(key, [str(mode), described, [o.borrow for o in self.outs]], ".pkl")
+        self.mode = with_fast_protection_check(with_fast_inplace(get_mode(mode)))
+        self.options = {"on_unused_input": kwargs.get("on_unused_input"), "name": name}
+        self.accept_inplace = kwargs.get("accept_inplace", False)
+
+    def load(self) -> tuple[FunctionGraph, list] | None:
+        """The stored graph (see :func:`_load`)."""
+        return _load(self.path, self.ins, self.outs)
+
+    def rewrite(self) -> FunctionMaker:
+        """A function maker, which rewrites the graph."""
+        return self.mode.function_maker(
+            self.ins, self.outs, self.mode, accept_inplace=self.accept_inplace, **self.options
+        )
+
+    @property
+    def linked_mark(self) -> Path:
+        """An empty file beside the stored graph once a rank linked it: its C modules are
+        in the cache."""
+        return self.path.with_suffix(".linked")
+
+
+def shared_inputs(inputs: list, outputs, name, **kwargs) -> list:
+    """The shared variables that ``pytensor.function(inputs, outputs, name=name,
+    **kwargs)`` reads or updates: its graph built as that builds it (an input missing, an
+    update of another type raise here), neither rewritten nor linked."""
+    ins, cloned = construct_function_ins_and_outs(
+        inputs, outputs, **{k: kwargs[k] for k in _REBUILD if k in kwargs}
+    )
+    mode = Mode(linker="py", optimizer="None")
+    maker = mode.function_maker(
+        ins, [FunctionMaker.wrap_out(o) for o in cloned], mode,
+        accept_inplace=kwargs.get("accept_inplace", False),
+        on_unused_input=kwargs.get("on_unused_input"), name=name,
+    )  # fmt: skip
+    return [spec.variable for spec in maker.inputs if spec.implicit]
+
+
+def _storable(outputs, mode, kwargs: dict) -> bool:
+    """Whether a function's rewritten graph can be stored, given a key (see
+    :func:`compile_function`)."""
+    plain = not isinstance(outputs, list) or set(kwargs) - _HANDLED
+    return not plain and (mode is None or isinstance(mode, str))
+
+
+def store_ahead(
+    inputs: list,
+    outputs: list,
+    mode,
+    name,
+    key: str | None,
+    keep_going: Callable[[], bool] = lambda: True,
+    **kwargs,
+) -> bool:
+    """Rewrite and store the graph that ``compile_function`` with the same arguments links,
+    unless it is stored already or cannot be, then compile the C modules its link needs
+    (in CVM) as long as ``keep_going()`` says so; whether this stored it. No lock is taken:
+    a worker does this for a function it will compile later, while it waits for another
+    rank's compile (:class:`~synkhronos.rank.first_calls.FirstCalls`). What two ranks
+    rewrite at once is stored once, the first (see :func:`_store`)."""
+    if key is None or not _storable(outputs, mode, kwargs):
+        return False
+    prepared = _Prepared(inputs, outputs, mode, name, key, kwargs)
+    if prepared.path.exists():
+        return False
+    written = _store(prepared.path, prepared.rewrite().fgraph)
+    if not written:
+        return False
+    logger.info("synkhronos: rewritten graph of %s stored ahead in %s", name, prepared.path)
+    stored = prepared.load()
+    if stored is not None and keep_going():
+        maker = _linking_maker(prepared, stored)
+        if isinstance(maker.linker, VMLinker) and maker.linker.c_thunks:
+            compile_share(maker.fgraph, 0, 1, folder(), keep_going)
+    return True
+
+
+def _linking_maker(prepared: _Prepared, stored: tuple[FunctionGraph, list]) -> FunctionMaker:
+    """The function maker that links the stored graph (``_load``'s result) as the
+    function's inputs and outputs, without rewriting it."""
+    fgraph, update_values = stored
+    updates = iter(update_values)
+    linked_ins = []
+    for spec in prepared.ins:
+        spec = copy.copy(spec)
+        if spec.update is not None:
+            spec.update = next(updates)
+        linked_ins.append(spec)
+    linked_outs = [
+        SymbolicOutput(var, borrow=out.borrow)
+        for var, out in zip(fgraph.outputs, prepared.outs, strict=True)
+    ]
+    return prepared.mode.function_maker(
+        linked_ins, linked_outs, prepared.mode, accept_inplace=True, fgraph=fgraph,
+        no_fgraph_prep=True, **prepared.options,
+    )  # fmt: skip
+
+
 def compile_function(
     inputs: list,
     outputs: list,
@@ -303,41 +415,31 @@ def compile_function(
     details (see the module docstring). Without a key, with a mode that is not a name, or
     with arguments beyond those :data:`_HANDLED`, it is ``pytensor.function``.
 
-    ``lock`` is held while a graph is rewritten (and linked), not while a stored one is
-    loaded: ranks that find the graph stored link it at the same time. A rank that did not
-    find it stored (it rewrote the graph, or waited for the rank that did) first compiles
-    its ``share`` (its index, the number of ranks) of the C modules the link needs
-    (:mod:`synkhronos.rank.c_modules`); a worker that did not find it stored compiles
-    the graph's inner functions (:mod:`synkhronos.rank.inner_functions`) before it waits
-    for the rank that rewrites it.
+    ``lock`` is held while a graph is rewritten, not while a stored one is loaded: ranks
+    that find the graph stored link it at the same time. A rank that links a graph no rank
+    linked before (it rewrote the graph, waited for the rank that did, or found it stored
+    ahead) first compiles its ``share`` (its index, the number of ranks) of the C modules
+    the link needs (:mod:`synkhronos.rank.c_modules`); a worker that did not find it
+    stored compiles the graph's inner functions
+    (:mod:`synkhronos.rank.inner_functions`) before it waits for the rank that rewrites it.
     """
-    plain = not isinstance(outputs, list) or set(kwargs) - _HANDLED
-    if key is None or plain or not (mode is None or isinstance(mode, str)):
+    if key is None or not _storable(outputs, mode, kwargs):
         with lock():
             return pytensor.function(inputs, outputs, mode=mode, name=name, **kwargs)
-    ins, cloned = construct_function_ins_and_outs(
-        inputs, outputs, **{k: kwargs[k] for k in _REBUILD if k in kwargs}
-    )
-    outs = [FunctionMaker.wrap_out(o) for o in cloned]
-    described = [(str(s.variable.type), s.mutable, s.borrow, s.update is not None) for s in ins]
-    path = stored_path(key, [str(mode), described, [o.borrow for o in outs]], ".pkl")
-    mode_instance = with_fast_inplace(get_mode(mode))
-    options = {"on_unused_input": kwargs.get("on_unused_input"), "name": name}
-    stored, how = _load(path, ins, outs), "loaded from"
-    found = stored is not None
+    prepared = _Prepared(inputs, outputs, mode, name, key, kwargs)
+    stored, how = prepared.load(), "loaded from"
     if stored is None:
-        if share[0] > 0 and isinstance(mode_instance.linker, VMLinker):
+        if share[0] > 0 and isinstance(prepared.mode.linker, VMLinker):
             # A worker waits for rank 0, which rewrites at once: time to compile ahead.
-            compile_inner_functions([*cloned, *(s.update for s in ins if s.update is not None)])
+            compile_inner_functions(
+                [*prepared.cloned, *(s.update for s in prepared.ins if s.update is not None)]
+            )
         with lock():
-            stored = _load(path, ins, outs)  # stored by the rank this one waited for?
+            stored = prepared.load()  # stored by the rank this one waited for?
             if stored is None:
-                accept_inplace = kwargs.get("accept_inplace", False)
-                maker = mode_instance.function_maker(
-                    ins, outs, mode_instance, accept_inplace=accept_inplace, **options
-                )
+                maker = prepared.rewrite()
                 try:
-                    written = _store(path, maker.fgraph)
+                    written = _store(prepared.path, maker.fgraph)
                 except Exception as error:  # noqa: BLE001 - the next run rewrites again
                     logger.warning("synkhronos: rewritten graph not stored (%s)", error)
                     return maker.create()
@@ -345,27 +447,19 @@ def compile_function(
                 # nodes and users, which code generators follow, is then the same on
                 # every rank, and so is the graph where two ranks rewrote it at once.
                 how = "stored in" if written else "rewritten, then another rank's loaded from"
-                stored = _load(path, ins, outs)
+                stored = prepared.load()
                 if stored is None:
                     return maker.create()
-    logger.info("synkhronos: rewritten graph of %s %s %s", name or "a function", how, path)
-    fgraph, update_values = stored
-    updates = iter(update_values)
-    linked_ins = []
-    for spec in ins:
-        spec = copy.copy(spec)
-        if spec.update is not None:
-            spec.update = next(updates)
-        linked_ins.append(spec)
-    linked_outs = [
-        SymbolicOutput(var, borrow=out.borrow)
-        for var, out in zip(fgraph.outputs, outs, strict=True)
-    ]
-    maker = mode_instance.function_maker(
-        linked_ins, linked_outs, mode_instance, accept_inplace=True, fgraph=fgraph,
-        no_fgraph_prep=True, **options,
-    )  # fmt: skip
-    # Found stored, the graph was compiled before, C modules and all: nothing to share.
-    if not found and isinstance(maker.linker, VMLinker) and maker.linker.c_thunks:
+    logger.info("synkhronos: rewritten graph of %s %s %s", name or "a function", how, prepared.path)
+    maker = _linking_maker(prepared, stored)
+    # Linked before, the graph's C modules are in the cache; alone, a rank gains nothing
+    # by compiling them before the link does.
+    linked_before = prepared.linked_mark.exists()
+    c_thunks = isinstance(maker.linker, VMLinker) and maker.linker.c_thunks
+    if not linked_before and share[1] > 1 and c_thunks:
         compile_share(maker.fgraph, *share, folder())
-    return maker.create()
+    function = maker.create()
+    if not linked_before:
+        with contextlib.suppress(OSError):  # unmarked, the next run lists the modules again
+            write_whole(prepared.linked_mark, b"")
+    return function
