@@ -122,7 +122,7 @@ def test_theano_paths_import():
     assert th.tensor.signal.pool.pool_2d is namespace["pool_2d"]
     assert th.sandbox.rng_mrg.MRG_RandomStreams is namespace["MRG_RandomStreams"]
     assert th.ifelse.ifelse is namespace["ifelse"] is pytensor.ifelse
-    assert th.function is pytensor.function and th.shared is pytensor.shared
+    assert th.shared is pytensor.shared  # (th.function: its own, below)
     assert th.scan is pytensor.scan and th.config is pytensor.config
     assert th.gof.Variable is th.Variable is T.Variable
     for name in (
@@ -548,3 +548,26 @@ def test_random_streams_seeds():
     for x, y in zip(f(), a, strict=True):
         np.testing.assert_array_equal(x, y)
     assert len(srng.updates()) == 2
+
+
+def test_function_compiles_a_large_graph_op_by_op_unless_a_mode_is_named(rng, monkeypatch):
+    from pytensor.link.vm import VMLinker
+
+    from synkhronos.api import mode_choice
+
+    T = theano.tensor
+    x = T.vector("x")
+    w = theano.shared(rng.standard_normal(3), name="w")
+    y = ((T.tanh(x * w) + 1.0) ** 2).sum()
+    data = rng.standard_normal(3)
+    want = float(((np.tanh(data * w.get_value()) + 1.0) ** 2).sum())
+    monkeypatch.setattr(mode_choice, "LARGE_GRAPH_NODES", 4)  # this graph counts as large
+    op_by_op = theano.function([x], y, updates={w: w * 0.5})
+    assert isinstance(op_by_op.maker.linker, VMLinker)
+    np.testing.assert_allclose(float(op_by_op(data)), want, rtol=1e-12)
+    named = theano.function([x], y, mode="NUMBA")
+    assert not isinstance(named.maker.linker, VMLinker)
+    with pytensor.config.change_flags(mode="NUMBA"):  # named in the configuration
+        assert not isinstance(theano.function([x], y).maker.linker, VMLinker)
+    monkeypatch.setattr(mode_choice, "LARGE_GRAPH_NODES", 10**6)
+    assert not isinstance(theano.function([x], [y]).maker.linker, VMLinker)

@@ -37,7 +37,6 @@ from pytensor import (
     compile,
     config,
     dprint,
-    function,
     get_mode,
     grad,
     gradient,
@@ -65,7 +64,38 @@ for _name, _module in {
 }.items():
     sys.modules[f"{__name__}.{_name}"] = _module
 
+from synkhronos.api import mode_choice  # noqa: E402 - after the aliases
 from synkhronos.theano import gof, gpuarray, misc, sandbox, tensor  # noqa: E402 - after the aliases
+
+
+def function(inputs, outputs=None, mode=None, updates=None, *args, **kwargs):
+    """Theano's ``theano.function``: ``pytensor.function`` with the same arguments, except
+    that with no mode named (in the call or in PyTensor's configuration) a large graph
+    compiles op by op, as Theano compiled it, rather than in PyTensor's default mode
+    (Numba), which compiles a whole graph at once: for ResNet-50's training step, more than
+    10 minutes. The rule is :func:`synk.function <synkhronos.function>`'s
+    (:mod:`synkhronos.api.mode_choice`).
+
+    Examples
+    --------
+    >>> x = tensor.matrix("x")
+    >>> f = function([x], (x**2).sum())
+    >>> float(f([[1.0, 2.0]]))
+    5.0
+    """
+    if mode is None:
+        if isinstance(updates, dict):
+            values = list(updates.values())
+        else:
+            values = [value for _, value in updates or []]
+        if isinstance(outputs, dict):
+            wanted = list(outputs.values())
+        else:
+            wanted = outputs if isinstance(outputs, list | tuple) else [outputs]
+        roots = [getattr(o, "variable", o) for o in wanted if o is not None] + values
+        configured = None if pytensor.config.mode == "Mode" else pytensor.config.mode
+        mode = mode_choice.choose(None, configured, [], roots, "theano.function's graph")
+    return pytensor.function(inputs, outputs, mode, updates, *args, **kwargs)
 
 
 def clone(output, replace=None, strict: bool = True, share_inputs: bool = True):
