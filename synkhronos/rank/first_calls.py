@@ -52,38 +52,40 @@ class FirstCalls:
         queuer's choosing (a piece queued twice is done once); a piece that fails is
         logged and dropped (its function's compile, later, reports the error)."""
 
+    def _try(self) -> bool:
+        """Take the lock if it is free, without waiting; whether this rank took it."""
+        assert self.fd is not None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     def held_by_another(self) -> bool:
         """Whether another rank holds the lock now (tried without waiting, and let go at
         once if this rank got it)."""
         if self.fd is None:
             return False
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        return False
+        if self._try():
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            return False
+        return True
 
     def _take(self) -> bool:
         """Take the lock, waiting if :attr:`wait`; whether this rank holds it now."""
         assert self.fd is not None
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if self._try():
             return True
-        except BlockingIOError:
-            if not self.wait:
-                return False  # rank 0, and a worker compiles: compile alongside it
+        if not self.wait:
+            return False  # rank 0, and a worker compiles: compile alongside it
         while self.meanwhile:
             key = next(iter(self.meanwhile))
             try:
                 self.meanwhile.pop(key)()
             except Exception as error:  # noqa: BLE001 - the compile that needs it reports it
                 logger.debug("synkhronos: work done while waiting failed (%s)", error)
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if self._try():
                 return True
-            except BlockingIOError:
-                continue
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return True
 
