@@ -102,9 +102,9 @@ def state_of(variables):
     ]
 
 
-def run_both(name, rule, aggregate, **kwargs):
+def run_both(name, rule, aggregate, mode=MODE, **kwargs):
     """5 steps data-parallel (checking that the ranks stay bit-identical), then the same
-    from the same start in one process (rank 0 alone)."""
+    from the same start in one process (rank 0 alone), both compiled in ``mode``."""
     lasagne.random.set_rng(np.random.RandomState(3))
     input_var, target_var, loss, accuracy, updates, shape = script(name, rule, aggregate, **kwargs)
     x, y = data(shape)
@@ -116,7 +116,7 @@ def run_both(name, rule, aggregate, **kwargs):
     ]  # fmt: skip  (batch normalization's averages)
     variables = list(updates) + running + [v for v in inputs if isinstance(v.type, RandomType)]
     start = [v.get_value() for v in variables]
-    train_fn = synk.function([input_var, target_var], [loss, accuracy], updates=updates, mode=MODE)
+    train_fn = synk.function([input_var, target_var], [loss, accuracy], updates=updates, mode=mode)
     # Dropout and batch statistics: num_slices=1.
     one_slice = name.startswith("mlp") or kwargs.get("batch_norm")
     steps = [(b, 1 if one_slice else k) for b, k in STEPS]
@@ -127,7 +127,7 @@ def run_both(name, rule, aggregate, **kwargs):
     for v, value in zip(variables, start, strict=True):
         v.set_value(value)  # on rank 0 only: the reference runs there
     ref_fn = pytensor.function(
-        [input_var, target_var], [loss, accuracy], updates=updates, mode=MODE
+        [input_var, target_var], [loss, accuracy], updates=updates, mode=mode
     )
     ref_outs = [ref_fn(*(a if b is None else a[:b] if isinstance(b, int) else a[b] for a in (x, y)))
                 for b, _ in STEPS]  # fmt: skip
@@ -210,6 +210,15 @@ def test_dropout_after_batch_normalization(ranks):
     whole batch, from the rows' positions that the first round kept."""
     train_fn = assert_one_device_answer("mlp_bn", "adam", "mean")
     assert train_fn.round_functions
+
+
+@pytest.mark.parametrize("name", ["mlp", "mlp_bn"])
+def test_dropout_in_jax_mode(ranks, name):
+    """JAX traces the row phase with its inputs' values unknown: the whole batch's mask
+    takes its size from an input's length, and the rank's rows by their positions as
+    indices (a slice's bounds would have to be known)."""
+    pytest.importorskip("jax")
+    assert_one_device_answer(name, "adam", "mean", mode="JAX")
 
 
 def test_a_stored_split_gives_the_one_device_answer(ranks, caplog):

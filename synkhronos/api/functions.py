@@ -557,7 +557,7 @@ class Function:
             if every_rank_rows:
                 self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
         if self._counts_rows:
-            bcast[-1] = np.asarray(total, np.int64)
+            bcast[-1] = np.zeros(total, np.int8)  # its length is the count (PhaseSplit.rows)
         return CallPlan(
             spec.fid,
             int(num_slices),

@@ -58,6 +58,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
 from pytensor.tensor.type import TensorType
+from pytensor.tensor.variable import TensorVariable
 
 ROW, NO, UNKNOWN = 2, 0, 1  # does a shape depend on the rows' count
 _COUNTS = (7, 11)  # two rows' counts: a length that tracks the rows differs between them
@@ -161,7 +162,9 @@ class PhaseSplit:
         One free variable per frontier entry, in ``targets``' graphs where the reduced
         frontier goes.
     rows : Variable
-        The hidden broadcast input: the call's whole row count.
+        The hidden broadcast input: a vector as long as the call's whole batch, whose
+        length is the whole row count (a length, not a value: JAX traces values, and
+        the draws sized by it need a static size).
     local_rows : Variable
         The rank's own row count (weights a batch statistic).
     weighted : list of bool
@@ -190,7 +193,7 @@ class PhaseSplit:
     outputs: list
     targets: list
     placeholders: list
-    rows: Variable
+    rows: TensorVariable
     local_rows: Variable
     weighted: list
     positions: Variable | None = None
@@ -603,7 +606,8 @@ def split_phases(
     for node in draws:
         if positions is None or not _drawn_whole(graph, node):
             inexact.append(f"{node.op} draws per row: each rank draws for its own rows")
-    rows = pt.scalar("synk_batch_rows", dtype="int64")
+    whole_batch = pt.vector("synk_batch_rows", dtype="int8")
+    rows = whole_batch.shape[0]
     exact = rounds is not None
 
     def original(c):
@@ -660,7 +664,7 @@ def split_phases(
         moved,
         reduced.rebuild_all(targets),
         placeholders,
-        rows,
+        whole_batch,
         pt.as_tensor_variable(list(sources)[0]).shape[0],
         weighted,
         positions,
@@ -862,11 +866,10 @@ class _Substitution:
             strict=False,
         )
         draws: Any = new.outputs[1]
-        positions: Any = self.positions
-        local: Any = self.memo[size]
-        start = positions[0]
         index: list = [slice(None)] * draws.type.ndim
-        index[axis] = slice(start, start + local[axis])
+        # The rank's rows' positions, taken as indices: a slice from the first would need
+        # bounds known when JAX traces the function, and they are values of the call.
+        index[axis] = self.positions
         self.memo[node.outputs[0]] = new.outputs[0]
         self.memo[node.outputs[1]] = draws[tuple(index)]
         if isinstance(rng, SharedVariable):

@@ -44,6 +44,10 @@ from synkhronos.transport.nodes import abort_on_error
 from synkhronos.transport.partition import resolve_rows, selection_length
 from synkhronos.transport.shared_arrays import Data
 
+_NO_ROWS = np.zeros(0, np.int8)
+"""What a call passes for the whole batch's rows (``PhaseSplit.rows``) before its plan
+writes them."""
+
 
 def running_updates(variables: Sequence, explicit: Sequence) -> list[tuple]:
     """The ``default_update`` pairs of the float shared variables the graph of
@@ -364,9 +368,9 @@ class TrainingFunction(Function):
                 )
             n_in = len(self._spec.inputs)
             args = (*args[:n_in], self._row_positions(args[0], batch), *args[n_in:])
-        # The whole row count's place: the row phase's plan writes it.
+        # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
         row_results, *_, reduced_results = self.chain(
-            *args, np.int64(0), batch=batch, batch_s=batch_s, num_slices=num_slices
+            *args, _NO_ROWS, batch=batch, batch_s=batch_s, num_slices=num_slices
         )
         values: list = [None] * len(self.output_modes)
         for positions, result in (
@@ -439,7 +443,7 @@ def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:
     for k, (term, weighted) in enumerate(zip(split.frontier, split.weighted, strict=True)):
         dtype = term.type.dtype
         if weighted:
-            weight = pt.cast(split.local_rows, dtype) / pt.cast(split.rows, dtype)
+            weight = pt.cast(split.local_rows, dtype) / pt.cast(split.rows.shape[0], dtype)
             term = pt.cast(term * weight, dtype)
         pairs.append((_holder(term, f"{label} reduced {k}"), term))
     return pairs
