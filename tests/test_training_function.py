@@ -217,6 +217,8 @@ def test_dropout_in_jax_mode(ranks, name):
     """JAX traces the row phase with its inputs' values unknown: the whole batch's mask
     takes its size from an input's length, and the rank's rows by their positions as
     indices (a slice's bounds would have to be known)."""
+    if ranks != 2:
+        pytest.skip("one rank count suffices (each compiles its own JAX programs)")
     pytest.importorskip("jax")
     assert_one_device_answer(name, "adam", "mean", mode="JAX")
 
