@@ -337,14 +337,15 @@ class Function:
             mode = spec.mode if spec.mode is not None else self._session.backend.mode
             if is_jax(mode):
                 from synkhronos.rank.backends import jax_compat  # noqa: F401
-            self._reference = pytensor.function(
-                spec.inputs + spec.bcast_inputs,
-                spec.outputs,
-                updates=spec.updates,
-                givens=spec.givens,
-                mode=mode,
-                **{"on_unused_input": "ignore", **spec.function_kwargs},
-            )
+            with pytensor.config.change_flags(**dict(spec.settings)):  # as the ranks compile
+                self._reference = pytensor.function(
+                    spec.inputs + spec.bcast_inputs,
+                    spec.outputs,
+                    updates=spec.updates,
+                    givens=spec.givens,
+                    mode=mode,
+                    **{"on_unused_input": "ignore", **spec.function_kwargs},
+                )
         outs = self._reference(*[np.asarray(a) for a in args])
         outs = [np.asarray(o) for o in outs]
         return outs[0] if self._single else outs

@@ -10,9 +10,10 @@ sooner on every one of those models, its later steps were as fast for the MLP an
 LSTM and slower for the convolutional ones (``bench/RESULTS.md``, "Time to first step").
 So only a graph of at least :data:`LARGE_GRAPH_NODES` nodes (before rewriting), one that
 Numba would take many minutes to compile, compiles in :data:`LARGE_GRAPH_MODE` when
-neither the function nor the backend names a mode and a C compiler is configured. Rank 0
-chooses, and the mode travels with the graph: every rank compiles it the same way. A mode
-the user names is kept.
+neither the function, the backend nor PyTensor's configuration names a mode and a C
+compiler is configured. A mode the user names is kept. Rank 0 chooses, and the mode
+travels with the graph, with rank 0's PyTensor settings (``GraphSpec.settings``): every
+rank compiles it the same way.
 """
 
 from __future__ import annotations
@@ -32,11 +33,20 @@ LARGE_GRAPH_MODE = "CVM"
 """The mode of a large graph when no mode is named."""
 
 
+def configured() -> bool:
+    """Whether PyTensor's configuration names a mode or a linker (``PYTENSOR_FLAGS``, or
+    ``pytensor.config.mode = ...`` in the program)."""
+    config = pytensor.config
+    return str(config.mode).upper() != "MODE" or config.linker != "auto"
+
+
 def choose(mode, backend_mode, inputs: list, roots: list, what: str):
     """The mode to compile the graph from ``inputs`` to ``roots`` (outputs and update
-    values) in: ``mode`` if one is named, else the backend's, else :data:`LARGE_GRAPH_MODE`
-    for a large graph and None (PyTensor's default) for others."""
-    if mode is not None or backend_mode is not None or not pytensor.config.cxx:
+    values) in: ``mode`` if one is named, else None where the backend or PyTensor's
+    configuration names one (:func:`configured`), else :data:`LARGE_GRAPH_MODE` for a
+    large graph and None (PyTensor's default) for others."""
+    named = mode is not None or backend_mode is not None or configured()
+    if named or not pytensor.config.cxx:
         return mode
     nodes = len(io_toposort(inputs, roots))
     if nodes < LARGE_GRAPH_NODES:

@@ -78,10 +78,10 @@ def compiling(what: str) -> Iterator[None]:
         logger.info("synkhronos: done %s in %.1f s", what, time.monotonic() - start)
 
 
-def _compile_flags() -> contextlib.AbstractContextManager:
-    """PyTensor's settings while a function compiles and makes its first call: without
-    fast-math flags (see the module docstring)."""
-    return pytensor.config.change_flags(numba__fastmath=False)
+def _compile_flags(spec: GraphSpec) -> contextlib.AbstractContextManager:
+    """PyTensor's settings while a function compiles and makes its first call: rank 0's
+    when it built the graph, without fast-math flags (see the module docstring)."""
+    return pytensor.config.change_flags(**dict(spec.settings), numba__fastmath=False)
 
 
 def assign(updates: list[tuple]) -> None:
@@ -212,7 +212,7 @@ class RankFunction:
                 # One program: see the module docstring.
                 # One rank rewrites the graph and stores it; the others wait and load it.
                 lock = self.first_calls.one_at_a_time
-                with _compile_flags(), compiling(what):
+                with _compile_flags(self.spec), compiling(what):
                     fn = compile_function(
                         inputs, outputs, self.mode, spec.name,
                         self._key(variant, updates_as_outputs), lock,
@@ -245,7 +245,7 @@ class RankFunction:
             return
         inputs, outputs, kwargs = self._graph("plain", updates_as_outputs=False)
         key = self._key("plain", False)
-        with _compile_flags():
+        with _compile_flags(self.spec):
             store_ahead(
                 inputs, outputs, self.mode, self.spec.name, key,
                 self.first_calls.held_by_another, **kwargs,
@@ -271,7 +271,7 @@ class RankFunction:
         # inner function in Numba at its first call (see the module docstring).
         with (
             span,
-            _compile_flags(),
+            _compile_flags(self.spec),
             compiling(f"first call of {self._label(variant)}: machine code"),
         ):
             yield

@@ -21,8 +21,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytensor
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import ancestors, io_toposort
+
+COMPILE_SETTINGS = (
+    "floatX", "mode", "linker", "cast_policy", "on_opt_error", "cxx", "gcc__cxxflags",
+    "vm__lazy",
+)  # fmt: skip
+"""The PyTensor settings that a program may change while it runs and that change how a
+graph is rewritten or compiled (the optimizer settings cannot change once PyTensor is
+imported: every rank reads them from the same environment; BLAS flags are left out, as
+asking for them searches for a BLAS library)."""
+
+
+def compile_settings() -> tuple[tuple[str, Any], ...]:
+    """This rank's values of :data:`COMPILE_SETTINGS`, as ``(name, value)`` pairs."""
+    return tuple((name, getattr(pytensor.config, name)) for name in COMPILE_SETTINGS)
 
 
 @dataclass
@@ -43,13 +58,17 @@ class GraphSpec:
     function_kwargs: dict = field(default_factory=dict)  # more pytensor.function arguments
     # Rank 0's key of the graph: where every rank finds it rewritten (rank.rewritten_graphs)
     key: str | None = None
+    # Rank 0's settings when it built the graph: every rank compiles under them, not under
+    # its own (a worker took rank 0's environment when it started; the program may have
+    # set pytensor.config.mode since, and a rank in another mode computes other bits).
+    settings: tuple = field(default_factory=compile_settings)
 
     def describe(self) -> tuple:
         """What defines the compiled function (all but its number and key)."""
         return (
             self.name, self.inputs, self.bcast_inputs, self.outputs, self.output_ops,
             self.updates, self.givens, self.sliceable, str(self.mode), self.update_ops,
-            self.function_kwargs,
+            self.function_kwargs, self.settings,
         )  # fmt: skip
 
     def variables(self) -> list:

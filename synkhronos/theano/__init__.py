@@ -93,8 +93,7 @@ def function(inputs, outputs=None, mode=None, updates=None, *args, **kwargs):
         else:
             wanted = outputs if isinstance(outputs, list | tuple) else [outputs]
         roots = [getattr(o, "variable", o) for o in wanted if o is not None] + values
-        configured = None if pytensor.config.mode == "Mode" else pytensor.config.mode
-        mode = mode_choice.choose(None, configured, [], roots, "theano.function's graph")
+        mode = mode_choice.choose(None, None, [], roots, "theano.function's graph")
     return pytensor.function(inputs, outputs, mode, updates, *args, **kwargs)
 
 
