@@ -1,8 +1,8 @@
 """First calls take the session's compile lock one rank at a time (rank/first_calls.py).
 
 The test holds the lock itself, through its own opening of the control segment, and
-watches who waits: a worker's first call of a compiled variant waits for the lock, in
-every mode; rank 0 never does; later calls take no lock. Compiles are logged.
+watches who waits: a rank's first call of a compiled variant waits for the lock, in
+every mode; later calls take no lock. Compiles are logged.
 """
 
 from __future__ import annotations
@@ -63,17 +63,18 @@ def test_workers_wait_for_the_lock_on_first_calls_only(session, rng):
         data = rng.normal(size=(7, 3))
         start = time.monotonic()
         releaser = _release_later(fd, HOLD_S)
-        got = f(data)  # rank 0 goes on without the lock; rank 1 waits for it
+        got = f(data)  # both ranks wait for the lock
         waited = time.monotonic() - start
         releaser.join()
         np.testing.assert_allclose(got, reference(data))
         assert waited >= HOLD_S * 0.9, waited
 
+        # XLA's programs are kept on disk too: a JAX-mode first call waits as well.
+        # (Built before the lock is taken again: rank 0 compiles it to check it.)
+        jax_f = synk.function([x], (graph, "gather"), mode="JAX")
         fcntl.flock(fd, fcntl.LOCK_EX)  # held: a second call must not wait
         np.testing.assert_allclose(f(data[:5]), reference(data[:5]))
 
-        # XLA's programs are kept on disk too: a JAX-mode first call waits as well.
-        jax_f = synk.function([x], (graph, "gather"), mode="JAX")
         start = time.monotonic()
         releaser = _release_later(fd, HOLD_S)
         # JAX's 64-bit mode follows floatX (float32 after a GPU-rank session, say).
@@ -131,10 +132,10 @@ def test_a_long_compile_says_it_is_still_going(caplog, monkeypatch):
     assert caplog.records[-1].getMessage().startswith("synkhronos: done compiling a test in ")
 
 
-def _graphs_holding(c: float, paths: set) -> list:
-    """Those of the stored graphs at ``paths`` that hold the constant ``c`` or ``1 + c``: this
+def _graphs_holding(value: float, paths: set) -> list:
+    """Those of the stored graphs at ``paths`` that hold the constant ``value``: this
     test's, not those that tests in other processes store in the same folder meanwhile."""
-    marks = [np.asarray(v, dtype).tobytes() for v in (c, 1 + c) for dtype in ("f8", "f4")]
+    marks = [np.asarray(value, dtype).tobytes() for dtype in ("f8", "f4")]
     mine = []
     for path in paths:
         try:
@@ -157,25 +158,25 @@ def test_a_waiting_worker_rewrites_a_chains_later_function_ahead(rng):
         step = synk.chain(first, ("all_reduce", [w]), later)
         synk.distribute()
         before = set(rewritten_graphs.folder().glob("*.pkl"))
-        stored: list = []
+        ahead: list = []
+        early: list = []  # the first function's graphs stored while the lock was held
 
-        def release_once_both_are_stored(fd: int) -> None:
-            # Rank 0 stores the first function's graph (it does not wait for the lock)
-            # and then waits in the all-reduce for rank 1, which waits for the lock: a
-            # second graph stored now is the later function's, stored ahead by rank 1.
+        def new_graphs(value: float) -> list:
+            return _graphs_holding(value, set(rewritten_graphs.folder().glob("*.pkl")) - before)
+
+        def release_once_the_later_is_stored(fd: int) -> None:
+            # Both ranks wait for the lock to rewrite the first function; rank 1, a worker,
+            # meanwhile rewrites the later function (its constant is 1 + c) and stores it.
             deadline = time.monotonic() + 20.0
-            while time.monotonic() < deadline:
-                stored[:] = _graphs_holding(
-                    c, set(rewritten_graphs.folder().glob("*.pkl")) - before
-                )
-                if len(stored) >= 2:
-                    break
+            while time.monotonic() < deadline and not ahead:
+                ahead[:] = new_graphs(1 + c)
                 time.sleep(0.05)
+            early[:] = new_graphs(c)
             fcntl.flock(fd, fcntl.LOCK_UN)
 
         fd = _held_lock(launch.current())
         try:
-            releaser = threading.Thread(target=release_once_both_are_stored, args=(fd,))
+            releaser = threading.Thread(target=release_once_the_later_is_stored, args=(fd,))
             releaser.start()
             data = rng.normal(size=(5, 3))
             step(data)
@@ -185,9 +186,11 @@ def test_a_waiting_worker_rewrites_a_chains_later_function_ahead(rng):
         got = w.get_value()
     finally:
         synk.close()
-    assert len(stored) == 2, "the later function was not stored while rank 1 waited"
-    # Nobody rewrote it again: its graph is the one rank 1 stored.
-    assert _graphs_holding(c, set(rewritten_graphs.folder().glob("*.pkl")) - before) == stored
+    assert len(ahead) == 1, "the later function was not stored while rank 1 waited"
+    assert early == [], "a rank rewrote the first function while the lock was held"
+    # Nobody rewrote it again: its graph is the one rank 1 stored; the first one's is new.
+    assert new_graphs(1 + c) == ahead
+    assert len(new_graphs(c)) == 1
     # Ranks 0 and 1 sum 3 and 2 rows; the all-reduce averages.
     np.testing.assert_allclose(got, np.tanh(c * data.sum(axis=0) / 2) * (1 + c))
 
@@ -208,7 +211,7 @@ def test_a_waiting_worker_works_through_its_queue_while_the_lock_is_taken(tmp_pa
 
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)
-        worker = first_calls.FirstCalls(mine, wait=True)
+        worker = first_calls.FirstCalls(mine, lambda: None)
         worker.meanwhile.update({"a": fail, "b": release, "c": lambda: done.append("c")})
         with caplog.at_level(logging.DEBUG, logger=first_calls.__name__):
             with worker.one_at_a_time():
@@ -220,13 +223,26 @@ def test_a_waiting_worker_works_through_its_queue_while_the_lock_is_taken(tmp_pa
         with worker.one_at_a_time():
             pass
         assert done == ["fail", "release"]
-        # Rank 0 waits for nobody, and so does nothing meanwhile.
+        # A waiting rank with nothing queued polls, calling its check between tries.
+        checks = []
+        rank0 = first_calls.FirstCalls(mine, lambda: checks.append(time.monotonic()))
         fcntl.flock(holder, fcntl.LOCK_EX)
-        rank0 = first_calls.FirstCalls(mine, wait=False)
-        rank0.meanwhile["d"] = lambda: done.append("d")
+        releaser = threading.Timer(0.3, fcntl.flock, (holder, fcntl.LOCK_UN))
+        releaser.start()
         with rank0.one_at_a_time():
-            pass
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        releaser.join()
+        assert len(checks) >= 3 and checks[-1] - checks[0] >= 0.15
         assert done == ["fail", "release"]
+
+        def give_up():
+            raise RuntimeError("a worker died")
+
+        fcntl.flock(holder, fcntl.LOCK_EX)  # held for good: the check ends the wait
+        with pytest.raises(RuntimeError, match="a worker died"):
+            with first_calls.FirstCalls(mine, give_up).one_at_a_time():
+                pass
     finally:
         os.close(holder)
         os.close(mine)

@@ -150,7 +150,7 @@ def _queue_ahead(state: RankState, steps: list[Step]) -> list[tuple]:
     without arguments, for while this rank waits for another's compile of an earlier one
     (the rank that rewrites the first function of a training step would otherwise leave the
     others idle, then rewrite the second alone); the keys queued."""
-    if not state.first_calls.wait:
+    if state.rank == 0:  # rank 0 checks the workers between its tries instead
         return []
     keys = []
     for step in [s for s in steps if not isinstance(s, CollectiveStep)][1:]:

@@ -8,14 +8,18 @@ first call). Ranks doing the same stage together would each do the same work: n 
 CPU time and the memory of one, and for a large graph that takes minutes and gigabytes.
 So each rank compiles a function, and makes its first call, under an exclusive lock
 (``flock``) on the session's control segment: the first rank to take it does the work and
-fills the caches, the others then load from them.
+fills the caches, the others then load from them. (Rank 0 once compiled alongside a
+worker that held the lock: for a cold MNIST demo that was a tenth of its CPU time.)
 
-Rank 0 never waits for the lock: it must stay free to watch the workers, so when a worker
-holds the lock it compiles without it, as it would have anyway. Workers wait; the kernel
-releases the lock of a process that dies. A worker that finds the lock taken first does
-the work queued in :attr:`FirstCalls.meanwhile` (a chain's later functions, rewritten
-ahead, and their C modules compiled: :mod:`synkhronos.rank.chain_part`), one piece at a
-time, as long as the lock stays taken (:meth:`FirstCalls.held_by_another`).
+A rank waits for the lock by polling it, and calls its ``check`` in between: rank 0 checks
+the workers (one that dies releases the lock, one that makes no progress is named by the
+watchdog), so it never hangs on a worker; a worker bumps its heartbeat (rank 0 then knows
+it alive, however long the wait) and checks that rank 0 is. Nothing a rank does under the
+lock waits for another rank: no collective runs inside a first call. A worker that finds
+the lock taken first does the work queued in :attr:`FirstCalls.meanwhile` (a chain's later
+functions, rewritten ahead, and their C modules compiled:
+:mod:`synkhronos.rank.chain_part`), one piece at a time, as long as the lock stays taken
+(:meth:`FirstCalls.held_by_another`).
 """
 
 from __future__ import annotations
@@ -23,9 +27,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import time
 from collections.abc import Callable, Iterator
 
+from synkhronos.transport.channel import POLL_S
+
 logger = logging.getLogger(__name__)
+
+FIRST_POLL_S = 0.001
+"""The first pause between two tries of a taken lock; each pause doubles, up to
+:data:`~synkhronos.transport.channel.POLL_S` (a short compile's waiters go on soon after
+it, a long one's poll a few times a second)."""
 
 
 class FirstCalls:
@@ -36,17 +48,16 @@ class FirstCalls:
     fd : int or None
         An open file descriptor of a file every rank of the session opened (the control
         segment); None takes no lock.
-    wait : bool
-        Wait for the lock (workers), or go on without it when another rank holds it
-        (rank 0).
+    check : callable
+        Called between tries while this rank waits for the lock; raises to give up.
     share : (int, int)
         This rank's index and the number of ranks that compile each function together:
         each compiles its share of a graph's C modules
         (:mod:`synkhronos.rank.c_modules`).
     """
 
-    def __init__(self, fd: int | None, wait: bool, share: tuple[int, int] = (0, 1)):
-        self.fd, self.wait, self.share = fd, wait, share
+    def __init__(self, fd: int | None, check: Callable[[], None], share: tuple[int, int] = (0, 1)):
+        self.fd, self.check, self.share = fd, check, share
         self.meanwhile: dict[object, Callable[[], object]] = {}
         """Work a waiting worker does while another rank holds the lock, by a key of the
         queuer's choosing (a piece queued twice is done once); a piece that fails is
@@ -71,13 +82,12 @@ class FirstCalls:
             return False
         return True
 
-    def _take(self) -> bool:
-        """Take the lock, waiting if :attr:`wait`; whether this rank holds it now."""
+    def _take(self) -> None:
+        """Take the lock: at once if it is free, else after the work queued meanwhile,
+        polling."""
         assert self.fd is not None
         if self._try():
-            return True
-        if not self.wait:
-            return False  # rank 0, and a worker compiles: compile alongside it
+            return
         while self.meanwhile:
             key = next(iter(self.meanwhile))
             try:
@@ -85,16 +95,20 @@ class FirstCalls:
             except Exception as error:  # noqa: BLE001 - the compile that needs it reports it
                 logger.debug("synkhronos: work done while waiting failed (%s)", error)
             if self._try():
-                return True
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return True
+                return
+        pause = FIRST_POLL_S
+        while not self._try():
+            self.check()
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_S)
 
     @contextlib.contextmanager
     def one_at_a_time(self) -> Iterator[None]:
-        """Hold the lock, as far as :attr:`wait` allows, for the enclosed first call."""
-        if self.fd is None or not self._take():
+        """Hold the lock for the enclosed compile or first call."""
+        if self.fd is None:
             yield
             return
+        self._take()
         try:
             yield
         finally:

@@ -303,8 +303,9 @@ class Session:
         self.name, self.control, self.channel, comm = self._create_names(backend_name)
         control = self.control  # not self: the session would sit in a reference cycle
         self.watchdog = Watchdog([], lambda rank: int(control.heartbeat(rank)[0]), timeout)
-        # Rank 0 never waits for the lock: it must stay free to watch the workers.
-        first_calls = FirstCalls(self.control.segment.fd, wait=False, share=(0, n_ranks))
+        # Rank 0 watches the workers while it waits for the lock.
+        watch = _weak(self.check_alive)
+        first_calls = FirstCalls(self.control.segment.fd, watch, share=(0, n_ranks))
         self.state = RankState(0, n_ranks, comm, self.backend, first_calls)
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         self.cores = cores_to_pin(n_ranks, backend_name)

@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
         n_ranks,
         comm,
         backend,
-        FirstCalls(control.segment.fd, wait=True, share=(rank, n_ranks)),
+        FirstCalls(control.segment.fd, check_parent, share=(rank, n_ranks)),
     )
     views = DataViews(prefix)
 
