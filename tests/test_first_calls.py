@@ -86,6 +86,27 @@ def test_workers_wait_for_the_lock_on_first_calls_only(session, rng):
         os.close(fd)
 
 
+def test_a_rank_waiting_for_the_lock_longer_than_the_timeout_is_not_hung(rng):
+    """A worker waiting for another rank's compile (minutes, for a large graph) tells rank
+    0 it is alive: the watchdog, here at 1 s, does not declare it hung."""
+    synk.fork(2, backend="cpu", timeout=1.0)
+    try:
+        x = pt.matrix("x")
+        f = synk.function([x], (pt.exp(x).sum(axis=1) * 2.5, "gather"))
+        synk.distribute()
+        fd = _held_lock(launch.current())
+        try:
+            releaser = _release_later(fd, 3.0)
+            data = rng.normal(size=(5, 3))
+            got = f(data)
+            releaser.join()
+        finally:
+            os.close(fd)
+        np.testing.assert_allclose(got, np.exp(data).sum(axis=1) * 2.5)
+    finally:
+        synk.close()
+
+
 def test_a_form_is_compiled_at_its_first_use_only(session, rng):
     x = pt.matrix("x")
     w = pytensor.shared(np.zeros(3), name="w")
