@@ -54,7 +54,8 @@ def _release_later(fd: int, seconds: float) -> threading.Thread:
 
 def test_workers_wait_for_the_lock_on_first_calls_only(session, rng):
     x = pt.matrix("x")
-    graph = (pt.tanh(x) * 3.0).sum(axis=1)
+    c = float(np.random.default_rng().uniform(2.0, 3.0))  # unseeded: never called before
+    graph = (pt.tanh(x) * c).sum(axis=1)
     f = synk.function([x], (graph, "gather"))
     reference = pytensor.function([x], graph)
     synk.distribute()  # compile (rewrite) first: only the first call is timed
@@ -84,6 +85,38 @@ def test_workers_wait_for_the_lock_on_first_calls_only(session, rng):
         assert waited >= HOLD_S * 0.9, waited
     finally:
         os.close(fd)
+
+
+def test_a_variant_called_before_takes_no_lock_at_its_first_call(rng):
+    """In a later run (here a later session), a variant whose first call was made before
+    finds its machine code in the cache: its first call does not wait for the lock."""
+    x = pt.matrix("x")
+    c = float(np.random.default_rng().uniform(2.0, 3.0))  # unseeded: never called before
+    data = rng.normal(size=(7, 3))
+    want = (np.tanh(data) * c).sum(axis=1)
+    hold = {0: HOLD_S, 1: 30.0}  # the second run would wait the whole 30 s for the lock
+    for run in range(2):
+        synk.fork(2, backend="cpu", timeout=60.0)
+        try:
+            f = synk.function([x], ((pt.tanh(x) * c).sum(axis=1), "gather"))
+            synk.distribute()
+            fd = _held_lock(launch.current())
+            releaser = threading.Timer(hold[run], fcntl.flock, (fd, fcntl.LOCK_UN))
+            try:
+                start = time.monotonic()
+                releaser.start()
+                got = f(data)
+                waited = time.monotonic() - start
+            finally:
+                releaser.cancel()
+                os.close(fd)
+        finally:
+            synk.close()
+        np.testing.assert_allclose(got, want)
+        if run == 0:
+            assert waited >= HOLD_S * 0.9, waited
+        else:
+            assert waited < hold[run] * 0.9, waited
 
 
 def test_a_rank_waiting_for_the_lock_longer_than_the_timeout_is_not_hung(rng):

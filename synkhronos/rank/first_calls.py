@@ -9,7 +9,10 @@ CPU time and the memory of one, and for a large graph that takes minutes and gig
 So each rank compiles a function, and makes its first call, under an exclusive lock
 (``flock``) on the session's control segment: the first rank to take it does the work and
 fills the caches, the others then load from them. (Rank 0 once compiled alongside a
-worker that held the lock: for a cold MNIST demo that was a tenth of its CPU time.)
+worker that held the lock: for a cold MNIST demo that was a tenth of its CPU time.) A
+variant whose first call was made before, in this run or an earlier one (a mark beside its
+stored graph says so: :mod:`synkhronos.rank.compiled`), finds its machine code in the
+cache: its first call takes no lock.
 
 A rank waits for the lock by polling it, and calls its ``check`` in between: rank 0 checks
 the workers (one that dies releases the lock, one that makes no progress is named by the
