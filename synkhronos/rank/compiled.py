@@ -271,25 +271,24 @@ class RankFunction:
 
     @contextlib.contextmanager
     def _first_call_compiling(self, variant: tuple) -> Iterator[None]:
-        key = self._key(*variant)
-        mark = None if key is None else stored_path(key, [str(self.mode)], ".called")
-        # A variant first called before, in this run or an earlier one, has its machine
-        # code in the cache: the ranks load it at once, and its first call is a step like
-        # any other (the lock made ranks take ResNet-50's 2.9 s step one after another).
-        called_before = mark is not None and mark.exists()
-        lock = contextlib.nullcontext() if called_before else self.first_calls.one_at_a_time()
-        span = trace.around(lock, "first call", "compile", {"function": self.spec.name})
         # Without fast-math flags, as at the compile: an OpFromGraph node compiles its
-        # inner function in Numba at its first call (see the module docstring).
-        with (
-            span,
-            _compile_flags(self.spec),
-            compiling(f"first call of {self._label(variant[0])}: machine code"),
-        ):
-            yield
-        if mark is not None and not called_before:
-            with contextlib.suppress(OSError):  # unmarked, the next run takes the lock
-                write_whole(mark, b"")
+        # inner function in Numba at its first call (see the module docstring). Under rank
+        # 0's settings, which the mark's path depends on, as the stored graph's does.
+        with _compile_flags(self.spec):
+            key = self._key(*variant)
+            mark = None if key is None else stored_path(key, [str(self.mode)], ".called")
+            # A variant first called before, in this run or an earlier one, has its machine
+            # code in the cache: the ranks load it at once, and its first call is a step
+            # like any other (the lock made ranks take ResNet-50's 2.9 s step one after
+            # another).
+            called_before = mark is not None and mark.exists()
+            lock = contextlib.nullcontext() if called_before else self.first_calls.one_at_a_time()
+            span = trace.around(lock, "first call", "compile", {"function": self.spec.name})
+            with span, compiling(f"first call of {self._label(variant[0])}: machine code"):
+                yield
+            if mark is not None and not called_before:
+                with contextlib.suppress(OSError):  # unmarked, the next run takes the lock
+                    write_whole(mark, b"")
 
     def get_shared(self) -> list:
         """The shared variables the function uses (rank 0: found by :meth:`check`, which
