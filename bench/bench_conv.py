@@ -28,7 +28,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
-from synkhronos.extensions.conv import conv2d, pool2d
+from synkhronos.ops.conv import conv2d, pool2d
 
 
 def parse_args() -> argparse.Namespace:

@@ -33,6 +33,7 @@ import time
 MODELS = ("mlp", "cnn", "lstm", "unet", "resnet50")
 MODES = ("default", "NUMBA", "CVM", "JAX")
 NEXT_STEPS = 3  # steps after the first, of which the median is shown
+DEMOS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demos")
 BATCH_PER_RANK = {"mlp": 64, "cnn": 32, "lstm": 16, "unet": 4, "resnet50": 2}
 
 
@@ -80,7 +81,8 @@ def build(model: str):
         loss = objectives.binary_crossentropy(L.get_output(net), y).mean()
         return [x, y], loss, L.get_all_params(net, trainable=True), ((1, 64, 64), (1, 64, 64))
     else:
-        from synkhronos.extensions.models import resnet50
+        sys.path.insert(0, DEMOS)
+        from resnet import resnet50
 
         x = pt.tensor4("x")
         net = resnet50(L.InputLayer((None, 3, 224, 224), input_var=x), num_classes=1000)

@@ -469,10 +469,10 @@ def check_resnet(args) -> tuple[str, str]:
     import xla_timing
 
     import synkhronos as synk
+    from demos.resnet import resnet50
     from synkhronos.api import routines
     from synkhronos.extensions.lasagne import layers as L
     from synkhronos.extensions.lasagne import objectives, updates
-    from synkhronos.extensions.models import resnet50
     from synkhronos.extensions.train import make_step_function
 
     size, batch, classes, steps = 224, 64, 1000, 10

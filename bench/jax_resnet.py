@@ -1,7 +1,7 @@
 """ResNet-50 written by hand in JAX, trained data-parallel: the yardstick for synkhronos'
 ResNet-50 step on GPU ranks (``gpu_check.py``).
 
-The same network as :func:`synkhronos.extensions.models.resnet50` (bias-free convolutions,
+The same network as ``resnet50`` of demos/resnet.py (bias-free convolutions,
 batch normalization with batch statistics, stride in the first 1x1 convolution of each
 downsampling block, global average pooling, a softmax layer), the same loss (cross-entropy
 of the batch mean) and rule (SGD with momentum 0.9). One step is one jitted program over

@@ -18,11 +18,11 @@ import time
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from resnet import resnet50
 
 import synkhronos as synk
 from synkhronos.extensions.lasagne import layers as L
 from synkhronos.extensions.lasagne import objectives, updates
-from synkhronos.extensions.models import resnet50
 from synkhronos.extensions.train import make_step_function
 
 N_CLASSES = 1000

@@ -1,4 +1,4 @@
-"""Tests of synkhronos.extensions.conv: the conv2d and pool2d Ops and their gradients.
+"""Tests of synkhronos.ops.conv: the conv2d and pool2d Ops and their gradients.
 
 References are float64 NumPy direct sums.  Most tests compile with the Python linker
 (``FAST_COMPILE``), which runs the same Numba kernels as the default Numba linker but
@@ -15,7 +15,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.gradient import verify_grad
 
-from synkhronos.extensions.conv import (
+from synkhronos.ops.conv import (
     Conv2d,
     Pool2d,
     conv2d,

@@ -232,7 +232,7 @@ def test_deep_graph_ships(ranks, rng):
     batch-norm averages have default updates that reach back through the whole net)."""
     from pytensor.graph.replace import clone_replace
 
-    from synkhronos.extensions.random_streams import add_default_update
+    from synkhronos.ops.random_streams import add_default_update
 
     v = pt.vector("v")
     scale = pytensor.shared(np.ones(7), name="deep_scale")

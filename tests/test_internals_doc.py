@@ -86,11 +86,18 @@ def test_no_directive_names_a_missing_module():
 
 
 # The audiences of internals.rst's table, lowest layer first; a module may import from its
-# own package and from packages of a lower layer only. "session" and "worker" share a layer.
-LAYERS = {"transport": 0, "rank": 1, "session": 2, "worker": 2, "api": 3, "": 4, "theano": 5}
-# Theano's names map onto the extensions' Ops (conv2d, pooling), so this face alone may
-# import them.
-IMPORTS_EXTENSIONS = {"theano"}
+# own package and from packages of a lower layer only. "session" and "worker" share a layer,
+# as do "transport" and "ops" (Theano's Ops: below the Theano face and the Lasagne port).
+LAYERS = {
+    "transport": 0,
+    "ops": 0,
+    "rank": 1,
+    "session": 2,
+    "worker": 2,
+    "api": 3,
+    "": 4,
+    "theano": 5,
+}
 
 
 def _package(module: str) -> str:
@@ -134,11 +141,8 @@ def test_tree_follows_the_audience_table():
 def test_imports_go_down_the_layers():
     for module, imported in _core_imports().items():
         for target in imported:
-            if target.startswith(EXTENSIONS):
-                assert _package(module) in IMPORTS_EXTENSIONS, (
-                    f"{module} imports the extension {target}"
-                )
-                continue
+            # the extensions (the Lasagne port, the trainers) sit above the whole core
+            assert not target.startswith(EXTENSIONS), f"{module} imports the extension {target}"
             own, theirs = _package(module), _package(target)
             if own == theirs:
                 continue
@@ -146,6 +150,33 @@ def test_imports_go_down_the_layers():
                 f"{module} (layer {own or 'synkhronos'}) imports {target} (layer "
                 f"{theirs or 'synkhronos'}): imports go down internals.rst's table"
             )
+
+
+def test_theano_face_maps_the_ops():
+    """The Theano face takes Theano's Ops from ``synkhronos.ops``, as the Lasagne port
+    does, and imports nothing from the extensions."""
+    imports = _core_imports()
+    theano = {t for m, found in imports.items() if _package(m) == "theano" for t in found}
+    assert {"synkhronos.ops.nnet", "synkhronos.ops.pool", "synkhronos.ops.random_streams"} <= (
+        theano
+    )
+    assert not {t for t in theano if t.startswith(EXTENSIONS)}
+    ops = {t for m, found in imports.items() if _package(m) == "ops" for t in found}
+    assert {_package(t) for t in ops} <= {"ops"}, "the Ops import no other synkhronos package"
+
+
+def test_lasagne_port_takes_the_ops_from_the_core():
+    """The Lasagne port imports the Ops from ``synkhronos.ops`` (it imports the Theano
+    face only for the names of Lasagne's modules, ``theano`` and ``T``)."""
+    port = ROOT / "synkhronos" / "extensions" / "lasagne"
+    found = set()
+    for path in port.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+    assert {"synkhronos.ops", "synkhronos.ops.nnet", "synkhronos.ops.pool"} <= found
 
 
 def test_core_imports_have_no_cycles():

@@ -605,7 +605,7 @@ def test_noise_layers_draw_from_streams_seeded_when_built():
     """As in Lasagne, each noise layer's ``_srng`` (Theano's RandomStreams) takes its seed
     from ``lasagne.random`` when the layer is built: the same seed, the same noise."""
     from synkhronos.extensions.lasagne import random
-    from synkhronos.extensions.random_streams import RandomStreams
+    from synkhronos.ops.random_streams import RandomStreams
 
     net, x = L.InputLayer((None, 6)), np.full((40, 6), -1.0)
     saved = random.get_rng()

@@ -1,4 +1,4 @@
-"""ResNet-50 from synkhronos.extensions.models, and a small CNN trained with synk.
+"""ResNet-50 from demos.resnet, and a small CNN trained with synk.
 
 A ResNet forward runs in PyTensor's default (Numba) mode; the whole ResNet-50 trains on 2
 ranks in tests/test_resnet50_demo.py.
@@ -9,7 +9,8 @@ import pytensor
 import pytest
 
 import synkhronos as synk
-from synkhronos.extensions import models
+from demos import resnet as models
+from demos.resnet import resnet50
 from synkhronos.extensions.lasagne import init, objectives, updates
 from synkhronos.extensions.lasagne.layers import (
     BatchNormLayer,
@@ -23,7 +24,6 @@ from synkhronos.extensions.lasagne.layers import (
     get_output,
 )
 from synkhronos.extensions.lasagne.nonlinearities import softmax
-from synkhronos.extensions.models import resnet50
 from synkhronos.extensions.train import make_pytensor_step_function, make_step_function
 
 RESNET50_PARAMS = 25_557_032  # torchvision / Keras ResNet-50 v1 trainable parameters

@@ -91,7 +91,7 @@ def running_state(loss: TensorVariable) -> list[SharedVariable]:
 
     Examples
     --------
-    >>> from synkhronos.extensions.random_streams import add_default_update
+    >>> from synkhronos.ops.random_streams import add_default_update
     >>> acc = pytensor.shared(np.zeros(2), name="acc")
     >>> add_default_update(acc, acc + 1)
     >>> [v.name for v in running_state(acc.sum() * 2)]

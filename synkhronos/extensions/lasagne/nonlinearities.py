@@ -1,7 +1,7 @@
 """Activation functions, with the names and defaults of ``lasagne.nonlinearities``.
 
 Where Lasagne calls Theano's ``theano.tensor.nnet``, these call
-:mod:`synkhronos.extensions.theano_nnet`.
+:mod:`synkhronos.ops.nnet`.
 """
 
 from collections.abc import Callable
@@ -10,7 +10,7 @@ import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos import theano
-from synkhronos.extensions import theano_nnet
+from synkhronos.ops import nnet as theano_nnet
 
 __all__ = [
     "SELU",

@@ -1,7 +1,7 @@
 """Loss and accuracy expressions, with the names and defaults of ``lasagne.objectives``.
 
 All return elementwise (or per-example) tensors; reduce them with :func:`aggregate`.
-The cross-entropies are :mod:`synkhronos.extensions.theano_nnet`'s (Theano's, which
+The cross-entropies are :mod:`synkhronos.ops.nnet`'s (Theano's, which
 Lasagne calls), on aligned targets.
 """
 
@@ -12,8 +12,8 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import theano_nnet
 from synkhronos.extensions.lasagne.utils import as_theano_expression
+from synkhronos.ops import nnet as theano_nnet
 
 __all__ = [
     "aggregate",

@@ -2,7 +2,7 @@
 dropout and noise layers draw from.
 
 Theano's MRG31k3p generator ran on GPUs too; here it is
-:class:`~synkhronos.extensions.random_streams.RandomStreams` (NumPy's
+:class:`~synkhronos.ops.random_streams.RandomStreams` (NumPy's
 generators), with MRG's default seed, 12345: the same methods and distributions, other
 numbers.
 
@@ -13,7 +13,7 @@ numbers.
 True
 """
 
-from synkhronos.extensions.random_streams import RandomStreams
+from synkhronos.ops.random_streams import RandomStreams
 
 
 class MRG_RandomStreams(RandomStreams):  # noqa: N801 - Theano's name

@@ -1,6 +1,6 @@
 """Theano's ``theano.tensor.shared_randomstreams``: ``RandomStreams``, symbolic random
 draws that every call of a compiled function draws anew; it is
-:mod:`synkhronos.extensions.random_streams`'s, which the Lasagne port's noise layers draw
+:mod:`synkhronos.ops.random_streams`'s, which the Lasagne port's noise layers draw
 from too.
 
 >>> from synkhronos import theano
@@ -11,6 +11,6 @@ from too.
 True
 """
 
-from synkhronos.extensions.random_streams import RandomStreams
+from synkhronos.ops.random_streams import RandomStreams
 
 __all__ = ["RandomStreams"]

@@ -1,10 +1,10 @@
-"""Convolution layers (``lasagne.layers.conv``), on the Ops of :mod:`synkhronos.extensions.conv`.
+"""Convolution layers (``lasagne.layers.conv``), on the Ops of :mod:`synkhronos.ops.conv`.
 
 As in Lasagne, the forward layers compute ``convolution(input, W, input_shape,
 W_shape, subsample=stride, border_mode=pad, filter_flip=flip_filters)`` (``pad="same"``
 passed as ``"half"``, and ``num_groups=`` when above 1): any function with Theano's
 ``conv2d`` convention serves, such as
-:func:`synkhronos.theano.tensor.nnet.conv2d <synkhronos.extensions.theano_nnet.conv2d>`
+:func:`synkhronos.theano.tensor.nnet.conv2d <synkhronos.ops.nnet.conv2d>`
 (the default of :class:`Conv2DLayer`), ``conv3d`` (of :class:`Conv3DLayer`) or the 1-D
 functions of :mod:`~synkhronos.extensions.lasagne.theano_extensions.conv` (``conv1d_mc0``,
 the default of :class:`Conv1DLayer`). The transposed layers are the gradients of those
@@ -17,12 +17,12 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import conv
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
 from synkhronos.extensions.lasagne.theano_extensions.conv import conv1d_mc0
 from synkhronos.extensions.lasagne.utils import as_tuple, int_types
-from synkhronos.extensions.theano_nnet import (
+from synkhronos.ops import conv
+from synkhronos.ops.nnet import (
     AbstractConv2d_gradInputs,
     AbstractConv3d_gradInputs,
     conv2d,
@@ -338,7 +338,7 @@ class Conv2DLayer(_ForwardConvLayer):
         False gives cross-correlation, as in cuDNN-style pretrained weights.
     convolution
         Function with Theano's ``conv2d`` convention (see the module docstring); default
-        Theano's ``conv2d`` (:func:`synkhronos.extensions.theano_nnet.conv2d`).
+        Theano's ``conv2d`` (:func:`synkhronos.ops.nnet.conv2d`).
     num_groups
         Number of channel groups.
     **kwargs
@@ -378,7 +378,7 @@ class Conv3DLayer(_ForwardConvLayer):
 
     Parameters are those of :class:`Conv2DLayer` with triples; ``convolution=None``
     (Lasagne's default) means Theano's ``conv3d``
-    (:func:`synkhronos.extensions.theano_nnet.conv3d`, a sum of 2-D convolutions).
+    (:func:`synkhronos.ops.nnet.conv3d`, a sum of 2-D convolutions).
 
     Examples
     --------

@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import pool2d
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape, as_nonlinearity
 from synkhronos.extensions.lasagne.layers.dnn import Conv2DDNNLayer
 from synkhronos.extensions.lasagne.layers.pool import pool_output_length
 from synkhronos.extensions.lasagne.layers.shape import DimshuffleLayer
 from synkhronos.extensions.lasagne.utils import as_tuple
-from synkhronos.extensions.theano_nnet import conv2d
+from synkhronos.ops.conv import pool2d
+from synkhronos.ops.nnet import conv2d
 
 __all__ = [
     "Conv2DCCLayer",

@@ -1,7 +1,7 @@
 """Noise layers (``lasagne.layers.noise``): dropout and Gaussian noise.
 
 As in Lasagne, each layer draws from its own random streams (``_srng``, Theano's
-``RandomStreams``: :mod:`synkhronos.extensions.random_streams`), seeded from
+``RandomStreams``: :mod:`synkhronos.ops.random_streams`), seeded from
 :func:`synkhronos.extensions.lasagne.random.get_rng` when the layer is built; each draw's
 generator advances by a default update, so each call of a compiled training function
 draws new noise.
@@ -14,7 +14,7 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 from synkhronos.extensions.lasagne.random import get_rng
-from synkhronos.extensions.random_streams import RandomStreams
+from synkhronos.ops.random_streams import RandomStreams
 
 __all__ = [
     "DropoutLayer",
@@ -33,7 +33,7 @@ def layer_streams() -> RandomStreams:
     Returns
     -------
     RandomStreams
-        Theano's random streams (:class:`synkhronos.extensions.random_streams.RandomStreams`).
+        Theano's random streams (:class:`synkhronos.ops.random_streams.RandomStreams`).
     """
     return RandomStreams(int(get_rng().randint(1, 2147462579)))
 

@@ -9,7 +9,7 @@ from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape
 from synkhronos.extensions.lasagne.layers.special import BiasLayer, NonlinearityLayer, ScaleLayer
 from synkhronos.extensions.lasagne.utils import int_types
-from synkhronos.extensions.random_streams import add_default_update
+from synkhronos.ops.random_streams import add_default_update
 
 __all__ = [
     "BatchNormLayer",

@@ -1,17 +1,17 @@
 """Pooling and upscaling layers (``lasagne.layers.pool``), and ``pool_2d`` / ``pool_3d``,
 Theano's pooling functions, which Lasagne imports here
-(:mod:`synkhronos.extensions.theano_pool`)."""
+(:mod:`synkhronos.ops.pool`)."""
 
 from collections.abc import Callable, Sequence
 
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import conv
-from synkhronos.extensions.conv import POOL_MODES, pool1d, pool2d, pool3d
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
-from synkhronos.extensions.theano_pool import pool_2d, pool_3d  # noqa: F401 - Lasagne's names
+from synkhronos.ops import conv
+from synkhronos.ops.conv import POOL_MODES, pool1d, pool2d, pool3d
+from synkhronos.ops.pool import pool_2d, pool_3d  # noqa: F401 - Lasagne's names
 
 __all__ = [
     "FeaturePoolLayer",
@@ -48,7 +48,7 @@ def pool_output_length(input_length, pool_size, stride, pad, ignore_border):
     Returns
     -------
     int, TensorVariable or None
-        The length (see :func:`synkhronos.extensions.conv.pool_output_length`); None
+        The length (see :func:`synkhronos.ops.conv.pool_output_length`); None
         if ``input_length`` or ``pool_size`` is None.
 
     Examples

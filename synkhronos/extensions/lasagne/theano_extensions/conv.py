@@ -1,8 +1,8 @@
 """Lasagne's alternative 1-D convolutions (``lasagne.theano_extensions.conv``).
 
 Lasagne wrote six ways of computing one 1-D convolution on Theano, for speed; here all
-six compute it with :func:`synkhronos.extensions.theano_nnet.conv_nd` (Theano's
-convention, on :func:`synkhronos.extensions.conv.conv1d`, whose kernels are the 2-D
+six compute it with :func:`synkhronos.ops.nnet.conv_nd` (Theano's
+convention, on :func:`synkhronos.ops.conv.conv1d`, whose kernels are the 2-D
 convolution's), each keeping the arguments and restrictions of Lasagne's function:
 ``conv1d_sc``, ``conv1d_unstrided``, ``conv1d_sd`` and ``conv1d_md`` take only valid
 convolutions, and the last three need a filter length that is a multiple of the stride.
@@ -13,7 +13,7 @@ import numpy as np
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.utils import int_types
-from synkhronos.extensions.theano_nnet import conv_nd
+from synkhronos.ops.nnet import conv_nd
 from synkhronos.theano import tensor as T  # noqa: N812 - Lasagne's name, in its star set
 
 __all__ = [

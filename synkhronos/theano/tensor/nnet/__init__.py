@@ -1,6 +1,6 @@
 """Theano's ``theano.tensor.nnet``, which PyTensor dropped: activations,
 cross-entropies and CNN convolutions with Theano's arguments and meaning. They are
-:mod:`synkhronos.extensions.theano_nnet`'s, which the Lasagne port calls too.
+:mod:`synkhronos.ops.nnet`'s, which the Lasagne port calls too.
 
 ``conv2d`` and ``conv3d`` are :mod:`~synkhronos.theano.tensor.nnet.abstract_conv`'s.
 
@@ -11,7 +11,7 @@ cross-entropies and CNN convolutions with Theano's arguments and meaning. They a
 [0.6931]
 """
 
-from synkhronos.extensions.theano_nnet import (
+from synkhronos.ops.nnet import (
     binary_crossentropy,
     categorical_crossentropy,
     crossentropy_categorical_1hot,

@@ -1,6 +1,6 @@
 """Theano's ``theano.tensor.nnet.abstract_conv``: ``conv2d``/``conv3d`` (with Theano's
 filter flip) and the gradient operators that Lasagne's transposed convolutions call.
-They are :mod:`synkhronos.extensions.theano_nnet`'s, which the Lasagne port's
+They are :mod:`synkhronos.ops.nnet`'s, which the Lasagne port's
 convolution layers call too.
 
 >>> import numpy as np, pytensor.tensor as pt
@@ -10,7 +10,7 @@ convolution layers call too.
 [12.0, 120.0]
 """
 
-from synkhronos.extensions.theano_nnet import (
+from synkhronos.ops.nnet import (
     AbstractConv2d_gradInputs,
     AbstractConv2d_gradWeights,
     AbstractConv3d_gradInputs,

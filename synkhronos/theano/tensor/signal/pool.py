@@ -1,5 +1,5 @@
 """Theano's ``theano.tensor.signal.pool``: ``pool_2d`` and ``pool_3d`` with Theano's
-arguments, defaults and border rules; they are :mod:`synkhronos.extensions.theano_pool`'s,
+arguments, defaults and border rules; they are :mod:`synkhronos.ops.pool`'s,
 which the Lasagne port's pooling imports too.
 
 >>> import numpy as np, pytensor.tensor as pt
@@ -8,6 +8,6 @@ which the Lasagne port's pooling imports too.
 [[5.0, 7.0], [13.0, 15.0]]
 """
 
-from synkhronos.extensions.theano_pool import MODES, pool_2d, pool_3d
+from synkhronos.ops.pool import MODES, pool_2d, pool_3d
 
 __all__ = ["MODES", "pool_2d", "pool_3d"]

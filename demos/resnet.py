@@ -1,4 +1,4 @@
-"""Model builders for the demos: ResNet-50."""
+"""Model builders for the demos and benchmarks: ResNet-50 (demos/resnet50.py trains it)."""
 
 from synkhronos.extensions.lasagne import init
 from synkhronos.extensions.lasagne.layers import (

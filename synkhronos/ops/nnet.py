@@ -6,7 +6,7 @@ Lasagne calls these where it calls Theano, and so does the port here
 layers); :mod:`synkhronos.theano` publishes them at their Theano paths
 (``theano.tensor.nnet`` and ``theano.tensor.nnet.abstract_conv``).
 
-The convolutions run on :mod:`synkhronos.extensions.conv`'s Ops (NCHW, OIHW filters),
+The convolutions run on :mod:`synkhronos.ops.conv`'s Ops (NCHW, OIHW filters),
 which compute cross-correlations: with ``filter_flip=True`` (Theano's default, a true
 convolution) the filters are flipped first. ``AbstractConv2d_gradInputs(...)(kern,
 topgrad, shape)`` and its kin are the gradients of that convolution with respect to its
@@ -29,7 +29,7 @@ from pytensor.graph.basic import Variable
 from pytensor.tensor.special import softmax as _softmax
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import conv
+from synkhronos.ops import conv
 
 __all__ = [
     "AbstractConv2d_gradInputs",

@@ -1,5 +1,5 @@
 """Theano's pooling functions, ``pool_2d`` and ``pool_3d``, with Theano's arguments,
-defaults and border rules, on :mod:`synkhronos.extensions.conv`'s pooling Ops.
+defaults and border rules, on :mod:`synkhronos.ops.conv`'s pooling Ops.
 
 Lasagne's ``lasagne.layers.pool`` imports them from Theano, and so does the port here
 (:mod:`synkhronos.extensions.lasagne.layers.pool`); :mod:`synkhronos.theano` publishes
@@ -21,7 +21,7 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions import conv
+from synkhronos.ops import conv
 
 __all__ = ["MODES", "pool_2d", "pool_3d"]
 
