@@ -180,6 +180,56 @@ def test_the_command_diffs_checks_and_writes_a_folder(tmp_path):
     assert (folder / "sub" / "plain.py").read_text() == "import numpy\n"
 
 
+def test_several_files_and_folders_are_ported_alike(tmp_path):
+    """Files and folders in one command, as ``2to3`` takes them: each file once, in the
+    order given (a folder's sorted), named in each line about it."""
+    project = tmp_path / "project"
+    (project / "nested").mkdir(parents=True)
+    (project / ".hidden").mkdir()
+    files = {
+        "alone.py": "import theano\n",
+        "project/one.py": "import theano.tensor as T\nx = T.nnet.nope\n",
+        "project/two.py": "from lasagne.layers import DenseLayer\n",
+        "project/nested/three.py": "import lasagne\nlasagne.layers.NoSuchLayer\n",
+        "project/nested/plain.py": "import numpy\n",
+        "project/.hidden/skipped.py": "import theano\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    given = ("alone.py", "project", "alone.py", "project/nested")  # repeats: once each
+
+    missing = _port("alone.py", "nowhere", cwd=tmp_path)
+    assert missing.returncode == 2 and "nowhere: no such file or folder" in missing.stderr
+    check = _port(*given, "--check", cwd=tmp_path)
+    assert check.returncode == 1
+    assert check.stdout == (
+        f"{Path('project', 'nested', 'three.py')}:2: lasagne.layers.NoSuchLayer: not in the port\n"
+        f"{Path('project', 'one.py')}:2: theano.tensor.nnet.nope: not in the port\n"
+    )
+    diff = _port(*given, "--diff", cwd=tmp_path)
+    headers = [line[4:].strip() for line in diff.stdout.splitlines() if line.startswith("+++ ")]
+    changed = ["alone.py", "project/nested/three.py", "project/one.py", "project/two.py"]
+    assert diff.returncode == 0 and headers == [str(Path(name)) for name in changed]
+    assert all((tmp_path / name).read_text() == text for name, text in files.items())
+
+    written = _port(*given, cwd=tmp_path)
+    assert written.returncode == 0
+    assert written.stdout == "".join(f"ported {Path(name)}\n" for name in changed)
+    assert (tmp_path / "alone.py").read_text() == "from synkhronos import theano\n"
+    assert (project / "two.py").read_text() == (
+        "from synkhronos.extensions.lasagne.layers import DenseLayer\n"
+    )
+    assert (
+        (project / "nested" / "three.py")
+        .read_text()
+        .startswith("from synkhronos.extensions import lasagne\n")
+    )
+    for name in ("project/nested/plain.py", "project/.hidden/skipped.py"):
+        assert (tmp_path / name).read_text() == files[name]
+    again = _port(*given, cwd=tmp_path)
+    assert again.returncode == 0 and again.stdout == ""
+
+
 # A Lasagne program in the forms above; it checks its own results against numpy.
 PROGRAM = """\
 import numpy as np

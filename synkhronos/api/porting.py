@@ -1,4 +1,4 @@
-"""``python -m synkhronos port FILE_OR_DIR [--check] [--diff]``: a Theano/Lasagne program's
+"""``python -m synkhronos port FILE_OR_DIR... [--check] [--diff]``: a Theano/Lasagne program's
 import lines rewritten to :mod:`synkhronos.theano` and :mod:`synkhronos.extensions.lasagne`,
 and the names it uses that the port does not provide.
 
@@ -275,12 +275,19 @@ def find_gaps(source: str, filename: str = "<source>") -> list[Gap]:
     return sorted(set(gaps), key=lambda g: (g.line, g.name))
 
 
-def _python_files(target: Path) -> list[Path]:
-    if target.is_file():
-        return [target]
-    return sorted(
-        p for p in target.rglob("*.py") if not any(part.startswith(".") for part in p.parts)
-    )
+def _python_files(targets: list[Path]) -> list[Path]:
+    """The ``.py`` files of ``targets`` (files, and folders walked outside hidden ones), in
+    the order given, each once (a file named again, or inside a folder named too)."""
+    files: list[Path] = []
+    seen: set[Path] = set()
+    for target in targets:
+        walked = [target] if target.is_file() else sorted(target.rglob("*.py"))
+        for path in walked:
+            hidden = any(part.startswith(".") for part in path.relative_to(target).parts)
+            if not hidden and path.resolve() not in seen:
+                seen.add(path.resolve())
+                files.append(path)
+    return files
 
 
 def _read(path: Path) -> str:
@@ -291,22 +298,27 @@ def _read(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m synkhronos port FILE_OR_DIR [--check] [--diff]``; returns the exit status:
-    1 if a file is not Python 3 or (with ``--check``) uses names the port lacks, else 0."""
+    """``python -m synkhronos port FILE_OR_DIR... [--check] [--diff]``; returns the exit
+    status: 1 if a file is not Python 3 or (with ``--check``) uses names the port lacks,
+    else 0. Every file given, and every ``.py`` file under every folder given, is treated
+    alike, and each is named in what is printed about it."""
     parser = argparse.ArgumentParser(
         prog="python -m synkhronos port",
         description="Rewrite a Theano/Lasagne program's imports to synkhronos' modules.",
     )
-    parser.add_argument("target", type=Path, help="a .py file, or a folder of them")
+    parser.add_argument(
+        "targets", nargs="+", type=Path, metavar="FILE_OR_DIR", help=".py files and folders"
+    )
     parser.add_argument(
         "--check", action="store_true", help="report the names the port lacks; write nothing"
     )
     parser.add_argument("--diff", action="store_true", help="print a diff; write nothing")
     args = parser.parse_args(argv)
-    if not args.target.exists():
-        parser.error(f"{args.target}: no such file or folder")
+    missing = [str(target) for target in args.targets if not target.exists()]
+    if missing:  # before any file is written
+        parser.error(f"{', '.join(missing)}: no such file or folder")
     status = 0
-    for path in _python_files(args.target):
+    for path in _python_files(args.targets):
         source = _read(path)
         try:
             ported = port_source(source, str(path))
