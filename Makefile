@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo docs bench lint clean
+.PHONY: test test-fast demo docs bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,12 +12,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test,docs,demo,lint]"
 	touch $(STAMP)
 
-test: $(STAMP)
-	$(PY) -m ruff check synkhronos tests demos bench
-	$(PY) -m ruff format --check synkhronos tests demos bench
-	$(PY) -m mypy
+test: lint
 	$(PY) -m synkhronos check
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile --doctest-modules tests synkhronos
+
+# What a change usually needs: the tests not marked slow (pyproject.toml's markers).
+test-fast: lint
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not slow" tests
 
 demo: $(STAMP)
 	$(PY) demos/mnist.py

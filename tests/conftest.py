@@ -24,6 +24,45 @@ os.environ["SYNK_CPU_BACKEND"] = "cpu"
 os.environ["SYNK_AFFINITY"] = "0"
 
 
+# The files `make test-fast` leaves out (it runs `pytest -m "not slow"`): each takes a minute
+# or more on 2 cores (whole demos and ResNet-50, the GPU path on CPU devices, MPI nodes,
+# killed and stopped ranks, cold caches, the Sphinx build). `make test` runs them all.
+SLOW_FILES = {
+    "test_async_demo.py",
+    "test_c_modules.py",
+    "test_checkpoints.py",
+    "test_cpu_choice.py",
+    "test_demos.py",
+    "test_differential.py",
+    "test_docs.py",
+    "test_faults.py",
+    "test_first_calls.py",
+    "test_gpu.py",
+    "test_gpu_check.py",
+    "test_gpu_faults.py",
+    "test_jax_backend.py",
+    "test_lasagne_demo.py",
+    "test_models.py",
+    "test_node_reductions.py",
+    "test_nodes.py",
+    "test_one_program.py",
+    "test_port_names.py",
+    "test_porting.py",
+    "test_reliability.py",
+    "test_resnet50_demo.py",
+    "test_rewritten_graphs.py",
+    "test_security.py",
+    "test_synkhronos_style_demo.py",
+    "test_train.py",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="module")
 def ranks(request):
     """Fork ``request.param`` CPU ranks (default 2) for one test module; close afterwards."""
