@@ -50,7 +50,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.scalar.basic import Add, Second
 from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
 from pytensor.tensor.elemwise import CAReduce, Elemwise
@@ -658,11 +658,28 @@ def split_phases(
         last_generators = []
     placeholders = [v.type() for v in originals]
     reduced = _Substitution(graph, rows, dict(zip(originals, placeholders, strict=True)))
+    reduced_targets = reduced.rebuild_all(targets)
+    for source in _lengths_read(reduced_targets, sources):
+        # The reduced phase reads lengths of a row input (a mean's count, of axes that
+        # only the input knows): the same on every rank, they cross the all-reduce as
+        # each rank's lengths times its row count, and come back divided by the whole.
+        lengths = pt.cast(pt.as_tensor_variable(source).shape, "int64")
+        if split_rounds:  # the last round reads the rows' lengths that the first kept
+            split_rounds[0].kept.append(lengths)
+            split_rounds[0].kept_placeholders.append(lengths.type())
+            lengths = split_rounds[0].kept_placeholders[-1]
+        frontier.append(lengths * lengths[0])
+        weighted.append(False)
+        placeholders.append(frontier[-1].type())
+        whole_lengths = pt.concatenate(
+            [pt.cast(rows, "int64")[None], (placeholders[-1] // rows)[1:]]
+        )
+        reduced_targets = _with_lengths(reduced_targets, source, whole_lengths)
     return PhaseSplit(
         frontier,
         row_outputs,
         moved,
-        reduced.rebuild_all(targets),
+        reduced_targets,
         placeholders,
         whole_batch,
         pt.as_tensor_variable(list(sources)[0]).shape[0],
@@ -911,6 +928,31 @@ class _Substitution:
             result = graph_replace([v], leaves, strict=False)[0]
         self.whole[v] = result
         return result
+
+
+def _lengths_read(targets: list, sources: Sequence[Variable]) -> list:
+    """The row inputs whose lengths ``targets`` read (and nothing else of them)."""
+    free = [v for v in graph_inputs(targets) if v in set(sources)]
+    return [s for s in free if _only_lengths_of(targets, s)]
+
+
+def _only_lengths_of(targets: list, source: Variable) -> bool:
+    """Whether ``targets`` read ``source`` through its shape alone."""
+    for node in io_toposort(graph_inputs(targets), targets):
+        if source in node.inputs and not isinstance(node.op, Shape | Shape_i):
+            return False
+    return True
+
+
+def _with_lengths(targets: list, source: Variable, lengths: Variable) -> list:
+    """``targets`` with ``source``'s shape read from ``lengths``."""
+    replace = {}
+    for node in io_toposort(graph_inputs(targets), targets):
+        if isinstance(node.op, Shape) and node.inputs[0] is source:
+            replace[node.outputs[0]] = lengths
+        elif isinstance(node.op, Shape_i) and node.inputs[0] is source:
+            replace[node.outputs[0]] = lengths[node.op.i]
+    return graph_replace(targets, replace, strict=False)
 
 
 def _with_leaves(v: Variable, leaves: dict) -> Variable:
