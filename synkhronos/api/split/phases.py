@@ -287,7 +287,15 @@ class _RowPhase:
     """The row phase's graphs: its rounds, the frontier, the outputs left to it, and the
     generators each part draws from for the whole batch."""
 
-    def __init__(self, graph, rows, plan, positions, frontier: list, kept_outputs: list):
+    def __init__(
+        self,
+        graph: RowGraph,
+        rows: Variable,
+        plan: RoundsPlan | None,
+        positions: Variable | None,
+        frontier: list,
+        kept_outputs: list,
+    ):
         self.graph, self.rows, self.exact = graph, rows, plan is not None
         # Each round reads the statistics and kept values of the rounds before it; a
         # later round draws with the rows' positions the first kept.
