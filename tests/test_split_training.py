@@ -1,9 +1,13 @@
-"""A small U-Net's one-line training function trains as one device would (issue #48).
+"""Training functions that the split once left to each rank, on 2 ranks with uneven rows,
+against ``pytensor.function`` in one process.
+
+A small U-Net's one-line training function (issue #48).
 
 Convolutions, a pooling, a strided transposed convolution and a concatenation, with a
 per-pixel loss whose targets' channel axis only the targets know: the reduced phase's
 mean divides by their lengths, which cross the all-reduce with the frontier (with batch
-normalization, the first round keeps them for the last).
+normalization, the first round keeps them for the last). An embedding read by integer
+indices alone: its update depends on the rows of the indices.
 """
 
 import warnings
@@ -71,3 +75,23 @@ def test_unet_trains_as_one_device(ranks, batch_norm):
     for var, got, want in zip(variables, trained, [v.get_value() for v in variables], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str(var))
     synk.broadcast(variables)  # rank 0 holds the reference's values: every rank takes them
+
+
+def test_embedding_with_integer_inputs_only(ranks):
+    rng = np.random.default_rng(4)
+    idx = pt.ivector("idx")
+    W = pytensor.shared(rng.normal(size=(10, 4)).astype(pytensor.config.floatX), name="W")
+    loss = pt.mean(W[idx].sum(axis=1) ** 2)
+    updates = [(W, W - 0.1 * pt.grad(loss, W))]
+    start = W.get_value()
+    train_fn = synk.function([idx], loss, updates=updates, mode=MODE)
+    assert isinstance(train_fn, TrainingFunction)
+    rows = rng.integers(0, 10, ROWS).astype("int32")
+    losses = [train_fn(rows) for _ in range(3)]
+    synk.verify()
+    trained = W.get_value()
+    W.set_value(start)
+    ref_fn = pytensor.function([idx], loss, updates=updates, mode=MODE)
+    np.testing.assert_allclose(losses, [ref_fn(rows) for _ in range(3)], rtol=1e-5)
+    np.testing.assert_allclose(trained, W.get_value(), rtol=1e-5, atol=1e-6)
+    synk.broadcast([W])
