@@ -61,7 +61,8 @@ def test_unet_trains_as_one_device(ranks, batch_norm):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train_fn = synk.function([x, t], loss, updates=updates, mode=MODE)
-    assert not [w for w in caught if "synkhronos" in str(w.message)]  # exact: nothing said
+    said = [str(w.message) for w in caught if "synkhronos" in str(w.message)]
+    assert not said, said  # exact: nothing said
     assert isinstance(train_fn, TrainingFunction)
     assert bool(train_fn.round_functions) == batch_norm
     losses = [train_fn(xs, ts) for _ in range(3)]

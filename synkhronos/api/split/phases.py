@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
@@ -189,7 +190,7 @@ def split_phases(
         reduced.rebuild_all(targets),
         placeholders,
         whole_batch,
-        pt.as_tensor_variable(list(sources)[0]).shape[0],
+        pt.cast(pt.as_tensor_variable(list(sources)[0]).shape[0], _counts_dtype()),
         weighted,
         positions,
         row_phase.generators,
@@ -344,12 +345,19 @@ class _RowPhase:
         self.rounds.append(made)
 
 
+def _counts_dtype() -> str:
+    """The dtype of the counts a phase keeps or sums: 32 bits where floatX is (JAX mode
+    then computes in 32 bits, and says so of a 64-bit value)."""
+    return "int64" if pytensor.config.floatX == "float64" else "int32"
+
+
 def _read_lengths_reduced(split: PhaseSplit, source: Variable) -> None:
     """Let the reduced phase read a row input's lengths (a mean's count, of axes that
     only the input knows) from the frontier: the same on every rank, they cross the
     all-reduce as each rank's lengths times its row count, and come back divided by
     the whole count."""
-    lengths = pt.cast(pt.as_tensor_variable(source).shape, "int64")
+    dtype = _counts_dtype()  # lengths times rows stay far below 2**31
+    lengths = pt.cast(pt.as_tensor_variable(source).shape, dtype)
     if split.rounds:  # the last round reads the lengths the first kept
         split.rounds[0].kept.append(lengths)
         split.rounds[0].kept_placeholders.append(lengths.type())
@@ -357,8 +365,8 @@ def _read_lengths_reduced(split: PhaseSplit, source: Variable) -> None:
     split.frontier.append(lengths * lengths[0])
     split.weighted.append(False)
     split.placeholders.append(split.frontier[-1].type())
-    rows = pt.cast(split.rows.shape[0], "int64")
-    whole = pt.concatenate([rows[None], (split.placeholders[-1] // rows)[1:]])
+    rows = pt.cast(split.rows.shape[0], dtype)
+    whole = pt.cast(pt.concatenate([rows[None], (split.placeholders[-1] // rows)[1:]]), "int64")
     split.targets = with_lengths(split.targets, source, whole)
 
 
