@@ -2,6 +2,9 @@
 the frontier, the rounds), and its phases evaluated on two uneven parts of a batch, as
 two ranks would, reassembled into the one-process function's results."""
 
+import re
+import warnings
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -220,3 +223,105 @@ def test_lengths_only_a_row_input_knows():
     assert x not in reduced_reads and t not in reduced_reads
     arrays = [rng.normal(size=(ROWS, 3)).astype(FLOAT), rng.normal(size=(ROWS, 5)).astype(FLOAT)]
     assert_one_process([x, t], [loss], updates, arrays, split)
+
+
+@pytest.mark.parametrize("scale", [lambda n: n, pt.sqrt], ids=["n", "sqrt_n"])
+def test_row_count_named_by_the_loss(scale):
+    """``loss.sum() / x.shape[0]`` (or any expression of the count): the whole call's
+    count in the rows' phase, as ``mean``'s."""
+    sources, outputs, updates, arrays = regression(
+        lambda x, y, w: ((pt.dot(x, w) - y) ** 2).sum() / scale(x.shape[0])
+    )
+    split = split_of(sources, outputs, updates)
+    assert not split.inexact and not split.rounds
+    assert_one_process(sources, outputs, updates, arrays, split)
+
+
+def _clip_loss(x, y, w):
+    """A contrastive loss over the batch: every row scored against every row."""
+    z1, z2 = pt.outer(pt.dot(x, w), y), pt.outer(y, pt.dot(x, w))
+    return -pt.diagonal(pt.special.log_softmax(z1 @ z2.T, axis=1)).mean()
+
+
+@pytest.mark.parametrize(
+    "loss_of, said",
+    [
+        (
+            lambda x, y, w: -(pt.special.log_softmax(pt.dot(x, w), axis=0) * y).sum(),
+            r"log_softmax over axis 0 \(the rows\): each rank would normalize over its own rows",
+        ),
+        (
+            lambda x, y, w: ((pt.special.softmax(pt.dot(x, w), axis=0) - y) ** 2).sum(),
+            r"softmax over axis 0 \(the rows\): each rank would normalize over its own rows",
+        ),
+        (_clip_loss, r"matrix product \(Dot\) of two values of the rows.*pairs rows with rows"),
+        (
+            lambda x, y, w: (pt.cumsum(pt.dot(x, w)) * y).sum(),
+            r"cumulative add over axis 0 \(the rows\): each rank would accumulate its own rows",
+        ),
+        (
+            lambda x, y, w: (pt.sort(pt.dot(x, w)) * y).sum(),
+            r"sort over axis 0 \(the rows\): each rank would sort its own rows",
+        ),
+        (
+            lambda x, y, w: (pt.dot(x, w)[pt.argsort(y)] * y).sum(),
+            r"argsort over axis 0 \(the rows\): each rank would sort its own rows",
+        ),
+    ],
+    ids=["log_softmax", "softmax", "clip", "cumsum", "sort", "argsort"],
+)
+def test_rows_mixed_are_said(loss_of, said):
+    """An op whose result mixes rows other than by a sum: each rank would see its own
+    rows only (and the phases differ from one process: the words are needed)."""
+    sources, outputs, updates, arrays = regression(loss_of)
+    split = split_of(sources, outputs, updates)
+    assert any(re.search(said, line) for line in split.inexact), split.inexact
+    with pytest.raises(AssertionError):
+        assert_one_process(sources, outputs, updates, arrays, split)
+
+
+def _mlp(x, y, w):
+    rng = np.random.default_rng(6)
+    W = pytensor.shared(rng.normal(size=(3, 5)).astype(FLOAT), name="W")
+    h = pt.tanh(pt.dot(x, W)) + w[None, :].sum()
+    return pt.mean((h.sum(axis=1) - y) ** 2)
+
+
+def _classifier(x, y, w):
+    rng = np.random.default_rng(7)
+    W = pytensor.shared(rng.normal(size=(3, 4)).astype(FLOAT), name="W")
+    p = pt.special.softmax(pt.dot(x * w, W), axis=-1)
+    labels = pt.cast(pt.abs(y * 10), "int64") % 4
+    return -pt.mean(pt.log(p[pt.arange(x.shape[0]), labels])) + pt.mean(
+        pt.special.log_softmax(pt.dot(x, W), axis=1)
+    )
+
+
+def _recurrent(x, y, w):
+    """An LSTM-like recurrence over a sequence axis (the rows ride along)."""
+    rng = np.random.default_rng(8)
+    U = pytensor.shared(rng.normal(size=(3, 3)).astype(FLOAT) / 3, name="U")
+    steps = x.dimshuffle(1, 0, 2)  # (time, rows, features)
+
+    def step(x_t, h, c):
+        gate = pt.sigmoid(pt.dot(h, U) + x_t * w[:3])
+        c = gate * c + (1 - gate) * pt.tanh(x_t)
+        return pt.tanh(c) * gate, c
+
+    start = pt.zeros((x.shape[0], 3), dtype=FLOAT)
+    hs, _ = pytensor.scan(step, sequences=steps, outputs_info=[start, start], return_updates=False)
+    return pt.mean((hs[-1].sum(axis=1) - y) ** 2)
+
+
+@pytest.mark.parametrize(
+    "loss_of, x_shape",
+    [(_mlp, (3,)), (_classifier, (3,)), (_recurrent, (4, 3))],
+    ids=["mlp", "softmax_classifier", "lstm_like"],
+)
+def test_exact_graphs_say_nothing(loss_of, x_shape):
+    sources, outputs, updates, arrays = regression(loss_of, x_shape)
+    with warnings.catch_warnings():  # the split says nothing (nor does PyTensor to it)
+        warnings.simplefilter("error")
+        split = split_of(sources, outputs, updates)
+    assert split is not None and not split.inexact, split.inexact
+    assert_one_process(sources, outputs, updates, arrays, split)

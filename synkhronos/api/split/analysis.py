@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import numpy as np
 from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import graph_inputs
@@ -81,6 +82,53 @@ def sums_rows(node: Apply) -> bool:
         return isinstance(op.scalar_op, Add)
     core = getattr(op, "core_op", op)  # Blockwise(Dot) is a matmul
     return type(core).__name__ in _ROW_SUMS
+
+
+def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
+    """Why ``node`` mixes the rows of its inputs into rows of its result in a way the
+    split cannot make exact (each rank would see only its own rows), or None."""
+    row_inputs = [i for i in node.inputs if graph.has(i, Fact.ROW) and graph.has(i, Fact.DATA)]
+    if not row_inputs:
+        return None
+    op, first = node.op, node.inputs[0]
+    name = type(op).__name__
+    if name in ("Softmax", "LogSoftmax", "CumOp", "SortOp", "ArgSortOp"):
+        axes = getattr(op, "axis", None)
+        if name in ("SortOp", "ArgSortOp"):
+            axis = node.inputs[1]
+            axes = None if not isinstance(axis, Constant) or axis.data is None else axis.data
+        if axes is None:  # over every axis (a cumulative op or a sort flattens first)
+            along = graph.lengths.row_axes(first)
+        else:
+            normal = [int(k) % first.ndim for k in np.atleast_1d(axes)]
+            along = [k for k in normal if k in graph.lengths.row_axes(first)]
+        if not along:
+            return None
+        what = {
+            "Softmax": ("softmax", "normalize over its own rows"),
+            "LogSoftmax": ("log_softmax", "normalize over its own rows"),
+            "CumOp": (f"a cumulative {getattr(op, 'mode', '')}", "accumulate its own rows"),
+            "SortOp": ("sort", "sort its own rows"),
+            "ArgSortOp": ("argsort", "sort its own rows"),
+        }[name]
+        where = "every axis" if axes is None else f"axis {along[0]}"
+        return f"{what[0]} over {where} (the rows): each rank would {what[1]}"
+    core = getattr(op, "core_op", op)
+    if type(core).__name__ in ("Dot", "Dot22") and len(row_inputs) > 1:
+        # A batched product whose rows' axes are all batch axes pairs row i with row i.
+        core_ndim = 2 if core is not op else 0
+        in_core = [
+            k
+            for i in row_inputs
+            for k in graph.lengths.row_axes(i)
+            if k >= i.ndim - core_ndim or core_ndim == 0
+        ]
+        if in_core and any(graph.has(o, Fact.ROW) for o in node.outputs):
+            return (
+                f"a matrix product ({core}) of two values of the rows, as z1 @ z2.T, pairs "
+                f"rows with rows: each rank would pair its own rows only"
+            )
+    return None
 
 
 class RowGraph:
@@ -167,4 +215,4 @@ class RowGraph:
         return repr(v.name) if v.name else str(v)
 
 
-__all__ = ["Fact", "RowGraph", "structural", "sums_rows"]
+__all__ = ["Fact", "RowGraph", "mixes_rows", "structural", "sums_rows"]

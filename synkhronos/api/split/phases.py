@@ -14,7 +14,7 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.api.split.analysis import Fact, RowGraph, sums_rows
+from synkhronos.api.split.analysis import Fact, RowGraph, mixes_rows, sums_rows
 from synkhronos.api.split.rebuild import Substitution, drawn_whole, lengths_read, with_lengths
 from synkhronos.api.split.rounds import RoundsPlan, plan_rounds, statistics_read
 
@@ -174,6 +174,8 @@ def split_phases(
             graph, row_nodes, frontier, [graph.clone_of.get(o, o) for o in kept_outputs]
         )
     inexact, weighted = _statistics_said(graph, frontier, plan, row_nodes)
+    mixing = [m for node in row_nodes if (m := mixes_rows(graph, node)) is not None]
+    inexact += list(dict.fromkeys(mixing))  # once each (a gradient repeats the forward's)
     if plan is not None and plan.final > MAX_ROUNDS:
         plan = None
     positions = _positions(graph, row_nodes, by_position, inexact)
