@@ -225,13 +225,21 @@ def test_lengths_only_a_row_input_knows():
     assert_one_process([x, t], [loss], updates, arrays, split)
 
 
-@pytest.mark.parametrize("scale", [lambda n: n, pt.sqrt], ids=["n", "sqrt_n"])
-def test_row_count_named_by_the_loss(scale):
-    """``loss.sum() / x.shape[0]`` (or any expression of the count): the whole call's
-    count in the rows' phase, as ``mean``'s."""
-    sources, outputs, updates, arrays = regression(
-        lambda x, y, w: ((pt.dot(x, w) - y) ** 2).sum() / scale(x.shape[0])
-    )
+#: Losses that name the rows' count: a sum divided by it (or an expression of it), each
+#: row's term divided by it before the sum (was silently each rank's own count).
+NAMED_COUNTS = {
+    "n": lambda x, y, w: ((pt.dot(x, w) - y) ** 2).sum() / x.shape[0],
+    "sqrt_n": lambda x, y, w: ((pt.dot(x, w) - y) ** 2).sum() / pt.sqrt(x.shape[0]),
+    "per_row": lambda x, y, w: (((pt.dot(x, w) - y) ** 2) / x.shape[0]).sum(),
+    "log_n": lambda x, y, w: ((pt.dot(x, w) - y) ** 2).sum() * pt.log(y.shape[0] - 1),
+}
+
+
+@pytest.mark.parametrize("loss_of", NAMED_COUNTS.values(), ids=NAMED_COUNTS.keys())
+def test_row_count_named_by_the_loss(loss_of):
+    """A row count the graph names is the whole call's in the rows' phase, as
+    ``mean``'s."""
+    sources, outputs, updates, arrays = regression(loss_of)
     split = split_of(sources, outputs, updates)
     assert not split.inexact and not split.rounds
     assert_one_process(sources, outputs, updates, arrays, split)

@@ -22,6 +22,7 @@ from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
 from synkhronos.extensions.lasagne.updates import adam
+from tests.test_split import NAMED_COUNTS
 
 ROWS = 9  # 2 ranks: 5/4
 MODE = "FAST_COMPILE"
@@ -96,3 +97,39 @@ def test_embedding_with_integer_inputs_only(ranks):
     np.testing.assert_allclose(losses, [ref_fn(rows) for _ in range(3)], rtol=1e-5)
     np.testing.assert_allclose(trained, W.get_value(), rtol=1e-5, atol=1e-6)
     synk.broadcast([W])
+
+
+def _trained(loss_of, said=None):
+    """A regression's loss and weights after 3 steps on 2 ranks, against one process;
+    the words the function was built with (``said``: a pattern they must match, else
+    none)."""
+    rng = np.random.default_rng(9)
+    floatx = pytensor.config.floatX
+    x, y = pt.matrix("x", dtype=floatx), pt.vector("y", dtype=floatx)
+    w = pytensor.shared(rng.normal(size=3).astype(floatx), name="w")
+    loss = loss_of(x, y, w)
+    updates = [(w, w - 0.1 * pt.grad(loss, w))]
+    xs, ys = rng.normal(size=(ROWS, 3)).astype(floatx), rng.normal(size=ROWS).astype(floatx)
+    start = w.get_value()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train_fn = synk.function([x, y], loss, updates=updates, mode=MODE)
+    words = [
+        str(c.message) for c in caught if "synkhronos" in str(c.message) or "rank" in str(c.message)
+    ]
+    losses = [train_fn(xs, ys) for _ in range(3)]
+    synk.verify()
+    trained = w.get_value()
+    w.set_value(start)
+    ref_fn = pytensor.function([x, y], loss, updates=updates, mode=MODE)
+    ref_losses = [ref_fn(xs, ys) for _ in range(3)]
+    synk.broadcast([w])  # back to rank 0's values on every rank
+    return words, losses, ref_losses, trained, w.get_value()
+
+
+@pytest.mark.parametrize("loss_of", NAMED_COUNTS.values(), ids=NAMED_COUNTS.keys())
+def test_row_count_named_by_the_loss(ranks, loss_of):
+    words, losses, ref_losses, trained, ref_trained = _trained(loss_of)
+    assert not words, words
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-9)
+    np.testing.assert_allclose(trained, ref_trained, rtol=1e-9)

@@ -96,11 +96,12 @@ class Substitution:
 
     def _keeps_count(self, v: Variable) -> bool:
         """Whether the analysed ``v`` keeps the rank's own count: a shape does; so does a
-        statistic the rows read, unless it is the whole batch's."""
+        statistic the rows read (not a value per row), unless it is the whole batch's."""
         g = self.graph
         if g.has(v, Fact.PURE):
             return True
-        return not self.exact and g.has(v, Fact.FEEDS_ROWS) and g.has(v, Fact.DATA)
+        statistic = g.has(v, Fact.FEEDS_ROWS) and g.has(v, Fact.DATA) and not g.has(v, Fact.ROW)
+        return not self.exact and statistic
 
     def _draw_whole(self, node: Apply, axis: int) -> None:
         """Draw for the whole batch, and keep this rank's rows (along ``axis``)."""
