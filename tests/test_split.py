@@ -333,3 +333,18 @@ def test_exact_graphs_say_nothing(loss_of, x_shape):
         split = split_of(sources, outputs, updates)
     assert split is not None and not split.inexact, split.inexact
     assert_one_process(sources, outputs, updates, arrays, split)
+
+
+def test_too_many_rounds_are_said(monkeypatch):
+    """Past MAX_ROUNDS, each rank's statistics are its own rows', as the words say."""
+    monkeypatch.setattr("synkhronos.api.split.phases.MAX_ROUNDS", 1)
+    rng = np.random.default_rng(2)
+    x, y = pt.matrix("x", dtype=FLOAT), pt.vector("y", dtype=FLOAT)
+    v = pytensor.shared(rng.normal(size=3).astype(FLOAT), name="v")
+    mu = x.mean(axis=0)
+    var = ((x - mu) ** 2).mean(axis=0)  # reads the mean: two rounds
+    loss = pt.mean((pt.dot((x - mu) / pt.sqrt(var + 1e-3), v) - y) ** 2)
+    split = split_of([x, y], [loss], [(v, v - 0.1 * pt.grad(loss, v))])
+    assert not split.rounds
+    assert "each rank computes them from its own rows" in split.inexact[0]
+    assert "rounds, over 1)" in split.inexact[0]

@@ -133,3 +133,14 @@ def test_row_count_named_by_the_loss(ranks, loss_of):
     assert not words, words
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-9)
     np.testing.assert_allclose(trained, ref_trained, rtol=1e-9)
+
+
+def test_log_softmax_over_the_batch_is_said(ranks):
+    """A listwise loss normalizes over the batch: each rank over its own rows, as the
+    warning says (the ranks stay identical, and differ from one device)."""
+    words, losses, ref_losses, trained, ref_trained = _trained(
+        lambda x, y, w: -(pt.special.log_softmax(pt.dot(x, w), axis=0) * y).sum()
+    )
+    assert len(words) == 1 and "not as one device would" in words[0], words
+    assert "log_softmax over axis 0 (the rows): each rank would normalize" in words[0]
+    assert not np.allclose(losses, ref_losses, rtol=1e-9)
