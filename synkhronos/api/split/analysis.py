@@ -22,6 +22,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
+from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.api.split.lengths import Lengths, is_shape
 
@@ -87,12 +88,18 @@ def sums_rows(node: Apply) -> bool:
 def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
     """Why ``node`` mixes the rows of its inputs into rows of its result in a way the
     split cannot make exact (each rank would see only its own rows), or None."""
-    row_inputs = [i for i in node.inputs if graph.has(i, Fact.ROW) and graph.has(i, Fact.DATA)]
+    row_inputs = [
+        i
+        for i in node.inputs
+        if isinstance(i, TensorVariable) and graph.has(i, Fact.ROW) and graph.has(i, Fact.DATA)
+    ]
     if not row_inputs:
         return None
-    op, first = node.op, node.inputs[0]
+    op, first = node.op, row_inputs[0]
     name = type(op).__name__
     if name in ("Softmax", "LogSoftmax", "CumOp", "SortOp", "ArgSortOp"):
+        if first is not node.inputs[0]:  # the rows are not what it orders or normalizes
+            return None
         axes = getattr(op, "axis", None)
         if name in ("SortOp", "ArgSortOp"):
             axis = node.inputs[1]
