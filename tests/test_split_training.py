@@ -22,7 +22,7 @@ from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
 from synkhronos.extensions.lasagne.updates import adam
-from tests.test_split import NAMED_COUNTS
+from tests.test_split import NAMED_COUNTS, OVER_THE_BATCH, clip_loss
 
 ROWS = 9  # 2 ranks: 5/4
 MODE = "FAST_COMPILE"
@@ -135,12 +135,20 @@ def test_row_count_named_by_the_loss(ranks, loss_of):
     np.testing.assert_allclose(trained, ref_trained, rtol=1e-9)
 
 
-def test_log_softmax_over_the_batch_is_said(ranks):
-    """A listwise loss normalizes over the batch: each rank over its own rows, as the
-    warning says (the ranks stay identical, and differ from one device)."""
-    words, losses, ref_losses, trained, ref_trained = _trained(
-        lambda x, y, w: -(pt.special.log_softmax(pt.dot(x, w), axis=0) * y).sum()
-    )
+@pytest.mark.parametrize("loss_of", OVER_THE_BATCH.values(), ids=OVER_THE_BATCH.keys())
+def test_softmax_over_the_batch(ranks, loss_of):
+    """A listwise loss normalizes over the batch: its maximum over the rows all-reduced
+    with "max", its sum with "sum", in rounds."""
+    words, losses, ref_losses, trained, ref_trained = _trained(loss_of)
+    assert not words, words
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-9)
+    np.testing.assert_allclose(trained, ref_trained, rtol=1e-9)
+
+
+def test_contrastive_loss_is_said(ranks):
+    """Every row scored against every row (z1 @ z2.T): each rank pairs its own rows, as
+    the warning says (the ranks stay identical, and differ from one device)."""
+    words, losses, ref_losses, _, _ = _trained(clip_loss)
     assert len(words) == 1 and "not as one device would" in words[0], words
-    assert "log_softmax over axis 0 (the rows): each rank would normalize" in words[0]
+    assert "matrix product (Dot) of two values of the rows" in words[0]
     assert not np.allclose(losses, ref_losses, rtol=1e-9)

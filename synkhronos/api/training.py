@@ -302,8 +302,14 @@ class TrainingFunction(Function):
             later_kwargs,
         )
         steps: list = [self.row_function]
-        for (statistics, _), function in zip(rounds, self.round_functions, strict=True):
-            steps += [("all_reduce", [v for v, _ in statistics.values()], "sum"), function]
+        for (statistics, _), stage, function in zip(
+            rounds, split.rounds, self.round_functions, strict=True
+        ):  # a round's sums, then its maxima (a softmax's over the rows)
+            held = list(zip(statistics.values(), stage.maxima, strict=True))
+            for op, maximum in (("sum", False), ("max", True)):
+                chosen = [v for (v, _), m in held if m == maximum]
+                steps += [("all_reduce", chosen, op)] if chosen else []
+            steps.append(function)
         steps += [("all_reduce", [v for v, _ in reduced], "sum"), self.reduced_function]
         self.chain = Chain(session, steps, every_rank_rows=True)
         self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)

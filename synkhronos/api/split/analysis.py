@@ -16,7 +16,7 @@ import numpy as np
 from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import graph_inputs
-from pytensor.scalar.basic import Add, Second
+from pytensor.scalar.basic import Add, Maximum, Second
 from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.random.op import RandomVariable
@@ -138,6 +138,16 @@ def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
     return None
 
 
+def is_maximum(node: Apply | None) -> bool:
+    """Whether ``node`` takes a maximum (over the rows, where its input is theirs): the
+    ranks' maxima all-reduced with "max" are the whole batch's."""
+    return (
+        node is not None
+        and isinstance(node.op, CAReduce)
+        and isinstance(node.op.scalar_op, Maximum)
+    )
+
+
 class RowGraph:
     """A graph's variables' facts (:class:`Fact`) and rows' axes; the graph analysed is a
     copy (``original`` maps its variables back, ``clone_of`` the other way)."""
@@ -222,4 +232,4 @@ class RowGraph:
         return repr(v.name) if v.name else str(v)
 
 
-__all__ = ["Fact", "RowGraph", "mixes_rows", "structural", "sums_rows"]
+__all__ = ["Fact", "RowGraph", "is_maximum", "mixes_rows", "structural", "sums_rows"]

@@ -10,11 +10,12 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.api.split.analysis import Fact, RowGraph, mixes_rows, sums_rows
+from synkhronos.api.split.analysis import Fact, RowGraph, is_maximum, mixes_rows, sums_rows
 from synkhronos.api.split.rebuild import Substitution, drawn_whole, lengths_read, with_lengths
 from synkhronos.api.split.rounds import RoundsPlan, plan_rounds, statistics_read
 
@@ -44,6 +45,8 @@ class Round:
     generators : list of (SharedVariable, Variable)
         The random generators this round draws from for the whole batch (as
         :attr:`PhaseSplit.generators`), and their states after the draw.
+    maxima : list of bool
+        Per statistic: a maximum over the rows (all-reduced with "max"), else a sum.
     """
 
     statistics: list
@@ -51,6 +54,7 @@ class Round:
     kept: list
     kept_placeholders: list
     generators: list = field(default_factory=list)
+    maxima: list = field(default_factory=list)
 
 
 @dataclass
@@ -158,6 +162,12 @@ def split_phases(
     """
     values = [u for _, u in updates]
     graph = RowGraph(list(outputs) + values, list(sources))
+    expanded = _softmax_expanded(graph)
+    if expanded:  # analysed again: the maxima and sums over rows are in the graph now
+        replaced = graph_replace(list(outputs) + values, expanded, strict=False)
+        outputs, values = replaced[: len(outputs)], replaced[len(outputs) :]
+        updates = [(var, u) for (var, _), u in zip(updates, values, strict=True)]
+        graph = RowGraph(list(outputs) + values, list(sources))
     row_nodes = [node for node in graph.nodes if graph.row_phase(node)]
     if not _trains(graph, row_nodes, updates[:deciding]):
         return None
@@ -203,6 +213,17 @@ def split_phases(
     for source in lengths_read(split.targets, sources):
         _read_lengths_reduced(split, source)
     return split
+
+
+def _softmax_expanded(graph: RowGraph) -> dict:
+    """Softmax and log-softmax over the rows, as their graphs of a maximum and a sum over
+    the rows (which rounds make the whole batch's), by their original outputs."""
+    expanded = {}
+    for node in graph.nodes:
+        if type(node.op).__name__ in ("Softmax", "LogSoftmax") and mixes_rows(graph, node):
+            x = graph.original.get(node.inputs[0], node.inputs[0])
+            expanded[graph.original.get(node.outputs[0])] = node.op.build_inner_graph(x)[0]
+    return expanded
 
 
 def _trains(graph: RowGraph, row_nodes: list, deciding: Sequence[tuple]) -> bool:
@@ -341,6 +362,7 @@ class _RowPhase:
             build.rebuild_all(kept),
             [v.type() for v in kept],
             list(build.generators.items()),
+            [is_maximum(v.owner) for v in sums],
         )
         self.earlier.update(zip(sums, made.statistic_placeholders, strict=True))
         self.earlier.update(zip(kept, made.kept_placeholders, strict=True))
