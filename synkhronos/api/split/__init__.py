@@ -29,9 +29,15 @@ the next round reads the sums, divided by the whole count where the graph divide
 a later round reads of an earlier one's rows (a layer's output, the inputs, a dropout
 mask) the earlier one keeps, on its rank, so nothing is computed twice.
 
+A maximum over rows that the rows read back is a statistic too, all-reduced with "max";
+a softmax or log-softmax over the rows is rewritten as its maximum and sum over them
+before the analysis, so that a listwise loss is exact.
+
 What cannot be exact this way is said
 (:attr:`~synkhronos.api.split.phases.PhaseSplit.inexact`): a reduction over rows that is
-not a sum (``max``), a statistic read by an output the ranks compute on their own rows
+neither a sum nor a maximum (``prod``), an op that mixes rows other than by a reduction
+(a matrix product of two values of the rows, as ``z1 @ z2.T``; a cumulative op, a sort
+over the rows), a statistic read by an output the ranks compute on their own rows
 (then every statistic is each rank's own, and the frontier averages them, weighted by
 rows), and random draws per row where no row's position can be known (no scattered
 input) or the draw's parameters vary by row (elsewhere every rank draws the whole
