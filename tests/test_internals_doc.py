@@ -98,6 +98,8 @@ LAYERS = {
     "": 4,
     "theano": 5,
 }
+# The training function's split: a package inside api, below the rest of it.
+SPLIT = "synkhronos.api.split"
 
 
 def _package(module: str) -> str:
@@ -136,6 +138,9 @@ def test_tree_follows_the_audience_table():
     # every module outside the rank backends and communicators is named in its package's row
     leaves = {m for m in core - packages - {"synkhronos"} if m.count(".") == 2}
     assert leaves <= listed, f"name {leaves - listed} in internals.rst's table"
+    # and so is every module of the split, a package inside api
+    split = {m for m in core if m.startswith(f"{SPLIT}.")}
+    assert split and split <= listed, f"name {split - listed} in internals.rst's table"
 
 
 def test_imports_go_down_the_layers():
@@ -177,6 +182,15 @@ def test_lasagne_port_takes_the_ops_from_the_core():
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
     assert {"synkhronos.ops", "synkhronos.ops.nnet", "synkhronos.ops.pool"} <= found
+
+
+def test_the_split_imports_nothing_else_of_api():
+    """The split sits below the rest of api (training builds on it): it imports from its
+    own modules and the lower packages only."""
+    for module, imported in _core_imports().items():
+        if module == SPLIT or module.startswith(f"{SPLIT}."):
+            above = {m for m in imported if _package(m) == "api" and not m.startswith(SPLIT)}
+            assert not above, f"{module} imports {above}"
 
 
 def test_core_imports_have_no_cycles():

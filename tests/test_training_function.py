@@ -17,7 +17,7 @@ import pytest
 from pytensor.tensor.random.type import RandomType
 
 import synkhronos as synk
-from synkhronos.api import phase_split, stored_splits
+from synkhronos.api.split import phases, stored
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
@@ -175,7 +175,7 @@ def test_batch_normalization_uses_the_whole_batchs_statistics(ranks, rule, aggre
 
 
 def test_statistics_past_the_rounds_limit_warn_and_ranks_stay_identical(ranks, monkeypatch):
-    monkeypatch.setattr(phase_split, "MAX_ROUNDS", 2)
+    monkeypatch.setattr(phases, "MAX_ROUNDS", 2)
     with pytest.warns(UserWarning, match=r"each rank computes them from its own rows .* over 2"):
         train_fn, *_ = run_both("cnn", "adam", "mean", batch_norm=True)  # checks the ranks
     assert not train_fn.round_functions
@@ -226,7 +226,7 @@ def test_dropout_in_jax_mode(ranks, name):
 def test_a_stored_split_gives_the_one_device_answer(ranks, caplog):
     """The same script built again (a later run) loads the split the first build stored
     (or found), and still computes one device's answer."""
-    with caplog.at_level(logging.INFO, logger=stored_splits.__name__):
+    with caplog.at_level(logging.INFO, logger=stored.__name__):
         assert_one_device_answer("mlp_bn", "adam", "mean")
         caplog.clear()
         train_fn = assert_one_device_answer("mlp_bn", "adam", "mean")

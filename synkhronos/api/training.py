@@ -7,7 +7,7 @@ updates=adam(loss, params))``. It runs as three steps on every rank, chained int
 command (:class:`~synkhronos.api.chains.Chain`):
 
 1. the row phase, on each rank's rows: the values where the rows are summed away (the
-   gradients, the loss's sum; :mod:`synkhronos.api.phase_split`), each written into a
+   gradients, the loss's sum; :mod:`synkhronos.api.split`), each written into a
    shared variable of its own, and the call's broadcast inputs kept for step 3;
 2. one all-reduce ("sum") of all those variables, in one collective;
 3. the reduced phase, on the same values on every rank: the updates, and the outputs
@@ -17,7 +17,7 @@ So every rank applies the same update to the same values (the ranks stay bit-ide
 and the update is the one-device update of the whole batch. Where the rows read back a
 sum of theirs (batch normalization's statistics), step 1 is itself cut into rounds, each
 followed by an all-reduce ("sum") of the statistics it computed
-(:class:`~synkhronos.api.phase_split.Round`).
+(:class:`~synkhronos.api.split.phases.Round`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import Function, FunctionParts
-from synkhronos.api.phase_split import PhaseSplit
-from synkhronos.api.stored_splits import split_phases_stored
+from synkhronos.api.split.phases import PhaseSplit
+from synkhronos.api.split.stored import split_phases_stored
 from synkhronos.rank.graphs import GraphSpec
 from synkhronos.session import launch
 from synkhronos.transport.nodes import abort_on_error
@@ -302,8 +302,14 @@ class TrainingFunction(Function):
             later_kwargs,
         )
         steps: list = [self.row_function]
-        for (statistics, _), function in zip(rounds, self.round_functions, strict=True):
-            steps += [("all_reduce", [v for v, _ in statistics.values()], "sum"), function]
+        for (statistics, _), stage, function in zip(
+            rounds, split.rounds, self.round_functions, strict=True
+        ):  # a round's sums, then its maxima (a softmax's over the rows)
+            held = list(zip(statistics.values(), stage.maxima, strict=True))
+            for op, maximum in (("sum", False), ("max", True)):
+                chosen = [v for (v, _), m in held if m == maximum]
+                steps += [("all_reduce", chosen, op)] if chosen else []
+            steps.append(function)
         steps += [("all_reduce", [v for v, _ in reduced], "sum"), self.reduced_function]
         self.chain = Chain(session, steps, every_rank_rows=True)
         self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)

@@ -1,7 +1,7 @@
 """Phase splits kept on disk: a training function's graph is analysed once, for every later
 run of the same script.
 
-:func:`~synkhronos.api.phase_split.split_phases` infers the shape of every variable of a
+:func:`~synkhronos.api.split.phases.split_phases` infers the shape of every variable of a
 training function's graph to find where the rows meet; for ResNet-50's step that was the
 largest part of ``synk.function`` on a second run (bench/RESULTS.md, "Time to first
 step"). :func:`split_phases_stored` keeps its result beside the stored rewritten graphs
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import graph_inputs, io_toposort
 
-from synkhronos.api import phase_split
-from synkhronos.api.phase_split import PhaseSplit, split_phases
+from synkhronos.api.split import phases
+from synkhronos.api.split.phases import PhaseSplit, split_phases
 from synkhronos.rank.graphs import with_default_updates
 from synkhronos.rank.rewritten_graphs import (
     dumps_by_position,
@@ -33,6 +33,9 @@ from synkhronos.rank.rewritten_graphs import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: The stored splits' format, in their key: a split stored by other code is not read.
+FORMAT = 2
 
 
 def _variables_in(obj) -> list[Variable]:
@@ -55,7 +58,7 @@ def split_phases_stored(
     exact_statistics: bool,
     deciding: int,
 ) -> PhaseSplit | None:
-    """:func:`~synkhronos.api.phase_split.split_phases` of these arguments, loaded if it
+    """:func:`~synkhronos.api.split.phases.split_phases` of these arguments, loaded if it
     is stored, else computed and stored (see the module docstring)."""
 
     def compute() -> PhaseSplit | None:
@@ -65,7 +68,7 @@ def split_phases_stored(
 
     variables = [*sources, *outputs, *(v for pair in updates for v in pair)]
     arguments = (len(sources), len(outputs), list(movable), by_position, exact_statistics)
-    key = graph_key(variables, (*arguments, len(updates), deciding, phase_split.MAX_ROUNDS))
+    key = graph_key(variables, (*arguments, len(updates), deciding, phases.MAX_ROUNDS, FORMAT))
     if key is None:
         return compute()
     path = stored_path(key, [], ".split")

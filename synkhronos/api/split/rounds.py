@@ -1,0 +1,113 @@
+"""The rounds of a row phase whose rows read back a sum of theirs (batch normalization's
+statistics): which statistics each round computes, and what it keeps for later rounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pytensor.graph.basic import Variable
+from pytensor.tensor.random.op import RandomVariable
+from pytensor.tensor.type import TensorType
+
+from synkhronos.api.split.analysis import Fact, RowGraph, is_maximum, sums_rows
+from synkhronos.api.split.walk import owner_inputs, walk_up
+
+
+@dataclass
+class RoundsPlan:
+    """The rounds' plan, on the analysed graph: per round before the last (``final``),
+    the statistics it computes and the values it keeps for later rounds."""
+
+    final: int
+    statistics: list
+    kept: list
+    not_sums: list = field(default_factory=list)
+
+
+def plan_rounds(graph: RowGraph, row_nodes: list, frontier: list, kept_outputs: list):
+    """The rounds that make the rows' statistics exact, or None where the row phase needs
+    no more than one (no statistic), or cannot be cut (an output left to the ranks reads
+    a statistic; a draw that is no tensor would be kept). The variables are the analysed
+    graph's."""
+    sums, not_sums = statistics_read(graph, row_nodes)
+    if not sums:
+        return None
+    depth, drawn = _depths(graph, sums)
+    if any(depth.get(o, 0) for o in kept_outputs):
+        return None
+    try:
+        plan = _assign(graph, sums, depth, drawn, frontier)
+    except ValueError:
+        return None
+    plan.not_sums = not_sums
+    return plan if plan.final else None
+
+
+def statistics_read(graph: RowGraph, row_nodes: list) -> tuple[set, list]:
+    """The reductions of rows that the rows' computation reads back: the sums (batch
+    normalization's) and maxima (a softmax's over the rows), which a round makes exact,
+    and the others (which no round can)."""
+    sums, others = set(), []
+    for node in row_nodes:
+        if not any(graph.has(i, Fact.ROW) for i in node.inputs):
+            continue
+        for o in node.outputs:
+            if (
+                graph.has(o, Fact.DATA)
+                and not graph.has(o, Fact.ROW)
+                and graph.has(o, Fact.FEEDS_ROWS)
+            ):
+                if sums_rows(node) or is_maximum(node):
+                    sums.add(o)
+                else:
+                    others.append(o)
+    return sums, others
+
+
+def _depths(graph: RowGraph, sums: set) -> tuple[dict, set]:
+    """Per variable, the round that can compute it (how many statistics it waits for, one
+    after another); and the variables drawn at random (kept, never drawn again)."""
+    depth: dict = {}
+    drawn: set = set()
+    for node in graph.nodes:
+        d = max((depth.get(i, 0) + (i in sums) for i in node.inputs), default=0)
+        draws = isinstance(node.op, RandomVariable) or any(i in drawn for i in node.inputs)
+        for o in node.outputs:
+            depth[o] = d
+            if draws:
+                drawn.add(o)
+    return depth, drawn
+
+
+def _assign(graph: RowGraph, sums: set, depth: dict, drawn: set, frontier: list) -> RoundsPlan:
+    """What each round computes, from the last back: a round reads an earlier round's
+    statistic summed over the ranks, and an earlier round's value of the rows (or a
+    draw) from where that round kept it; what depends on neither, it computes."""
+    final = max((depth.get(v, 0) for v in frontier), default=0)
+    plan = RoundsPlan(final, [[] for _ in range(final)], [[] for _ in range(final)])
+    for k in range(final, -1, -1):
+        targets = frontier if k == final else plan.statistics[k] + plan.kept[k]
+
+        def read(u: Variable, k: int = k) -> str:
+            """Where round ``k`` reads ``u``: an earlier round's statistics or kept
+            values, or its own computation ("")."""
+            if depth.get(u, 0) >= k:
+                return ""
+            if u in sums:
+                return "statistic"
+            return "kept" if graph.has(u, Fact.DATA) or u in drawn else ""
+
+        def inputs(u: Variable, read=read) -> list:
+            return [] if read(u) else owner_inputs(u)
+
+        for u in walk_up(targets, inputs):
+            where = read(u)
+            if where == "kept" and not isinstance(u.type, TensorType):
+                raise ValueError(f"{graph.label(u)} cannot be kept")
+            found = {"statistic": plan.statistics, "kept": plan.kept}.get(where)
+            if found is not None and u not in found[depth.get(u, 0)]:
+                found[depth.get(u, 0)].append(u)
+    return plan
+
+
+__all__ = ["RoundsPlan", "plan_rounds", "statistics_read"]
