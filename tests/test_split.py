@@ -279,8 +279,16 @@ def clip_loss(x, y, w):
             lambda x, y, w: (pt.dot(x, w)[pt.argsort(y)] * y).sum(),
             r"argsort over axis 0 \(the rows\): each rank would sort its own rows",
         ),
+        (
+            lambda x, y, w: (pt.dot(x, w)[::-1] * y).sum(),
+            r"indexing axis 0 \(the rows\) by position .*: each rank would index its own rows",
+        ),
+        (
+            lambda x, y, w: ((pt.dot(x, w)[1:] - pt.dot(x, w)[:-1]) ** 2).mean(),
+            r"indexing axis 0 \(the rows\) by position \(Subtensor\{start:\}\)",
+        ),
     ],
-    ids=["clip", "cumsum", "sort", "argsort"],
+    ids=["clip", "cumsum", "sort", "argsort", "reversed", "difference"],
 )
 def test_rows_mixed_are_said(loss_of, said):
     """An op whose result mixes rows other than by a sum: each rank would see its own

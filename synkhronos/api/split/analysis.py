@@ -22,6 +22,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
+from pytensor.tensor.subtensor import indices_from_subtensor
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.api.split.lengths import Lengths, is_shape
@@ -120,6 +121,8 @@ def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
         }[name]
         where = "every axis" if axes is None else f"axis {along[0]}"
         return f"{what[0]} over {where} (the rows): each rank would {what[1]}"
+    if name in ("Subtensor", "AdvancedSubtensor", "AdvancedSubtensor1"):
+        return _picks_rows(graph, node) if first is node.inputs[0] else None
     core = getattr(op, "core_op", op)
     if type(core).__name__ in ("Dot", "Dot22") and len(row_inputs) > 1:
         # A batched product whose rows' axes are all batch axes pairs row i with row i.
@@ -135,6 +138,29 @@ def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
                 f"a matrix product ({core}) of two values of the rows, as z1 @ z2.T, pairs "
                 f"rows with rows: each rank would pair its own rows only"
             )
+    return None
+
+
+def _picks_rows(graph: RowGraph, node: Apply) -> str | None:
+    """Why indexing the rows' axis of a value of the rows (``x[::-1]``, ``x[1:]``,
+    ``x[perm]``) mixes rows, or None: a whole slice, or the rows' own positions
+    (``arange(n)``, pairing each row with itself), do not."""
+    x = node.inputs[0]
+    if not any(graph.has(o, Fact.ROW) for o in node.outputs):
+        return None  # a row picked out of the rows: a reduction, said as one
+    indices = indices_from_subtensor(node.inputs[1:], node.op.idx_list)
+    for k in graph.lengths.row_axes(x):
+        index = indices[k] if k < len(indices) else slice(None)
+        if isinstance(index, slice):
+            if index == slice(None):
+                continue
+        elif index.owner is not None and isinstance(index.owner.op, ARange):
+            if graph.has(index, Fact.PURE):
+                continue
+        return (
+            f"indexing axis {k} (the rows) by position ({node.op}): each rank would index "
+            f"its own rows"
+        )
     return None
 
 
