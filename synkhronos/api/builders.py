@@ -145,12 +145,12 @@ def function(
     if collect_modes is not None or reduce_ops is not None:
         outputs = _with_collect_modes(outputs, collect_modes, reduce_ops)
     parts = FunctionParts.parse(
-        inputs,
-        outputs,
-        bcast_inputs,
-        updates,
-        givens,
-        sliceable_shareds,
+        inputs=inputs,
+        outputs=outputs,
+        bcast_inputs=bcast_inputs,
+        updates=updates,
+        givens=givens,
+        sliceable=sliceable_shareds,
         name=name,
         mode=mode,
         function_kwargs=dict(kwargs),

@@ -185,21 +185,26 @@ class FunctionParts:
     # The last broadcast input is the call's whole row count, which the plan writes
     # (a training function's row phase: PhaseSplit.rows).
     counts_rows: bool = False
+    # Shared variables that each call writes before a later step of the call reads them
+    # (a training function's, from one phase to the next): never saved, loaded or
+    # compared between ranks.
+    handover: list = field(default_factory=list)
 
     @classmethod
     def parse(
         cls,
+        *,
         inputs=(),
         outputs=None,
         bcast_inputs=None,
         updates=None,
         givens=None,
-        sliceable_shareds=None,
+        sliceable=None,
         **rest,
     ) -> FunctionParts:
-        """The parts of ``synk.function(inputs, outputs, ...)``'s arguments (``rest``:
-        ``name``, ``mode``, ``function_kwargs``); ``TypeError`` for an input that cannot
-        be one."""
+        """The parts of :func:`synkhronos.function`'s arguments, as it takes them
+        (``sliceable``: its ``sliceable_shareds``; ``rest``: ``name``, ``mode``,
+        ``function_kwargs``); ``TypeError`` for an input that cannot be one."""
         inputs, bcast_inputs = list(inputs), list(bcast_inputs or ())
         for i, var in enumerate(inputs + bcast_inputs):
             if not isinstance(var, Variable) or var.owner is not None:
@@ -215,7 +220,7 @@ class FunctionParts:
                     f"{_label(var, i, 'input')} is scattered along axis 0, so it "
                     f"needs at least one dimension; pass scalars in bcast_inputs"
                 )
-        sliceable = list(sliceable_shareds or ())
+        sliceable = list(sliceable or ())
         for i, var in enumerate(sliceable):
             # getattr: a shared random generator has no dimensions to give
             if not isinstance(var, SharedVariable) or getattr(var.type, "ndim", 0) < 1:
@@ -439,6 +444,7 @@ class Function(BaseFunction):
         self._shipped = False
         self._scratch: dict[int, Data] = {}
         self._update_targets = {id(v) for v, _ in self._spec.updates}
+        self._handover = list(parts.handover)
         session.sliceable_ids.update(id(s) for s in parts.sliceable)
         session.functions.append(self)
 

@@ -324,28 +324,22 @@ def _warn_inexact(session, split: PhaseSplit, what: str) -> None:
 class _Holders:
     """The shared variables a training function's phases hand values over in."""
 
-    # Later steps read the call's broadcast values (and the whole batch's row count, and
-    # after rounds the rank's) from where the row phase kept them: only a chain's first
-    # function takes arguments.
+    # Later steps read the call's broadcast values (and the whole batch's rows, and
+    # after rounds the rank's row count) from where the row phase kept them: only a
+    # chain's first function takes arguments.
     kept: list  # (shared variable, value in the row phase) pairs
     rounds: list  # per round before the last: (statistics, kept rows), as _round_variables
-    later: dict  # {placeholder: what later steps read for it}
+    later: dict  # {placeholder: shared variable}: what later steps read for it
     reduced: list  # (shared variable, value) per frontier entry
 
     @classmethod
     def make(cls, split: PhaseSplit, parts: FunctionParts, label: str) -> _Holders:
-        later: dict = {v: _kept(v) for v in parts.bcast_inputs}
-        kept = [(holder, v) for v, holder in later.items()]
-        # The row count alone is kept, a scalar (its shape is the same at every call,
-        # so a checkpoint of one batch's size loads at another's): later steps read the
-        # rows as zeros of that length (PhaseSplit.rows).
-        count = pytensor.shared(np.int64(0), name="kept row count")
-        kept.append((count, pt.cast(split.rows.shape[0], "int64")))
-        later[split.rows] = pt.zeros((count,), split.rows.type.dtype)
+        # The rows are kept whole, a vector of the batch's length (PhaseSplit.rows: JAX
+        # takes a count from a shape, never from a value).
+        later = {v: _kept(v) for v in [*parts.bcast_inputs, split.rows]}
         if split.rounds:
             later[split.local_rows] = _kept(split.local_rows)
-            later[split.local_rows].tag.per_rank = True  # each rank's own count
-            kept.append((later[split.local_rows], split.local_rows))
+        kept = [(holder, v) for v, holder in later.items()]
         rounds = _round_variables(split, label)
         reduced = _frontier_variables(split, label)
         for statistics, kept_rows in rounds:
@@ -354,6 +348,11 @@ class _Holders:
         if split.rounds:
             reduced = [(v, _replaced(value, later)) for v, value in reduced]
         return cls(kept, rounds, later, reduced)
+
+    def every_one(self) -> list:
+        """Every holder: each call writes it before a later step of the call reads it."""
+        in_rounds = [v for pair in self.rounds for made in pair for v, _ in made.values()]
+        return [v for v, _ in self.kept] + in_rounds + [v for v, _ in self.reduced]
 
     def round_updates(self, split: PhaseSplit, running: list) -> list[list[tuple]]:
         """Per round of the rows, its ``(variable, value, op)`` updates: the statistics it
@@ -399,17 +398,18 @@ def _row_parts(
     hidden = [] if split.positions is None else [split.positions]
     row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
     parsed = FunctionParts.parse(
-        [*parts.inputs, *hidden],
-        [(o, parts.ops[k]) for k, o in zip(row_outputs, split.row_outputs, strict=True)],
-        [*parts.bcast_inputs, split.rows],
-        updates,
-        parts.givens,
-        parts.sliceable,
+        inputs=[*parts.inputs, *hidden],
+        outputs=[(o, parts.ops[k]) for k, o in zip(row_outputs, split.row_outputs, strict=True)],
+        bcast_inputs=[*parts.bcast_inputs, split.rows],
+        updates=updates,
+        givens=parts.givens,
+        sliceable=parts.sliceable,
         name=f"{label} (rows)",
         mode=parts.mode,
         function_kwargs=parts.function_kwargs,
     )
     parsed.counts_rows = True
+    parsed.handover = holders.every_one()  # the whole chain's (save, load, verify skip them)
     return parsed
 
 
@@ -475,8 +475,6 @@ def _round_variables(split: PhaseSplit, label: str) -> list[tuple[dict, dict]]:
                     for j, (p, value) in enumerate(zip(placeholders, values, strict=True))
                 }
             )
-        for holder, _ in pairs[1].values():
-            holder.tag.per_rank = True  # each rank's rows: synk.verify and save know
         made.append((pairs[0], pairs[1]))
     return made
 
