@@ -174,3 +174,26 @@ def test_the_timeline_shows_every_phase_on_every_rank(ranks, rng, tmp_path):
         for phase in ("timed (rows)", "timed (reduced)"):
             assert names.count(phase) == 2, (phase, sorted(set(names)))
         assert names.count("timed norm") == 1
+
+
+def test_a_fresh_program_loads_before_its_first_call(ranks, rng, tmp_path):
+    """Save, then load in a new session before any call (what the phases hand over has
+    no shape yet there): the resumed step is the step after saving. Forks anew: the
+    module's last test."""
+    x, y = data(rng)
+    path = tmp_path / "run.ckpt"
+    results = []
+    for resumed in (False, True):
+        synk.close()
+        synk.fork(2, backend="cpu")
+        step = synk.chain(*synk_mlp(name="fresh")[:2])
+        if resumed:
+            synk.load(path)
+        else:
+            step(x, y, batch=slice(4, 21))
+            synk.save(path)
+        results.append(step(x, y))
+        synk.verify()
+    np.testing.assert_array_equal(results[0][0][0], results[1][0][0])
+    np.testing.assert_array_equal(results[0][0][1], results[1][0][1])
+    assert results[0][1] == results[1][1]
