@@ -189,6 +189,8 @@ class FunctionParts:
     # (a training function's, from one phase to the next): never saved, loaded or
     # compared between ranks.
     handover: list = field(default_factory=list)
+    # Random generators every rank draws from with rank 0's state (GraphSpec's).
+    same_on_every_rank: list = field(default_factory=list)
 
     @classmethod
     def parse(
@@ -262,6 +264,7 @@ class FunctionParts:
             mode,
             list(self.update_ops),
             dict(self.function_kwargs),
+            same_on_every_rank=list(self.same_on_every_rank),
         )
 
 

@@ -298,20 +298,24 @@ class TrainingFunction(BaseFunction):
         return self._positions_data
 
 
+def _drawn_alike(split: PhaseSplit) -> list:
+    """The random generators every rank draws the whole batch's numbers from, with rank
+    0's state (it takes its rows' by their positions)."""
+    if split.positions is None:
+        return []
+    drawn = [*split.generators, *(g for r in split.rounds for g in r.generators)]
+    return [generator for generator, _ in drawn + split.last_generators]
+
+
 def _warn_inexact(session, split: PhaseSplit, what: str) -> None:
-    """Warn of what the split cannot make one device's update; every rank draws the whole
-    batch's random numbers from rank 0's generators."""
+    """Warn of what the split cannot make one device's update."""
     inexact = list(split.inexact)
-    if split.positions is not None:
-        drawn = [*split.generators, *(g for r in split.rounds for g in r.generators)]
-        for generator, _ in drawn + split.last_generators:
-            if session.state.registry.index(generator) is not None:
-                inexact.append(
-                    f"the random generator {generator} was shipped with an earlier "
-                    f"function, so each rank has its own state"
-                )
-            # Every rank draws the whole batch's numbers: from rank 0's state.
-            generator.tag.same_on_every_rank = True
+    for generator in _drawn_alike(split):
+        if session.state.registry.index(generator) is not None:
+            inexact.append(
+                f"the random generator {generator} was shipped with an earlier "
+                f"function, so each rank has its own state"
+            )
     if inexact:
         warnings.warn(
             f"{what} trains every rank identically, but not as one device would: "
@@ -409,7 +413,9 @@ def _row_parts(
         function_kwargs=parts.function_kwargs,
     )
     parsed.counts_rows = True
-    parsed.handover = holders.every_one()  # the whole chain's (save, load, verify skip them)
+    # The whole chain's: shipped together, with the row phase first.
+    parsed.handover = holders.every_one()  # save, load and verify skip them
+    parsed.same_on_every_rank = _drawn_alike(split)
     return parsed
 
 
