@@ -575,6 +575,30 @@ class Function(BaseFunction):
             raise TypeError(f"num_slices must be an int, got {num_slices!r}")
         if num_slices < 1:
             raise ValueError(f"num_slices must be at least 1, got {num_slices}")
+        subset = self._subset(output_subset, num_slices)
+        scatter = [
+            self._scattered(i, var, arg)
+            for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))
+        ]
+        bcast, kinds = self._broadcast(args[n_in:])
+        rows, s_rows, total = self._rows(session, scatter, batch, batch_s, every_rank_rows)
+        if self._counts_rows:  # the plan carries the count (PhaseSplit.rows)
+            bcast[-1], kinds[-1] = np.zeros(total, np.int8), Arg.ROWS
+        return CallPlan(
+            spec.fid,
+            int(num_slices),
+            subset,
+            scatter,
+            np.array([d.minibatch for d in scatter], np.int64),
+            rows,
+            bcast,
+            np.array(kinds, np.int64),
+            s_rows,
+        )
+
+    def _subset(self, output_subset, num_slices) -> np.ndarray:
+        """The indices of the outputs a call computes, checked."""
+        spec = self._spec
         n_out = len(spec.outputs)
         if output_subset is None:
             subset = self._all_outputs
@@ -590,13 +614,13 @@ class Function(BaseFunction):
             raise ValueError(
                 "outputs with reduce op None or 'per_rank' cannot be combined over num_slices > 1"
             )
-        scatter = [
-            self._scattered(i, var, arg)
-            for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))
-        ]
+        return subset
+
+    def _broadcast(self, args) -> tuple[list[Data | np.ndarray], list[Arg]]:
+        """The broadcast inputs' values, checked, and how each travels."""
         bcast: list[Data | np.ndarray] = []
         kinds = []
-        for i, (var, arg) in enumerate(zip(spec.bcast_inputs, args[n_in:], strict=True)):
+        for i, (var, arg) in enumerate(zip(self._spec.bcast_inputs, args, strict=True)):
             what = f"{self._what}, {_label(var, i, 'broadcast input')}"
             if isinstance(arg, Data):
                 if arg.dtype != var.dtype:
@@ -607,29 +631,23 @@ class Function(BaseFunction):
             else:
                 bcast.append(checked_value(var, arg, what, self._downcast or None))
                 kinds.append(Arg.VALUE)
-        by_position = np.array([d.minibatch for d in scatter], np.int64)
+        return bcast, kinds
+
+    def _rows(
+        self, session, scatter: list[Data], batch, batch_s, every_rank_rows: bool
+    ) -> tuple[RankRows | None, RankRows | None, int]:
+        """Each rank's rows of the scattered inputs and of the sliceable shared variables,
+        and the call's rows on every rank of every node."""
+        spec = self._spec
         rows = None
-        total = 0  # the call's rows on every rank of every node
-        if n_in:
+        total = 0
+        if scatter:
             whole = self._batch_rows(scatter, batch)
             total = selection_length(whole)
             if every_rank_rows:  # ranks take split_bounds shares of the whole selection
-                self._refuse_empty_ranks(
-                    "batch", split_bounds(selection_length(whole), current_nodes().n_global)
-                )
+                self._refuse_empty_ranks("batch", split_bounds(total, current_nodes().n_global))
             sel = current_nodes().node_share(whole)
-            for i, d in enumerate(scatter):
-                if d.minibatch and selection_length(sel) > len(d):
-                    raise ValueError(
-                        f"{self._what}: batch selects {selection_length(sel)} "
-                        f"rows but {_label(spec.inputs[i], i, 'input')} (minibatch "
-                        f"data, read by position) has {len(d)}"
-                    )
-                if not d.minibatch and _last_row(sel) >= len(d):
-                    raise ValueError(
-                        f"{self._what}: batch selects row {_last_row(sel)} but "
-                        f"{_label(spec.inputs[i], i, 'input')} has {len(d)} rows"
-                    )
+            self._check_rows_exist(scatter, sel)
             rows = RankRows.split(sel, session.n_ranks)
         elif batch is not None:
             raise ValueError(f"{self._what} has no scattered inputs; batch does not apply")
@@ -637,30 +655,33 @@ class Function(BaseFunction):
         if batch_s is not None:
             everyone = self._global_batch_s_rows(session, batch_s)
             total = total or sum(selection_length(s) for s in everyone)
-            if every_rank_rows and not n_in:
+            if every_rank_rows and not scatter:
                 self._refuse_empty_ranks(
                     "batch_s", [0, *np.cumsum([selection_length(s) for s in everyone])]
                 )
             world = current_nodes()
             s_rows = RankRows.per_rank(everyone[world.offset : world.offset + session.n_ranks])
-        elif spec.sliceable and not n_in and (every_rank_rows or self._counts_rows):
+        elif spec.sliceable and not scatter and (every_rank_rows or self._counts_rows):
             lengths = sliceable_lengths(session, spec.sliceable)  # each rank takes all its rows
             total = int(np.sum(lengths))
             if every_rank_rows:
                 self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
-        if self._counts_rows:
-            bcast[-1] = np.zeros(total, np.int8)  # its length is the count (PhaseSplit.rows)
-        return CallPlan(
-            spec.fid,
-            int(num_slices),
-            subset,
-            scatter,
-            by_position,
-            rows,
-            bcast,
-            np.array(kinds, np.int64),
-            s_rows,
-        )
+        return rows, s_rows, total
+
+    def _check_rows_exist(self, scatter: list[Data], sel: Selection) -> None:
+        """``ValueError`` unless every scattered input holds the rows ``sel`` selects."""
+        for i, d in enumerate(scatter):
+            if d.minibatch and selection_length(sel) > len(d):
+                raise ValueError(
+                    f"{self._what}: batch selects {selection_length(sel)} "
+                    f"rows but {_label(self._spec.inputs[i], i, 'input')} (minibatch "
+                    f"data, read by position) has {len(d)}"
+                )
+            if not d.minibatch and _last_row(sel) >= len(d):
+                raise ValueError(
+                    f"{self._what}: batch selects row {_last_row(sel)} but "
+                    f"{_label(self._spec.inputs[i], i, 'input')} has {len(d)} rows"
+                )
 
     def _scattered(self, i: int, var, arg) -> Data:
         what = f"{self._what}, {_label(var, i, 'input')}"
