@@ -53,10 +53,12 @@ def _rows_of(rows: RankRows | None, n_ranks: int) -> list:
 def plans(draw):
     n_ranks = draw(st.integers(1, 4))
     n_scatter = draw(st.integers(0, 3))
-    kinds = draw(st.lists(st.sampled_from([Arg.DATA, Arg.VALUE]), max_size=4))
+    kinds = draw(st.lists(st.sampled_from([Arg.DATA, Arg.VALUE, Arg.ROWS]), max_size=4))
     bcast = [
         FakeData(draw(words))
         if k == Arg.DATA
+        else np.zeros(draw(st.integers(0, 300)), np.int8)  # a row count: its length travels
+        if k == Arg.ROWS
         else np.array(draw(st.lists(st.floats(-1e6, 1e6), max_size=5)), np.float32)
         for k in kinds
     ]

@@ -9,13 +9,7 @@ from __future__ import annotations
 
 from pytensor.graph.basic import Variable
 
-from synkhronos.api.functions import (
-    Function,
-    FunctionParts,
-    pairs_of,
-    parse_outputs,
-    update_pairs,
-)
+from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.training import TrainingFunction, plan_split
 from synkhronos.session import launch
 
@@ -68,7 +62,7 @@ def function(
     collect_modes=None,
     reduce_ops=None,
     **kwargs,
-) -> Function:
+) -> BaseFunction:
     """Build a function that runs data-parallel on every rank.
 
     Takes what :func:`pytensor.function` takes, split by how each input is distributed.
@@ -150,49 +144,23 @@ def function(
     """
     if collect_modes is not None or reduce_ops is not None:
         outputs = _with_collect_modes(outputs, collect_modes, reduce_ops)
-    # Any iterable, read more than once below.
-    inputs = list(inputs)
-    bcast_inputs = None if bcast_inputs is None else list(bcast_inputs)
-    sliceable_shareds = None if sliceable_shareds is None else list(sliceable_shareds)
-    if updates is not None and not hasattr(updates, "items"):
-        updates = list(updates)
-    if givens is not None and not hasattr(givens, "items"):
-        givens = list(givens)
-    if outputs is not None and not isinstance(outputs, Variable | tuple):
-        outputs = list(outputs)
+    parts = FunctionParts.parse(
+        inputs=inputs,
+        outputs=outputs,
+        bcast_inputs=bcast_inputs,
+        updates=updates,
+        givens=givens,
+        sliceable=sliceable_shareds,
+        name=name,
+        mode=mode,
+        function_kwargs=dict(kwargs),
+    )
     session = launch.current()
-    if not local_updates and updates is not None:
-        variables, ops, explicit, single = parse_outputs(outputs)
-        pairs, update_ops = update_pairs(updates)
-        parts = FunctionParts(
-            list(inputs),
-            list(bcast_inputs or ()),
-            variables,
-            ops,
-            explicit,
-            single,
-            pairs,
-            pairs_of(givens, "givens"),
-            list(sliceable_shareds or ()),
-            name,
-            mode,
-            dict(kwargs),
-        )
-        planned = plan_split(parts) if all(op == "avg" for op in update_ops) else None
+    if not local_updates and all(op == "avg" for op in parts.update_ops):
+        planned = plan_split(parts)
         if planned is not None:
             return TrainingFunction(session, parts, *planned)
-    return Function(
-        session,
-        inputs,
-        outputs,
-        bcast_inputs,
-        updates,
-        givens,
-        sliceable_shareds,
-        name,
-        mode,
-        kwargs,
-    )
+    return Function(session, parts)
 
 
 __all__ = ["function"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from synkhronos.api.collectives import check_tensor, registered
-from synkhronos.api.functions import Function
+from synkhronos.api.functions import BaseFunction, Function
 from synkhronos.rank.chain_part import CHAINABLE, CollectiveStep, encode_table, run_steps
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.session import launch
@@ -66,29 +66,27 @@ class Chain:
     ):
         self._session = session
         self._fuse = fuse
-        self._every_rank_rows = every_rank_rows
         steps: list = []
         functions: list[Function] = []
+        # The chain's synkhronos functions, each with how many Functions it runs as.
+        self._members: list[tuple[BaseFunction, int]] = []
         written: dict = {}
-        for entry in entries:
-            if isinstance(entry, Function):
-                if entry._session is not session:
-                    raise RuntimeError(
-                        "a function in the chain was built before the last "
-                        "synk.fork(); build it again"
-                    )
-                if functions and entry.inputs:
-                    raise TypeError(
-                        f"{entry._what} takes inputs, but only the chain's first "
-                        f"function receives the call's arguments"
-                    )
-                steps.append(entry._spec.fid)
-                functions.append(entry)
-                written.update((id(v), v) for v, _ in entry._spec.updates)
+        for member in entries:
+            if isinstance(member, BaseFunction):
+                self._check_member(member)
+                inlined = member._chain_entries()
+                self._members.append((member, sum(isinstance(e, Function) for e in inlined)))
             else:
-                step, variables = _collective_step(session, entry)
-                steps.append(step)
-                written.update((id(v), v) for v in variables)
+                inlined = [member]
+            for entry in inlined:
+                if isinstance(entry, Function):
+                    steps.append(entry._spec.fid)
+                    functions.append(entry)
+                    written.update((id(v), v) for v, _ in entry._spec.updates)
+                else:
+                    step, variables = _collective_step(session, entry)
+                    steps.append(step)
+                    written.update((id(v), v) for v in variables)
         if not steps:
             raise ValueError("a chain needs at least one step")
         # A worker replies, per function step, [weight, n_host] and its host outputs.
@@ -97,6 +95,7 @@ class Chain:
             "the chain's functions' outputs (a worker's reply holds them all)",
         )
         self._steps, self._functions = steps, functions
+        self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._table = encode_table(steps, fuse)
         self._touched = set(written)
         names = ", ".join(sorted({v.name or str(v) for v in written.values()}))
@@ -106,6 +105,23 @@ class Chain:
             if names
             else ""
         )
+
+    def _check_member(self, member: BaseFunction) -> None:
+        """Refuse a function of another session, or one that needs the call's arguments
+        (or its plan) after the chain's first."""
+        if member._session is not self._session:
+            raise RuntimeError(
+                "a function in the chain was built before the last synk.fork(); build it again"
+            )
+        if self._members and member.inputs:
+            raise TypeError(
+                f"{member._what} takes inputs, but only the chain's first "
+                f"function receives the call's arguments"
+            )
+        if self._members and member._reads_call_plan:
+            raise TypeError(
+                f"{member._what} trains (it counts the call's rows): it is a chain's first step"
+            )
 
     def __repr__(self) -> str:
         return f"<synkhronos.Chain of {len(self._steps)} steps>"
@@ -141,8 +157,8 @@ class Chain:
         if any(not f._shipped for f in self._functions):
             session.distribute()
         plan, arrays = None, [self._table]
-        if self._functions:
-            first = self._functions[0]
+        if self._members:
+            first = self._members[0][0]
             if kwargs:
                 args = first._by_name(args, kwargs)
             plan = first._plan(
@@ -164,21 +180,33 @@ class Chain:
             raise
         if not self._touched.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
+        return self._outputs(session, plan, results, output_subset)
+
+    def _outputs(self, session, plan, results: list, output_subset) -> list:
+        """Per synkhronos function of the chain, what calling it alone would return."""
         replies = [
             _split_reply(session.channel.reply_arrays(r), len(self._functions))
             for r in range(1, session.n_ranks)
         ]
-        outputs = []
+        # The plan's subset is the first Function's when it is the first member (a
+        # training function's first phase computes every output of its own).
+        subset_given = output_subset is not None and self._members[0][0] is self._functions[0]
+        per_function = []
         for j, (f, (weight, host, reduced)) in enumerate(
             zip(self._functions, results, strict=True)
         ):
             subset = plan.subset if j == 0 and plan is not None else f._all_outputs
-            single = f._single if j or output_subset is None else len(subset) == 1
-            outputs.append(
+            single = len(subset) == 1 if j == 0 and subset_given else f._single
+            per_function.append(
                 collect_outputs(
                     [r[j] for r in replies], f._spec, subset, weight, host, reduced, single
                 )
             )
+        outputs, start = [], 0
+        for k, (member, n) in enumerate(self._members):
+            subset_k = output_subset if k == 0 else None
+            outputs.append(member._collect(per_function[start : start + n], subset_k))
+            start += n
         return outputs
 
 
@@ -187,8 +215,10 @@ def chain(*steps, every_rank_rows: bool = False, fuse: bool = True) -> Chain:
 
     Parameters
     ----------
-    *steps : Function or tuple
-        In the order every rank runs them: :class:`~synkhronos.Function` objects, and
+    *steps : Function, TrainingFunction or tuple
+        In the order every rank runs them: synkhronos functions (a
+        :class:`~synkhronos.api.training.TrainingFunction` runs its phases there, and is
+        the first step; the chain then refuses a call without rows on some rank), and
         collectives on shared variables written ``(name, shared_vars)`` or
         ``(name, shared_vars, op)``, with ``name`` one of "all_reduce", "broadcast",
         "all_gather" or "reduce" (in place: rank 0's variables get the result) and

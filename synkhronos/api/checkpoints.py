@@ -20,7 +20,8 @@ allow_pickle=False)`` reads it):
 
 Kinds: ``"same"``; ``"per_rank"``; ``"generator"`` (a random generator: one state per rank,
 in the manifest); ``"data"`` (a sliceable shared variable: each rank's part of the data,
-not saved).
+not saved); ``"handover"`` (what a training function hands from one phase to the next
+within a call, written by every call before it is read: not saved).
 
 Shared variables are matched by their registry index (:mod:`synkhronos.rank.graphs`):
 the order in which the functions using them were distributed. A program that builds the
@@ -69,6 +70,14 @@ def _session():
     return session
 
 
+def handed_over(session) -> list[int]:
+    """The registry indices of the shared variables that each call of a session's
+    function writes before a later step of the call reads them (a training function's
+    phases hand their values over in them): nothing to save, load or compare."""
+    ids = {id(v) for f in session.functions for v in f._handover}
+    return [i for i, var in enumerate(session.state.registry.variables) if id(var) in ids]
+
+
 def _chunks(items: list, size: int) -> Iterable[list]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -101,8 +110,10 @@ def save(
     the ranks disagree on (a shared variable with a ``default_update``, e.g. batch-norm
     averages that each rank updates from its own rows), and the variables in
     ``per_rank``. Sliceable shared variables hold each rank's part of the data and are
-    not written. The file is written to a temporary name beside ``path``, then renamed:
-    ``path`` holds a whole checkpoint, the old or the new, at every moment.
+    not written, nor is what a training function hands from one phase to the next
+    within a call (each call writes it before it is read). The file is written to a
+    temporary name beside ``path``, then renamed: ``path`` holds a whole checkpoint, the
+    old or the new, at every moment.
 
     Parameters
     ----------
@@ -132,13 +143,16 @@ def save(
     variables = session.state.registry.variables
     chosen = set(registered(session, list(per_rank))[1].tolist()) if per_rank else set()
     data = [i for i, var in enumerate(variables) if id(var) in session.sliceable_ids]
-    reports = routines.run(checkpoint_part.report, np.array(data, np.int64))
+    handover = handed_over(session)
+    reports = routines.run(checkpoint_part.report, np.array(data + handover, np.int64))
     digests = np.stack([digests for digests, _ in reports])
     generators = [json.loads(from_text(states)) for _, states in reports]
     kinds, disagreeing = [], []
     for index, var in enumerate(variables):
         if index in data:
             kinds.append("data")
+        elif index in handover:
+            kinds.append("handover")
         elif is_generator(var):
             kinds.append("generator")
         elif index in chosen:

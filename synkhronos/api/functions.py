@@ -10,8 +10,9 @@ and :mod:`synkhronos.rank.outputs` brings the ranks' outputs together in rank 0.
 from __future__ import annotations
 
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -163,57 +164,49 @@ def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
         )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FunctionParts:
-    """What :func:`synkhronos.function` was given, checked and sorted."""
+    """What a :class:`Function` is made of: :func:`synkhronos.function`'s arguments,
+    checked and sorted (:meth:`parse`), or a training function's phase."""
 
-    inputs: list
-    bcast_inputs: list
-    outputs: list
-    ops: list
-    explicit: list  # per output: its reduce op was given
-    single: bool
-    updates: list  # (variable, value) pairs
-    givens: list
-    sliceable: list
-    name: str | None
-    mode: Any
-    function_kwargs: dict
+    inputs: list = field(default_factory=list)
+    bcast_inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+    explicit: list = field(default_factory=list)  # per output: its reduce op was given
+    single: bool = False
+    updates: list = field(default_factory=list)  # (variable, value) pairs
+    update_ops: list = field(default_factory=list)  # per update: its op over num_slices
+    givens: list = field(default_factory=list)
+    sliceable: list = field(default_factory=list)
+    name: str | None = None
+    mode: Any = None
+    function_kwargs: dict = field(default_factory=dict)
+    # The last broadcast input is the call's whole row count, which the plan writes
+    # (a training function's row phase: PhaseSplit.rows).
+    counts_rows: bool = False
+    # Shared variables that each call writes before a later step of the call reads them
+    # (a training function's, from one phase to the next): never saved, loaded or
+    # compared between ranks.
+    handover: list = field(default_factory=list)
+    # Random generators every rank draws from with rank 0's state (GraphSpec's).
+    same_on_every_rank: list = field(default_factory=list)
 
-    @property
-    def what(self) -> str:
-        return f"synkhronos function {self.name!r}" if self.name else "synkhronos function"
-
-
-class Function:
-    """A synkhronos function: built by :func:`synkhronos.function`, called like PyTensor's.
-
-    Attributes
-    ----------
-    name : str or None
-        The name given at build time.
-    inputs : list
-        Scattered inputs, then broadcast inputs (the call's argument order).
-    output_modes : list
-        The reduce op of each output.
-    update_modes : list
-        The op combining each update over ``num_slices`` ("avg" for pairs).
-    """
-
-    def __init__(
-        self,
-        session,
-        inputs,
-        outputs,
-        bcast_inputs,
-        updates,
-        givens,
-        sliceable_shareds,
-        name,
-        mode,
-        function_kwargs,
-        counts_rows: bool = False,
-    ) -> None:
+    @classmethod
+    def parse(
+        cls,
+        *,
+        inputs=(),
+        outputs=None,
+        bcast_inputs=None,
+        updates=None,
+        givens=None,
+        sliceable=None,
+        **rest,
+    ) -> FunctionParts:
+        """The parts of :func:`synkhronos.function`'s arguments, as it takes them
+        (``sliceable``: its ``sliceable_shareds``; ``rest``: ``name``, ``mode``,
+        ``function_kwargs``); ``TypeError`` for an input that cannot be one."""
         inputs, bcast_inputs = list(inputs), list(bcast_inputs or ())
         for i, var in enumerate(inputs + bcast_inputs):
             if not isinstance(var, Variable) or var.owner is not None:
@@ -229,99 +222,128 @@ class Function:
                     f"{_label(var, i, 'input')} is scattered along axis 0, so it "
                     f"needs at least one dimension; pass scalars in bcast_inputs"
                 )
-        sliceable = list(sliceable_shareds or ())
+        sliceable = list(sliceable or ())
         for i, var in enumerate(sliceable):
             # getattr: a shared random generator has no dimensions to give
             if not isinstance(var, SharedVariable) or getattr(var.type, "ndim", 0) < 1:
                 raise TypeError(
                     f"sliceable_shareds[{i}] must be a shared variable with at least one dimension"
                 )
-        variables, ops, _, self._single = parse_outputs(outputs)
+        variables, ops, explicit, single = parse_outputs(outputs)
         pairs, update_ops = update_pairs(updates)
-        self._session = session
-        self.name = name
-        self.inputs = inputs + bcast_inputs
-        self.output_modes = ops
-        self.update_modes = update_ops
-        self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
-        roots = variables + [u for _, u in pairs]
-        mode = mode_choice.choose(mode, session.backend.mode, self.inputs, roots, self._what)
-        self._spec = GraphSpec(
-            len(session.functions),
-            name,
-            inputs,
-            bcast_inputs,
-            variables,
-            ops,
-            pairs,
-            pairs_of(givens, "givens"),
-            sliceable,
-            mode,
-            update_ops,
-            dict(function_kwargs),
+        return cls(
+            inputs=inputs,
+            bcast_inputs=bcast_inputs,
+            outputs=variables,
+            ops=ops,
+            explicit=explicit,
+            single=single,
+            updates=pairs,
+            update_ops=update_ops,
+            givens=pairs_of(givens, "givens"),
+            sliceable=sliceable,
+            **rest,
         )
-        self._downcast = bool(function_kwargs.get("allow_input_downcast"))
-        # The last broadcast input is the call's whole row count, which _plan writes.
-        self._counts_rows = counts_rows
-        # Everything below may fail, and must leave the session as it was: nothing in it
-        # changes before rank 0's copy is checked.
-        self._check_wire(inputs, bcast_inputs, variables, ops)
-        self._spec.key = graph_key(self._spec.variables(), self._spec.describe())
-        # A graph that passed both checks before (an earlier run of the script) is not
-        # checked again: for ResNet-50's step they took a third of synk.function.
-        checked = was_checked(self._spec.key)
-        if not checked:
-            check_shippable(self._spec, session.state.registry, self._what)
-        # Check rank 0's copy now: a graph error raises here, before anything is shipped.
-        compiled = session.state.add_function(self._spec, check=not checked)
-        if not checked:
-            mark_checked(self._spec.key)
-        if is_jax(compiled.mode):
-            _warn_if_computed_in_32_bits(self._spec, self._what)
-        self._all_outputs = np.arange(len(variables), dtype=np.int64)
-        self._shipped = False
-        self._scratch: dict[int, Data] = {}
-        self._reference = None
-        self._update_targets = {id(v) for v, _ in self._spec.updates}
-        session.sliceable_ids.update(id(s) for s in sliceable)
-        session.functions.append(self)
-
-    def __repr__(self) -> str:
-        return f"<synkhronos.Function {self.name or self._spec.fid}>"
 
     @property
-    def mode(self):
-        """The compile mode: the one named, or the one chosen for the graph
-        (:mod:`synkhronos.api.mode_choice`); None: the backend's."""
-        return self._spec.mode
+    def what(self) -> str:
+        return f"synkhronos function {self.name!r}" if self.name else "synkhronos function"
 
-    def _check_wire(self, inputs, bcast_inputs, outputs, ops) -> None:
-        """Refuse, naming it, what the wire protocol could not carry in a call: a tensor of
-        a dtype or number of dimensions it has no code for, more arrays than a message
-        holds."""
-        for i, var in enumerate(inputs):
-            check_tensor(var, f"{self._what}, {_label(var, i, 'input')}", in_data=True)
-        for i, var in enumerate(bcast_inputs):
-            check_tensor(var, f"{self._what}, {_label(var, i, 'broadcast input')}")
-        sent = [
-            (i, var) for i, (var, op) in enumerate(zip(outputs, ops, strict=True)) if op is not None
-        ]  # op None: rank 0's own result, never sent
-        for i, var in sent:
-            check_tensor(var, f"{self._what}, output {i}")
-        check_count(
-            len(bcast_inputs) + _MESSAGE_ARRAYS,
-            f"{self._what} has {len(bcast_inputs)} broadcast inputs (each travels as "
-            f"an array of a call's message)",
+    def spec(self, fid: int, mode) -> GraphSpec:
+        """The graph every rank compiles, numbered ``fid``, in ``mode``."""
+        return GraphSpec(
+            fid,
+            self.name,
+            list(self.inputs),
+            list(self.bcast_inputs),
+            list(self.outputs),
+            list(self.ops),
+            list(self.updates),
+            list(self.givens),
+            list(self.sliceable),
+            mode,
+            list(self.update_ops),
+            dict(self.function_kwargs),
+            same_on_every_rank=list(self.same_on_every_rank),
         )
-        check_count(
-            len(sent) + 1,
-            f"{self._what} has {len(sent)} outputs the workers send "
-            f"back (each an array of a worker's reply, with its rows)",
-        )
+
+
+class BaseFunction(ABC):
+    """What every synkhronos function is to the public API, whether it runs as one
+    compiled function (:class:`Function`) or as a chain of them
+    (:class:`~synkhronos.api.training.TrainingFunction`): called, inspected, referenced
+    (``as_pytensor``) and chained (:func:`synkhronos.chain`) alike.
+
+    Attributes
+    ----------
+    name : str or None
+        The name given at build time.
+    inputs : list
+        Scattered inputs, then broadcast inputs (the call's argument order).
+    output_modes : list
+        The reduce op of each output.
+    update_modes : list
+        The op combining each update over ``num_slices`` ("avg" for pairs).
+    """
+
+    # Whether it reads its call's plan beyond its arguments (a training function: the
+    # whole batch's row count) and needs rows on every rank (its later steps read what
+    # its first wrote): then it is a chain's first step, and the chain refuses a rank
+    # without rows.
+    _reads_call_plan = False
+
+    def __init__(self, session, parts: FunctionParts, spec: GraphSpec) -> None:
+        self._session = session
+        self.name = parts.name
+        self.inputs = list(parts.inputs) + list(parts.bcast_inputs)
+        self.output_modes = list(parts.ops)
+        self.update_modes = list(parts.update_ops)
+        self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
+        self._single = parts.single
+        self._downcast = bool(parts.function_kwargs.get("allow_input_downcast"))
+        self._spec = spec
+        self._reference = None
 
     @property
     def _what(self) -> str:
         return f"synkhronos function {self.name!r}" if self.name else "synkhronos function"
+
+    @abstractmethod
+    def __call__(self, *args, **kwargs) -> Any:
+        """Run on every rank; return the outputs as one device would (see
+        :meth:`Function.__call__`)."""
+
+    @property
+    @abstractmethod
+    def mode(self) -> Any:
+        """The compile mode (every phase's, for a training function)."""
+
+    @abstractmethod
+    def get_shared(self) -> list:
+        """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``)."""
+
+    @abstractmethod
+    def _chain_entries(self) -> list:
+        """What it runs as, as :func:`synkhronos.chain`'s steps: Functions and collectives."""
+
+    @abstractmethod
+    def _plan(
+        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=False
+    ) -> CallPlan:
+        """The plan of a call with these arguments, checked: its first Function's."""
+
+    @abstractmethod
+    def _collect(self, results: list, output_subset: Sequence[int] | None):
+        """What a call returns, from its Functions' results (each as called alone)."""
+
+    def _check_session(self) -> Any:
+        """The current session; ``RuntimeError`` unless it is the one built in."""
+        session = launch.current()
+        if session is not self._session:
+            raise RuntimeError(
+                f"{self._what} was built before the last synk.fork(); build it again"
+            )
+        return session
 
     # ---- the reference -------------------------------------------------------------------
     def as_pytensor(self, *args):
@@ -379,9 +401,98 @@ class Function:
         ]
         return built[0] if len(built) == 1 else built
 
+    def _by_name(self, args: tuple, kwargs: dict) -> tuple:
+        """The positional arguments, with those given by name put in their places."""
+        ordered = list(args) + [None] * (len(self.inputs) - len(args))
+        given = [True] * len(args) + [False] * (len(self.inputs) - len(args))
+        for name, value in kwargs.items():
+            i = self._positions.get(name)
+            if i is None:
+                raise TypeError(f"{self._what} has no input named {name!r}")
+            if given[i]:
+                raise TypeError(f"{self._what}: input {name!r} given twice")
+            ordered[i], given[i] = value, True
+        if not all(given):
+            missing = [_label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
+            raise TypeError(f"{self._what}: missing {', '.join(missing)}")
+        return tuple(ordered)
+
+
+class Function(BaseFunction):
+    """A synkhronos function: built by :func:`synkhronos.function`, called like PyTensor's;
+    one compiled function on every rank (its attributes: :class:`BaseFunction`'s)."""
+
+    def __init__(self, session, parts: FunctionParts) -> None:
+        inputs = parts.inputs + parts.bcast_inputs
+        roots = parts.outputs + [u for _, u in parts.updates]
+        mode = mode_choice.choose(parts.mode, session.backend.mode, inputs, roots, parts.what)
+        super().__init__(session, parts, parts.spec(len(session.functions), mode))
+        self._counts_rows = parts.counts_rows
+        # Everything below may fail, and must leave the session as it was: nothing in it
+        # changes before rank 0's copy is checked.
+        self._check_wire(parts.inputs, parts.bcast_inputs, parts.outputs, parts.ops)
+        self._spec.key = graph_key(self._spec.variables(), self._spec.describe())
+        # A graph that passed both checks before (an earlier run of the script) is not
+        # checked again: for ResNet-50's step they took a third of synk.function.
+        checked = was_checked(self._spec.key)
+        if not checked:
+            check_shippable(self._spec, session.state.registry, self._what)
+        # Check rank 0's copy now: a graph error raises here, before anything is shipped.
+        compiled = session.state.add_function(self._spec, check=not checked)
+        if not checked:
+            mark_checked(self._spec.key)
+        if is_jax(compiled.mode):
+            _warn_if_computed_in_32_bits(self._spec, self._what)
+        self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)
+        self._shipped = False
+        self._scratch: dict[int, Data] = {}
+        self._update_targets = {id(v) for v, _ in self._spec.updates}
+        self._handover = list(parts.handover)
+        session.sliceable_ids.update(id(s) for s in parts.sliceable)
+        session.functions.append(self)
+
+    def __repr__(self) -> str:
+        return f"<synkhronos.Function {self.name or self._spec.fid}>"
+
+    @property
+    def mode(self):
+        """The compile mode: the one named, or the one chosen for the graph
+        (:mod:`synkhronos.api.mode_choice`); None: the backend's."""
+        return self._spec.mode
+
+    def _check_wire(self, inputs, bcast_inputs, outputs, ops) -> None:
+        """Refuse, naming it, what the wire protocol could not carry in a call: a tensor of
+        a dtype or number of dimensions it has no code for, more arrays than a message
+        holds."""
+        for i, var in enumerate(inputs):
+            check_tensor(var, f"{self._what}, {_label(var, i, 'input')}", in_data=True)
+        for i, var in enumerate(bcast_inputs):
+            check_tensor(var, f"{self._what}, {_label(var, i, 'broadcast input')}")
+        sent = [
+            (i, var) for i, (var, op) in enumerate(zip(outputs, ops, strict=True)) if op is not None
+        ]  # op None: rank 0's own result, never sent
+        for i, var in sent:
+            check_tensor(var, f"{self._what}, output {i}")
+        check_count(
+            len(bcast_inputs) + _MESSAGE_ARRAYS,
+            f"{self._what} has {len(bcast_inputs)} broadcast inputs (each travels as "
+            f"an array of a call's message)",
+        )
+        check_count(
+            len(sent) + 1,
+            f"{self._what} has {len(sent)} outputs the workers send "
+            f"back (each an array of a worker's reply, with its rows)",
+        )
+
     def get_shared(self) -> list:
         """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``)."""
         return self._session.state.functions[self._spec.fid].get_shared()
+
+    def _chain_entries(self) -> list:
+        return [self]
+
+    def _collect(self, results: list, output_subset: Sequence[int] | None):
+        return results[0]  # collected with the plan's subset
 
     # ---- a call --------------------------------------------------------------------------
     @abort_on_error("a synkhronos function call")
@@ -421,11 +532,7 @@ class Function:
         -------
         The reduced outputs: one value for a single output, else a list.
         """
-        session = launch.current()
-        if session is not self._session:
-            raise RuntimeError(
-                f"{self._what} was built before the last synk.fork(); build it again"
-            )
+        session = self._check_session()
         if kwargs:
             args = self._by_name(args, kwargs)
         if not self._shipped:
@@ -444,22 +551,6 @@ class Function:
         replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
         with trace.span("collect outputs", "outputs"):
             return collect_outputs(replies, self._spec, plan.subset, weight, host, reduced, single)
-
-    def _by_name(self, args: tuple, kwargs: dict) -> tuple:
-        """The positional arguments, with those given by name put in their places."""
-        ordered = list(args) + [None] * (len(self.inputs) - len(args))
-        given = [True] * len(args) + [False] * (len(self.inputs) - len(args))
-        for name, value in kwargs.items():
-            i = self._positions.get(name)
-            if i is None:
-                raise TypeError(f"{self._what} has no input named {name!r}")
-            if given[i]:
-                raise TypeError(f"{self._what}: input {name!r} given twice")
-            ordered[i], given[i] = value, True
-        if not all(given):
-            missing = [_label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
-            raise TypeError(f"{self._what}: missing {', '.join(missing)}")
-        return tuple(ordered)
 
     def _plan(
         self,
@@ -484,6 +575,30 @@ class Function:
             raise TypeError(f"num_slices must be an int, got {num_slices!r}")
         if num_slices < 1:
             raise ValueError(f"num_slices must be at least 1, got {num_slices}")
+        subset = self._subset(output_subset, num_slices)
+        scatter = [
+            self._scattered(i, var, arg)
+            for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))
+        ]
+        bcast, kinds = self._broadcast(args[n_in:])
+        rows, s_rows, total = self._rows(session, scatter, batch, batch_s, every_rank_rows)
+        if self._counts_rows:  # the plan carries the count (PhaseSplit.rows)
+            bcast[-1], kinds[-1] = np.zeros(total, np.int8), Arg.ROWS
+        return CallPlan(
+            spec.fid,
+            int(num_slices),
+            subset,
+            scatter,
+            np.array([d.minibatch for d in scatter], np.int64),
+            rows,
+            bcast,
+            np.array(kinds, np.int64),
+            s_rows,
+        )
+
+    def _subset(self, output_subset, num_slices) -> np.ndarray:
+        """The indices of the outputs a call computes, checked."""
+        spec = self._spec
         n_out = len(spec.outputs)
         if output_subset is None:
             subset = self._all_outputs
@@ -499,13 +614,13 @@ class Function:
             raise ValueError(
                 "outputs with reduce op None or 'per_rank' cannot be combined over num_slices > 1"
             )
-        scatter = [
-            self._scattered(i, var, arg)
-            for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))
-        ]
+        return subset
+
+    def _broadcast(self, args) -> tuple[list[Data | np.ndarray], list[Arg]]:
+        """The broadcast inputs' values, checked, and how each travels."""
         bcast: list[Data | np.ndarray] = []
         kinds = []
-        for i, (var, arg) in enumerate(zip(spec.bcast_inputs, args[n_in:], strict=True)):
+        for i, (var, arg) in enumerate(zip(self._spec.bcast_inputs, args, strict=True)):
             what = f"{self._what}, {_label(var, i, 'broadcast input')}"
             if isinstance(arg, Data):
                 if arg.dtype != var.dtype:
@@ -516,29 +631,23 @@ class Function:
             else:
                 bcast.append(checked_value(var, arg, what, self._downcast or None))
                 kinds.append(Arg.VALUE)
-        by_position = np.array([d.minibatch for d in scatter], np.int64)
+        return bcast, kinds
+
+    def _rows(
+        self, session, scatter: list[Data], batch, batch_s, every_rank_rows: bool
+    ) -> tuple[RankRows | None, RankRows | None, int]:
+        """Each rank's rows of the scattered inputs and of the sliceable shared variables,
+        and the call's rows on every rank of every node."""
+        spec = self._spec
         rows = None
-        total = 0  # the call's rows on every rank of every node
-        if n_in:
+        total = 0
+        if scatter:
             whole = self._batch_rows(scatter, batch)
             total = selection_length(whole)
             if every_rank_rows:  # ranks take split_bounds shares of the whole selection
-                self._refuse_empty_ranks(
-                    "batch", split_bounds(selection_length(whole), current_nodes().n_global)
-                )
+                self._refuse_empty_ranks("batch", split_bounds(total, current_nodes().n_global))
             sel = current_nodes().node_share(whole)
-            for i, d in enumerate(scatter):
-                if d.minibatch and selection_length(sel) > len(d):
-                    raise ValueError(
-                        f"{self._what}: batch selects {selection_length(sel)} "
-                        f"rows but {_label(spec.inputs[i], i, 'input')} (minibatch "
-                        f"data, read by position) has {len(d)}"
-                    )
-                if not d.minibatch and _last_row(sel) >= len(d):
-                    raise ValueError(
-                        f"{self._what}: batch selects row {_last_row(sel)} but "
-                        f"{_label(spec.inputs[i], i, 'input')} has {len(d)} rows"
-                    )
+            self._check_rows_exist(scatter, sel)
             rows = RankRows.split(sel, session.n_ranks)
         elif batch is not None:
             raise ValueError(f"{self._what} has no scattered inputs; batch does not apply")
@@ -546,30 +655,33 @@ class Function:
         if batch_s is not None:
             everyone = self._global_batch_s_rows(session, batch_s)
             total = total or sum(selection_length(s) for s in everyone)
-            if every_rank_rows and not n_in:
+            if every_rank_rows and not scatter:
                 self._refuse_empty_ranks(
                     "batch_s", [0, *np.cumsum([selection_length(s) for s in everyone])]
                 )
             world = current_nodes()
             s_rows = RankRows.per_rank(everyone[world.offset : world.offset + session.n_ranks])
-        elif spec.sliceable and not n_in and (every_rank_rows or self._counts_rows):
+        elif spec.sliceable and not scatter and (every_rank_rows or self._counts_rows):
             lengths = sliceable_lengths(session, spec.sliceable)  # each rank takes all its rows
             total = int(np.sum(lengths))
             if every_rank_rows:
                 self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
-        if self._counts_rows:
-            bcast[-1] = np.zeros(total, np.int8)  # its length is the count (PhaseSplit.rows)
-        return CallPlan(
-            spec.fid,
-            int(num_slices),
-            subset,
-            scatter,
-            by_position,
-            rows,
-            bcast,
-            np.array(kinds, np.int64),
-            s_rows,
-        )
+        return rows, s_rows, total
+
+    def _check_rows_exist(self, scatter: list[Data], sel: Selection) -> None:
+        """``ValueError`` unless every scattered input holds the rows ``sel`` selects."""
+        for i, d in enumerate(scatter):
+            if d.minibatch and selection_length(sel) > len(d):
+                raise ValueError(
+                    f"{self._what}: batch selects {selection_length(sel)} "
+                    f"rows but {_label(self._spec.inputs[i], i, 'input')} (minibatch "
+                    f"data, read by position) has {len(d)}"
+                )
+            if not d.minibatch and _last_row(sel) >= len(d):
+                raise ValueError(
+                    f"{self._what}: batch selects row {_last_row(sel)} but "
+                    f"{_label(self._spec.inputs[i], i, 'input')} has {len(d)} rows"
+                )
 
     def _scattered(self, i: int, var, arg) -> Data:
         what = f"{self._what}, {_label(var, i, 'input')}"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pytensor
@@ -35,12 +36,10 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.chains import Chain
-from synkhronos.api.functions import Function, FunctionParts
+from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
-from synkhronos.rank.graphs import GraphSpec
-from synkhronos.session import launch
-from synkhronos.transport.nodes import abort_on_error
+from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.partition import resolve_rows, selection_length
 from synkhronos.transport.shared_arrays import Data
 
@@ -137,11 +136,14 @@ def _free(values: list, known: list) -> list:
     ]
 
 
-class TrainingFunction(Function):
-    """A :class:`~synkhronos.Function` whose updates train (see the module docstring).
+class TrainingFunction(BaseFunction):
+    """A synkhronos function whose updates train (see the module docstring): one
+    :class:`~synkhronos.api.chains.Chain` of its phases, each a
+    :class:`~synkhronos.Function`.
 
-    Called, inspected and referenced (``as_pytensor``) like any function; it is not a
-    step of a user's :func:`~synkhronos.chain`.
+    Called, inspected, referenced (``as_pytensor``) and chained like any function
+    (:class:`~synkhronos.api.functions.BaseFunction`); in a :func:`~synkhronos.chain` it
+    is the first step (its phases run there, inlined).
 
     Attributes
     ----------
@@ -153,180 +155,69 @@ class TrainingFunction(Function):
         The whole call: the row phase, the all-reduces, the reduced phase.
     """
 
+    _reads_call_plan = True
+
     def __init__(
         self, session, parts: FunctionParts, split: PhaseSplit, all_updates: list[tuple]
     ) -> None:
-        self._session = session
-        self.name = parts.name
-        self.inputs = list(parts.inputs) + list(parts.bcast_inputs)
-        self.output_modes = list(parts.ops)
-        self.update_modes = ["avg"] * len(parts.updates)
-        self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
-        self._single = parts.single
-        self._downcast = bool(parts.function_kwargs.get("allow_input_downcast"))
-        self._reference = None
+        super().__init__(session, parts, parts.spec(-1, parts.mode))
         self._draws = split.positions is not None
         self._positions_data: Data | None = None
-        self._spec = GraphSpec(
-            -1,
-            parts.name,
-            list(parts.inputs),
-            list(parts.bcast_inputs),
-            list(parts.outputs),
-            list(parts.ops),
-            list(parts.updates),
-            list(parts.givens),
-            list(parts.sliceable),
-            parts.mode,
-            ["avg"] * len(parts.updates),
-            dict(parts.function_kwargs),
-        )
-        inexact = list(split.inexact)
-        if split.positions is not None:
-            drawn = [*split.generators, *(g for r in split.rounds for g in r.generators)]
-            for generator, _ in drawn + split.last_generators:
-                if session.state.registry.index(generator) is not None:
-                    inexact.append(
-                        f"the random generator {generator} was shipped with an earlier "
-                        f"function, so each rank has its own state"
-                    )
-                # Every rank draws the whole batch's numbers: from rank 0's state.
-                generator.tag.same_on_every_rank = True
-        if inexact:
-            warnings.warn(
-                f"{self._what} trains every rank identically, but not as one device would: "
-                + "; ".join(inexact),
-                stacklevel=4,
-            )
+        _warn_inexact(session, split, self._what)
         label = parts.name or "training function"
-        # Later steps read the call's broadcast values (and, after rounds, the rank's row
-        # count) from where the first kept them: only a chain's first function takes
-        # arguments.
-        kept = {v: _kept(v) for v in [*parts.bcast_inputs, split.rows]}
-        if split.rounds:
-            kept[split.local_rows] = _kept(split.local_rows)
-            kept[split.local_rows].tag.per_rank = True  # each rank's own count
-        rounds = _round_variables(split, label)
-        later = dict(kept)
-        for statistics, kept_rows in rounds:
-            later.update((p, v) for p, (v, _) in statistics.items())
-            later.update((p, v) for p, (v, _) in kept_rows.items())
-        reduced = _frontier_variables(split, label)
-        if split.rounds:
-            reduced = [(v, _replaced(value, later)) for v, value in reduced]
-        replace = dict(zip(split.placeholders, (v for v, _ in reduced), strict=True))
-        replace.update(kept)
-        targets = graph_replace(split.targets, replace, strict=False)
-        reduced_outputs = targets[: len(split.outputs)]
-        update_values = targets[len(split.outputs) :]
-        self._reduced_outputs = list(split.outputs)
-        self._row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
-        # An explicit update overrides a default one: the running averages stay as they
-        # are in the row phase (the reduced phase updates them), and the generators
-        # drawn for the whole batch advance past that draw.
+        holders = _Holders.make(split, parts, label)
         running = [var for var, _ in all_updates[len(parts.updates) :]]
-        # Per round of the rows: the statistics it computes (summed over the ranks after
-        # it) and what it keeps of its rows for later rounds; the last round computes
-        # the frontier (summed before the reduced phase).
-        # A round that draws moves its generators past the draw.
-        round_updates = [
-            [(v, value, "sum") for v, value in statistics.values()]
-            + [(v, value, "max") for v, value in kept_rows.values()]
-            + [(generator, state, "avg") for generator, state in stage.generators]
-            for (statistics, kept_rows), stage in zip(rounds, split.rounds, strict=True)
-        ]
-        round_updates.append(
-            [(var, value, "sum") for var, value in reduced]
-            + [(generator, state, "avg") for generator, state in split.last_generators]
-        )
-        row_updates = _unchanged(running, round_updates[0]) + round_updates[0]
-        row_updates += [(generator, state, "avg") for generator, state in split.generators]
-        row_updates += [(shared, var, "max") for var, shared in kept.items()]
-        hidden = [] if split.positions is None else [split.positions]
+        round_updates = holders.round_updates(split, running)
         self.row_function = Function(
-            session,
-            [*parts.inputs, *hidden],
-            [(o, parts.ops[k]) for k, o in zip(self._row_outputs, split.row_outputs, strict=True)],
-            [*parts.bcast_inputs, split.rows],
-            row_updates,
-            parts.givens,
-            parts.sliceable,
-            f"{label} (rows)",
-            parts.mode,
-            parts.function_kwargs,
-            counts_rows=True,
+            session, _row_parts(parts, split, holders, running, round_updates[0], label)
         )
-        later_kwargs = {
-            k: v for k, v in parts.function_kwargs.items() if k != "allow_input_downcast"
-        }
-        self.round_functions = []
-        for k, updates in enumerate(round_updates[1:], start=1):
-            updates = [(v, _replaced(value, later), op) for v, value, op in updates]
-            self.round_functions.append(
-                Function(
-                    session,
-                    [],
-                    [],
-                    [],
-                    _unchanged(running, updates) + updates,
-                    None,
-                    None,
-                    f"{label} (rows, round {k})",
-                    self.row_function.mode,
-                    later_kwargs,
-                )
+        mode = self.row_function.mode  # one compiler for every phase (a cold start waits less)
+        kwargs = {k: v for k, v in parts.function_kwargs.items() if k != "allow_input_downcast"}
+        self.round_functions = [
+            Function(
+                session,
+                FunctionParts.parse(
+                    updates=_unchanged(running, updates) + updates,
+                    name=f"{label} (rows, round {k})",
+                    mode=mode,
+                    function_kwargs=kwargs,
+                ),
             )
-        reduced_updates = [
-            (var, value) for (var, _), value in zip(all_updates, update_values, strict=True)
+            for k, updates in enumerate(holders.later_updates(round_updates[1:]), start=1)
         ]
-        # The reduced phase applies no default update (a running average's reads the
-        # rows): those of its variables without one of its updates stay as they are.
-        written = {id(v) for v, _ in reduced_updates}
-        reduced_updates += [
-            (v, v)
-            for v in graph_inputs(targets)
-            if isinstance(v, SharedVariable)
-            and getattr(v, "default_update", None) is not None
-            and id(v) not in written
-        ]
+        outputs, updates = _reduced_phase(split, holders, all_updates)
         self.reduced_function = Function(
             session,
-            [],
-            [(o, None) for o in reduced_outputs],
-            [],
-            reduced_updates,
-            None,
-            None,
-            f"{label} (reduced)",
-            self.row_function.mode,  # one compiler for every phase (a cold start waits less)
-            later_kwargs,
+            FunctionParts.parse(
+                outputs=[(o, None) for o in outputs],
+                updates=updates,
+                name=f"{label} (reduced)",
+                mode=mode,
+                function_kwargs=kwargs,
+            ),
         )
-        steps: list = [self.row_function]
+        self._reduced_outputs = list(split.outputs)
+        self._row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
+        self._entries: list = [self.row_function]
         for (statistics, _), stage, function in zip(
-            rounds, split.rounds, self.round_functions, strict=True
+            holders.rounds, split.rounds, self.round_functions, strict=True
         ):  # a round's sums, then its maxima (a softmax's over the rows)
             held = list(zip(statistics.values(), stage.maxima, strict=True))
             for op, maximum in (("sum", False), ("max", True)):
                 chosen = [v for (v, _), m in held if m == maximum]
-                steps += [("all_reduce", chosen, op)] if chosen else []
-            steps.append(function)
-        steps += [("all_reduce", [v for v, _ in reduced], "sum"), self.reduced_function]
-        self.chain = Chain(session, steps, every_rank_rows=True)
-        self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)
-
-    def _row_positions(self, first, batch) -> Data:
-        """Each selected row's position in the selection (a hidden input, read by
-        position): where each rank's rows start in the whole batch's draws."""
-        length = len(first)
-        count = length if batch is None else selection_length(resolve_rows(batch, length, "batch"))
-        if self._positions_data is None or len(self._positions_data) < count:
-            self._positions_data = Data(
-                np.arange(max(count, 2 * length), dtype=np.int64), minibatch=True, name="positions"
-            )
-        return self._positions_data
+                self._entries += [("all_reduce", chosen, op)] if chosen else []
+            self._entries.append(function)
+        self._entries += [("all_reduce", [v for v, _ in holders.reduced], "sum")]
+        self._entries += [self.reduced_function]
+        self.chain = Chain(session, [self])
 
     def __repr__(self) -> str:
         return f"<synkhronos.TrainingFunction {self.name or ''}>".replace(" >", ">")
+
+    @property
+    def mode(self):
+        """The compile mode of every phase (the row phase's, chosen as a Function's)."""
+        return self.row_function.mode
 
     def get_shared(self) -> list:
         """The shared variables the function uses (its phases')."""
@@ -336,7 +227,6 @@ class TrainingFunction(Function):
                 seen.setdefault(id(v), v)
         return list(seen.values())
 
-    @abort_on_error("a synkhronos training function call")
     def __call__(
         self,
         *args,
@@ -351,13 +241,23 @@ class TrainingFunction(Function):
         Arguments as for :meth:`synkhronos.Function.__call__`. Every rank needs at least
         one row of the call (a ``ValueError`` says which rank has none).
         """
-        session = launch.current()
-        if session is not self._session:
-            raise RuntimeError(
-                f"{self._what} was built before the last synk.fork(); build it again"
-            )
-        if kwargs:
-            args = self._by_name(args, kwargs)
+        self._check_session()
+        return self.chain(
+            *args,
+            batch=batch,
+            batch_s=batch_s,
+            num_slices=num_slices,
+            output_subset=output_subset,
+            **kwargs,
+        )[0]
+
+    def _chain_entries(self) -> list:
+        return list(self._entries)
+
+    def _plan(
+        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=True
+    ) -> CallPlan:
+        """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
         if len(args) != len(self.inputs):
             raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
         if num_slices != 1 and self.round_functions:
@@ -375,13 +275,15 @@ class TrainingFunction(Function):
             n_in = len(self._spec.inputs)
             args = (*args[:n_in], self._row_positions(args[0], batch), *args[n_in:])
         # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
-        row_results, *_, reduced_results = self.chain(
-            *args, _NO_ROWS, batch=batch, batch_s=batch_s, num_slices=num_slices
+        return self.row_function._plan(
+            session, (*args, _NO_ROWS), batch, batch_s, num_slices, None, True
         )
+
+    def _collect(self, results: list, output_subset: Sequence[int] | None):
         values: list = [None] * len(self.output_modes)
         for positions, result in (
-            (self._row_outputs, row_results),
-            (self._reduced_outputs, reduced_results),
+            (self._row_outputs, results[0]),
+            (self._reduced_outputs, results[-1]),
         ):
             for k, value in zip(positions, _as_list(result, positions), strict=True):
                 values[k] = value
@@ -389,6 +291,162 @@ class TrainingFunction(Function):
             values = [values[k] for k in output_subset]
             return values[0] if len(values) == 1 else values
         return values[0] if self._single else values
+
+    def _row_positions(self, first, batch) -> Data:
+        """Each selected row's position in the selection (a hidden input, read by
+        position): where each rank's rows start in the whole batch's draws."""
+        length = len(first)
+        count = length if batch is None else selection_length(resolve_rows(batch, length, "batch"))
+        if self._positions_data is None or len(self._positions_data) < count:
+            self._positions_data = Data(
+                np.arange(max(count, 2 * length), dtype=np.int64), minibatch=True, name="positions"
+            )
+        return self._positions_data
+
+
+def _drawn_alike(split: PhaseSplit) -> list:
+    """The random generators every rank draws the whole batch's numbers from, with rank
+    0's state (it takes its rows' by their positions)."""
+    if split.positions is None:
+        return []
+    drawn = [*split.generators, *(g for r in split.rounds for g in r.generators)]
+    return [generator for generator, _ in drawn + split.last_generators]
+
+
+def _warn_inexact(session, split: PhaseSplit, what: str) -> None:
+    """Warn of what the split cannot make one device's update."""
+    inexact = list(split.inexact)
+    for generator in _drawn_alike(split):
+        if session.state.registry.index(generator) is not None:
+            inexact.append(
+                f"the random generator {generator} was shipped with an earlier "
+                f"function, so each rank has its own state"
+            )
+    if inexact:
+        warnings.warn(
+            f"{what} trains every rank identically, but not as one device would: "
+            + "; ".join(inexact),
+            stacklevel=5,
+        )
+
+
+@dataclass
+class _Holders:
+    """The shared variables a training function's phases hand values over in."""
+
+    # Later steps read the call's broadcast values (and the whole batch's rows, and
+    # after rounds the rank's row count) from where the row phase kept them: only a
+    # chain's first function takes arguments.
+    kept: list  # (shared variable, value in the row phase) pairs
+    rounds: list  # per round before the last: (statistics, kept rows), as _round_variables
+    later: dict  # {placeholder: shared variable}: what later steps read for it
+    reduced: list  # (shared variable, value) per frontier entry
+
+    @classmethod
+    def make(cls, split: PhaseSplit, parts: FunctionParts, label: str) -> _Holders:
+        # The rows are kept whole, a vector of the batch's length (PhaseSplit.rows: JAX
+        # takes a count from a shape, never from a value).
+        later = {v: _kept(v) for v in [*parts.bcast_inputs, split.rows]}
+        if split.rounds:
+            later[split.local_rows] = _kept(split.local_rows)
+        kept = [(holder, v) for v, holder in later.items()]
+        rounds = _round_variables(split, label)
+        reduced = _frontier_variables(split, label)
+        for statistics, kept_rows in rounds:
+            later.update((p, v) for p, (v, _) in statistics.items())
+            later.update((p, v) for p, (v, _) in kept_rows.items())
+        if split.rounds:
+            reduced = [(v, _replaced(value, later)) for v, value in reduced]
+        return cls(kept, rounds, later, reduced)
+
+    def every_one(self) -> list:
+        """Every holder: each call writes it before a later step of the call reads it."""
+        in_rounds = [v for pair in self.rounds for made in pair for v, _ in made.values()]
+        return [v for v, _ in self.kept] + in_rounds + [v for v, _ in self.reduced]
+
+    def round_updates(self, split: PhaseSplit, running: list) -> list[list[tuple]]:
+        """Per round of the rows, its ``(variable, value, op)`` updates: the statistics it
+        computes (summed over the ranks after it), what it keeps of its rows for later
+        rounds, its generators moved past its draw; the last round's, the frontier
+        (summed before the reduced phase)."""
+        made = [
+            [(v, value, "sum") for v, value in statistics.values()]
+            + [(v, value, "max") for v, value in kept_rows.values()]
+            + [(generator, state, "avg") for generator, state in stage.generators]
+            for (statistics, kept_rows), stage in zip(self.rounds, split.rounds, strict=True)
+        ]
+        made.append(
+            [(var, value, "sum") for var, value in self.reduced]
+            + [(generator, state, "avg") for generator, state in split.last_generators]
+        )
+        return made
+
+    def later_updates(self, round_updates: list[list[tuple]]) -> list[list[tuple]]:
+        """Later rounds' updates, reading the shared variables for their placeholders."""
+        return [
+            [(v, _replaced(value, self.later), op) for v, value, op in updates]
+            for updates in round_updates
+        ]
+
+
+def _row_parts(
+    parts: FunctionParts,
+    split: PhaseSplit,
+    holders: _Holders,
+    running: list,
+    first_round: list[tuple],
+    label: str,
+) -> FunctionParts:
+    """The row phase (its first round): the call's arguments, and the whole batch's row
+    count as a last broadcast input that the call's plan writes."""
+    # An explicit update overrides a default one: the running averages stay as they are
+    # in the row phase (the reduced phase updates them), and the generators drawn for
+    # the whole batch advance past that draw.
+    updates = _unchanged(running, first_round) + first_round
+    updates += [(generator, state, "avg") for generator, state in split.generators]
+    updates += [(shared, value, "max") for shared, value in holders.kept]
+    hidden = [] if split.positions is None else [split.positions]
+    row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
+    parsed = FunctionParts.parse(
+        inputs=[*parts.inputs, *hidden],
+        outputs=[(o, parts.ops[k]) for k, o in zip(row_outputs, split.row_outputs, strict=True)],
+        bcast_inputs=[*parts.bcast_inputs, split.rows],
+        updates=updates,
+        givens=parts.givens,
+        sliceable=parts.sliceable,
+        name=f"{label} (rows)",
+        mode=parts.mode,
+        function_kwargs=parts.function_kwargs,
+    )
+    parsed.counts_rows = True
+    # The whole chain's: shipped together, with the row phase first.
+    parsed.handover = holders.every_one()  # save, load and verify skip them
+    parsed.same_on_every_rank = _drawn_alike(split)
+    return parsed
+
+
+def _reduced_phase(
+    split: PhaseSplit, holders: _Holders, all_updates: list[tuple]
+) -> tuple[list, list[tuple]]:
+    """The reduced phase's outputs and updates, reading the reduced variables."""
+    replace = dict(zip(split.placeholders, (v for v, _ in holders.reduced), strict=True))
+    replace.update(holders.later)
+    targets = graph_replace(split.targets, replace, strict=False)
+    updates = [
+        (var, value)
+        for (var, _), value in zip(all_updates, targets[len(split.outputs) :], strict=True)
+    ]
+    # The reduced phase applies no default update (a running average's reads the rows):
+    # those of its variables without one of its updates stay as they are.
+    written = {id(v) for v, _ in updates}
+    updates += [
+        (v, v)
+        for v in graph_inputs(targets)
+        if isinstance(v, SharedVariable)
+        and getattr(v, "default_update", None) is not None
+        and id(v) not in written
+    ]
+    return targets[: len(split.outputs)], updates
 
 
 def _as_list(result, positions: list) -> list:
@@ -429,8 +487,6 @@ def _round_variables(split: PhaseSplit, label: str) -> list[tuple[dict, dict]]:
                     for j, (p, value) in enumerate(zip(placeholders, values, strict=True))
                 }
             )
-        for holder, _ in pairs[1].values():
-            holder.tag.per_rank = True  # each rank's rows: synk.verify and save know
         made.append((pairs[0], pairs[1]))
     return made
 

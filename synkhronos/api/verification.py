@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synkhronos.api import routines
-from synkhronos.api.checkpoints import per_rank_results
+from synkhronos.api.checkpoints import handed_over, per_rank_results
 from synkhronos.api.collectives import registered
 from synkhronos.rank import checkpoint_part
 from synkhronos.rank.checkpoint_part import kept_per_rank
@@ -107,8 +107,9 @@ def verify(per_rank: Iterable = ()) -> None:
     difference). Not compared: sliceable shared variables (each rank holds its own rows),
     random generators (each rank draws its own numbers), shared variables with a
     ``default_update`` (each rank updates them from its own rows, as batch-norm averages),
-    what a training function keeps of each rank's rows between its rounds, and those in
-    ``per_rank``; the same ones :func:`synkhronos.save` writes per rank.
+    those in ``per_rank`` (the same ones :func:`synkhronos.save` writes per rank), and
+    what a training function hands from one phase to the next within a call (every call
+    writes it before it is read; :func:`synkhronos.save` leaves it out).
 
     Parameters
     ----------
@@ -130,6 +131,7 @@ def verify(per_rank: Iterable = ()) -> None:
     variables = session.state.registry.variables
     skipped = {i for i, var in enumerate(variables) if id(var) in session.sliceable_ids}
     skipped |= {i for i, var in enumerate(variables) if kept_per_rank(var)}
+    skipped |= set(handed_over(session))
     if per_rank:
         skipped |= set(registered(session, list(per_rank))[1].tolist())
     world = current_nodes()

@@ -67,6 +67,7 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
 import synkhronos as synk
+from synkhronos.api.functions import BaseFunction
 
 from .updates import TwoPhaseUpdates, two_phase
 
@@ -108,11 +109,11 @@ def running_state(loss: TensorVariable) -> list[SharedVariable]:
 
 
 def _chain(
-    grad_function: synk.Function,
+    grad_function: BaseFunction,
     flat_grad: SharedVariable,
     op: str,
     state: list[SharedVariable],
-    update_function: synk.Function,
+    update_function: BaseFunction,
 ) -> synk.Chain:
     """Phase one, the all-reduce of ``flat_grad`` with ``op``, the running state's average
     (if any), and phase two: one command per step."""
@@ -243,8 +244,8 @@ class StepFunction:
 
     def __init__(
         self,
-        grad_function: synk.Function,
-        update_function: synk.Function,
+        grad_function: BaseFunction,
+        update_function: BaseFunction,
         phases: TwoPhaseUpdates,
         state: list[SharedVariable],
     ):

@@ -43,10 +43,8 @@ def is_generator(var) -> bool:
 def kept_per_rank(var) -> bool:
     """Whether each rank keeps its own value of the shared variable ``var`` by design: it
     has a ``default_update`` (each rank moves it from its own rows, as batch-norm
-    averages), or is tagged ``per_rank`` (a training function's rows kept between rounds)."""
-    return getattr(var, "default_update", None) is not None or bool(
-        getattr(var.tag, "per_rank", False)
-    )
+    averages)."""
+    return getattr(var, "default_update", None) is not None
 
 
 def digest(value) -> int:

@@ -62,6 +62,9 @@ class GraphSpec:
     # its own (a worker took rank 0's environment when it started; the program may have
     # set pytensor.config.mode since, and a rank in another mode computes other bits).
     settings: tuple = field(default_factory=compile_settings)
+    # Random generators every rank keeps rank 0's state of (a training function's: every
+    # rank draws the whole batch's numbers and takes its rows'); others are reseeded.
+    same_on_every_rank: list = field(default_factory=list)
 
     def describe(self) -> tuple:
         """What defines the compiled function (all but its number and key)."""
@@ -290,19 +293,17 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
     """(Worker) unpickle specs, registering their new shared variables in shipping order.
 
     Random generators arrive with rank 0's state; each worker's is reseeded from it and
-    its rank, so that ranks draw different numbers (dropout masks, say), except those
-    tagged ``same_on_every_rank`` (a training function's: every rank draws the whole
-    batch's numbers and takes its rows').
+    its rank, so that ranks draw different numbers (dropout masks, say), except those a
+    spec lists in ``same_on_every_rank``.
     """
     _, new, specs, updates = _Unpickler(io.BytesIO(payload), registry).load()
+    alike = {id(v) for spec in specs for v in spec.same_on_every_rank}
     for var, update in updates:
         var.__dict__[_DEFAULT_UPDATE] = update
     for var in new:
         registry.add(var)
         value = var.get_value(borrow=True)
-        if isinstance(value, np.random.Generator) and not getattr(
-            var.tag, "same_on_every_rank", False
-        ):
+        if isinstance(value, np.random.Generator) and id(var) not in alike:
             var.set_value(
                 np.random.default_rng([rank, *value.integers(2**63, size=2)]), borrow=True
             )

@@ -8,7 +8,7 @@ The first array is one int64 vector of *words*::
     fid, num_slices, n_subset, n_scatter, n_bcast,
     subset[n_subset], by_position[n_scatter],
     per scattered input:  n, descriptor[n]              (a Data descriptor)
-    per broadcast input:  Arg.DATA, n, descriptor[n]    or  Arg.VALUE
+    per broadcast input:  Arg.DATA, n, descriptor[n]    or  Arg.VALUE  or  Arg.ROWS, n
     rows:                 a rows description (below)
     s_rows:               a rows description
 
@@ -42,7 +42,7 @@ from synkhronos.transport.partition import Selection, split_bounds
 from synkhronos.transport.protocol import Arg, Rows
 
 # The markers as plain ints: enum attribute lookups would cost each call microseconds.
-_DATA, _VALUE = int(Arg.DATA), int(Arg.VALUE)
+_DATA, _VALUE, _ROWS = int(Arg.DATA), int(Arg.VALUE), int(Arg.ROWS)
 _NONE, _RANGES, _INDICES = int(Rows.NONE), int(Rows.RANGES), int(Rows.INDICES)
 
 
@@ -159,6 +159,8 @@ class CallPlan:
             if k == _DATA:
                 desc = v.descriptor()
                 words += [_DATA, len(desc), *desc.tolist()]
+            elif k == _ROWS:  # zeros: their length alone travels
+                words += [_ROWS, len(v)]
             else:
                 words.append(_VALUE)
                 values.append(v)
@@ -196,6 +198,9 @@ class CallPlan:
                 n = words[pos + 1]
                 bcast.append(words[pos + 2 : pos + 2 + n])
                 pos += 2 + n
+            elif words[pos] == _ROWS:
+                bcast.append(np.zeros(words[pos + 1], np.int8))
+                pos += 2
             else:
                 bcast.append(None)  # a value: filled in below, after any index arrays
                 pos += 1

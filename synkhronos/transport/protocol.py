@@ -80,6 +80,9 @@ class Arg(IntEnum):
 
     DATA = 0  #: a ``Data`` descriptor: every rank reads the shared memory itself
     VALUE = 1  #: the value, as an array of the message
+    #: int8 zeros of the length the word gives: a training function's whole row count
+    #: (JAX takes a count from a shape, never from a value)
+    ROWS = 2
 
 
 __all__ = [
