@@ -35,13 +35,13 @@ before the analysis, so that a listwise loss is exact.
 
 What cannot be exact this way is said
 (:attr:`~synkhronos.api.split.phases.PhaseSplit.inexact`): a reduction over rows that is
-neither a sum nor a maximum (``prod``), an op that mixes rows other than by a reduction
-(a matrix product of two values of the rows, as ``z1 @ z2.T``; a cumulative op, a sort
-over the rows; indexing the rows by position, as ``x[1:]``), a statistic read by an output the ranks compute on their own rows
-(then every statistic is each rank's own, and the frontier averages them, weighted by
-rows), and random draws per row where no row's position can be known (no scattered
-input) or the draw's parameters vary by row (elsewhere every rank draws the whole
-batch's numbers and keeps its rows').
+neither a sum nor a maximum (``prod``), an op that mixes rows other than by a reduction (a
+matrix product of two values of the rows, as ``z1 @ z2.T``; a cumulative op, a sort over
+the rows; indexing the rows by position, as ``x[1:]``), a statistic read by an output the
+ranks compute on their own rows (then every statistic is each rank's own, and the frontier
+averages them, weighted by rows), and random draws per row where no row's position can be
+known (no scattered input) or the draw's parameters vary by row (elsewhere every rank
+draws the whole batch's numbers and keeps its rows').
 
 The analysis runs on rank 0 when the function is built: PyTensor's shape inference tells
 which axes of every variable have the rows' length. Where the reduced phase reads a row
