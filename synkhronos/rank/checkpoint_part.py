@@ -49,6 +49,13 @@ def kept_per_rank(var) -> bool:
     )
 
 
+def is_scratch(var) -> bool:
+    """Whether the shared variable ``var`` is tagged ``scratch``: a call writes it before
+    reading it (a training function's sums between its phases), so a call that failed on
+    some rank may leave the ranks' copies different, and the next call makes them agree."""
+    return bool(getattr(var.tag, "scratch", False))
+
+
 def digest(value) -> int:
     """A 64-bit digest of an array's dtype, shape and contents (equal arrays, equal
     digests; NaNs compare by their bits).

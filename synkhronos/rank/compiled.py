@@ -372,6 +372,7 @@ class RankFunction:
         num_slices: int,
         subset: list[int],
         pending: list | None = None,
+        held: set[int] | None = None,
     ) -> tuple[int, list | None]:
         """Run this rank's share in ``num_slices`` chunks and combine the chunks.
 
@@ -400,6 +401,9 @@ class RankFunction:
             Where to put the updates, as ``(variable, value)`` pairs, instead of applying
             them (a call applies them once every rank has computed it). Without it
             PyTensor applies them, in place where it can.
+        held : set of int, optional
+            With ``pending``: the ids of the only variables whose updates go there (a
+            chain's step: those no later step reads); the others apply at once.
 
         Returns
         -------
@@ -434,8 +438,11 @@ class RankFunction:
             updates = self._updates(update_values, weights)
             if pending is None:
                 assign(updates)
-            else:
+            elif held is None:
                 pending += updates
+            else:
+                assign([u for u in updates if id(u[0]) not in held])
+                pending += [u for u in updates if id(u[0]) in held]
         if len(results) == 1:
             return weight, results[0]
         ops = self.spec.output_ops
