@@ -545,15 +545,15 @@ class TestWithinOneSession:
         np.testing.assert_allclose(synk.get_value(1, w), start + xv[4:].sum(axis=0))
 
     def test_a_failed_chain_names_what_may_differ(self, session, rng):
-        # Not all-or-none: a chain's steps apply their updates as they run, but for the
-        # last's, which wait for every rank, as a call's.
+        # Not all-or-none: a chain's steps apply the updates a later step reads as they
+        # run; the others (u's, the last step's) wait for every rank, as a call's.
         _, _, w = session
         u = pytensor.shared(np.zeros(3), name="u")
         count = synk.function([], updates=[(u, u + 1.0)], mode="FAST_COMPILE")
         uneven = synk.function(
             [x], x.reshape((2, -1)).mean(), updates=[(w, w + 1.0)], mode="FAST_COMPILE"
         )
-        step = synk.chain(uneven, count)
+        step = synk.chain(uneven, ("all_reduce", w, "sum"), count)
         synk.broadcast(w, np.zeros(3))
         with pytest.raises(synk.RemoteError) as raised:
             step(rng.normal(size=(7, 3)))  # rank 1 fails in the first step, rank 0 goes on

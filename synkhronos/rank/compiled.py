@@ -5,9 +5,11 @@ A function with updates has two compiled forms, each made on first use. A call u
 one that returns the updates' values as extra outputs, so that they wait until every
 rank has computed the call (:attr:`RankState.pending
 <synkhronos.rank.state.RankState.pending>`): a call that fails on any rank changes no
-shared variable. A chain or a routine, whose next step reads the updates at once, uses the
+shared variable. A chain's step whose updates a later step reads, or a routine's, uses the
 one where PyTensor applies them, in place where it can (a parameter update then writes no
-new array).
+new array); a step that updates a variable no later step reads (a training function's
+last) uses the first, and those updates wait as a call's
+(:func:`~synkhronos.rank.chain_part.held_updates`).
 
 Numba compiles without fast-math flags on every rank. A process that compiles a function
 runs the code it just compiled; one that finds it in the on-disk cache runs the cached
