@@ -32,6 +32,7 @@ True
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,9 +162,12 @@ def _queue_ahead(state: RankState, steps: list[Step]) -> list[tuple]:
     if state.rank == 0:  # rank 0 checks the workers between its tries instead
         return []
     keys = []
-    for step in [s for s in steps if not isinstance(s, CollectiveStep)][1:]:
+    held = _held_back(state, steps)
+    functions = [(s, bool(h)) for s, h in zip(steps, held, strict=True) if isinstance(s, int)]
+    for step, waits in functions[1:]:  # the form it runs in: its updates wait or apply
         key = ("store ahead", step)
-        state.first_calls.meanwhile.setdefault(key, state.functions[step].store_ahead)
+        ahead = functools.partial(state.functions[step].store_ahead, waits)
+        state.first_calls.meanwhile.setdefault(key, ahead)
         keys.append(key)
     return keys
 

@@ -244,15 +244,17 @@ class RankFunction:
         function's key: :mod:`synkhronos.rank.rewritten_graphs`)."""
         return None if self.spec.key is None else f"{self.spec.key} {variant} {updates_as_outputs}"
 
-    def store_ahead(self) -> None:
+    def store_ahead(self, updates_as_outputs: bool = False) -> None:
         """Rewrite and store, unless compiled or stored already, the graph that a call
-        without arguments links (a chain's later step: plain, updates applied), and compile
-        its C modules while another rank holds the compile lock, for when this rank calls
-        it (:func:`~synkhronos.rank.rewritten_graphs.store_ahead`)."""
-        if ("plain", False) in self._compiled:
+        without arguments links (a chain's later step: plain, its updates applied or, with
+        ``updates_as_outputs``, waiting), and compile its C modules while another rank
+        holds the compile lock, for when this rank calls it
+        (:func:`~synkhronos.rank.rewritten_graphs.store_ahead`)."""
+        updates_as_outputs = updates_as_outputs and bool(self.spec.updates)
+        if ("plain", updates_as_outputs) in self._compiled:
             return
-        inputs, outputs, kwargs = self._graph("plain", updates_as_outputs=False)
-        key = self._key("plain", False)
+        inputs, outputs, kwargs = self._graph("plain", updates_as_outputs=updates_as_outputs)
+        key = self._key("plain", updates_as_outputs)
         with _compile_flags(self.spec):
             store_ahead(
                 inputs, outputs, self.mode, self.spec.name, key,
