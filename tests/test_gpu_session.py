@@ -64,3 +64,7 @@ def test_plain_functions_read_what_gpu_ranks_trained(rng):
     finally:
         synk.close()
     assert (pytensor.config.mode, pytensor.config.floatX) == (mode, float_x)
+    import jax
+
+    # JAX's precision follows the restored floatX (a later CPU session's workers' does).
+    assert jax.config.read("jax_enable_x64") == (float_x == "float64")
