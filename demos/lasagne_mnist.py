@@ -4,10 +4,12 @@ This is Lasagne's classic tutorial script (convolution, max pooling, dropout, a 
 layer, softmax, L2 weight decay, Nesterov momentum) ported by its import lines only:
 ``from synkhronos.extensions import lasagne`` in place of ``import lasagne``, and
 ``from synkhronos import theano`` in place of ``import theano``.  It trains on one
-process, or with ``--ranks N`` on N (CPU) ranks: then the training function's line
-says ``synk.function`` where it said ``theano.function``, and each minibatch is split
-over the ranks (one all-reduce of the gradients per step; every rank ends each step with
-one process's parameters, dropout's masks included).
+process, or with ``--ranks N`` on N ranks (CPU ranks, or GPU ranks with ``--backend
+gpu``: one GPU each, or one CPU device each under ``JAX_PLATFORMS=cpu``): then the
+training function's line says ``synk.function`` where it said ``theano.function``, and
+each minibatch is split over the ranks (one all-reduce of the gradients per step; every
+rank ends each step with one process's parameters, dropout's masks included). The
+validation and weight-decay functions stay ``theano.function``s, run by rank 0 alone.
 
 Run ``python demos/lasagne_mnist.py --help`` for the options.  Without MNIST files and
 network access, scikit-learn's 8x8 digits stand in (see ``mnist_data.py``).
@@ -75,10 +77,10 @@ def compile_train_fn(loss, params, inputs, ranks=1):
 
 
 def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_dir="data/mnist",
-         download=True, ranks=1):  # fmt: skip
+         download=True, ranks=1, backend="cpu"):  # fmt: skip
     """Train, printing Lasagne's per-epoch report; return the final validation accuracy."""
     if ranks > 1:
-        synk.fork(ranks, backend="cpu")
+        synk.fork(ranks, backend=backend)
     x_train, y_train, x_val, y_val, _, _ = load_mnist(data_dir, download=download)
     x_train, y_train = x_train[:num_samples], y_train[:num_samples]
     x_val, y_val = x_val[: num_samples // 2], y_val[: num_samples // 2]
@@ -90,9 +92,10 @@ def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_di
 
     prediction = lasagne.layers.get_output(network)
     loss = lasagne.objectives.categorical_crossentropy(prediction, target_var).mean()
-    loss = loss + weight_decay * lasagne.regularization.regularize_network_params(
+    penalty = weight_decay * lasagne.regularization.regularize_network_params(
         network, lasagne.regularization.l2
     )
+    loss = loss + penalty
     params = lasagne.layers.get_all_params(network, trainable=True)
 
     test_prediction = lasagne.layers.get_output(network, deterministic=True)
@@ -103,10 +106,11 @@ def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_di
     train_fn = compile_train_fn(loss, params, [input_var, target_var], ranks)
     # Parameters are identical on all ranks after every step, so rank 0 validates alone.
     val_fn = theano.function([input_var, target_var], [test_loss, test_acc])
+    penalty_fn = theano.function([], penalty)
 
     print(
         f"{lasagne.layers.count_params(network, trainable=True)} trainable parameters, "
-        f"{ranks} rank{'s' if ranks > 1 else ''}"
+        f"{ranks} rank{f's ({backend})' if ranks > 1 else ''}"
     )
     val_acc = 0.0
     for epoch in range(num_epochs):
@@ -123,6 +127,7 @@ def main(num_epochs=2, num_samples=400, batchsize=50, weight_decay=1e-4, data_di
         print(f"  training loss:\t\t{train_err / train_batches:.6f}")
         print(f"  validation loss:\t\t{val_err / val_batches:.6f}")
         print(f"  validation accuracy:\t\t{val_acc * 100:.2f} %")
+        print(f"  weight decay penalty:\t\t{float(penalty_fn()):.6f}")
     if ranks > 1:
         synk.close()
     return val_acc
@@ -135,11 +140,18 @@ if __name__ == "__main__":
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument("--data-dir", default="data/mnist")
     parser.add_argument("--no-download", action="store_true", help="never touch the network")
-    parser.add_argument("--ranks", type=int, default=1,
-                        help="1: one process (theano.function); N > 1: data-parallel on N "
-                             "CPU ranks, each minibatch split over them")  # fmt: skip
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="1: one process (theano.function); N > 1: data-parallel on N "
+        "ranks, each minibatch split over them",
+    )
+    parser.add_argument("--backend", choices=["cpu", "gpu"], default="cpu",
+                        help="the ranks' backend (gpu: JAX; JAX_PLATFORMS=cpu runs it on "
+                             "CPU devices)")  # fmt: skip
     args = parser.parse_args()
     np.random.seed(0)
     lasagne.random.set_rng(np.random.RandomState(0))
     main(args.epochs, args.samples, args.batch_size, data_dir=args.data_dir,
-         download=not args.no_download, ranks=args.ranks)  # fmt: skip
+         download=not args.no_download, ranks=args.ranks, backend=args.backend)  # fmt: skip

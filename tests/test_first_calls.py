@@ -147,9 +147,9 @@ def test_a_form_is_compiled_at_its_first_use_only(session, rng):
     synk.distribute()
     compiled = session.state.functions[f._spec.fid]
     assert compiled._compiled == {}  # checked in rank 0 when built; compiled by none yet
-    step = synk.chain(f)
+    step = synk.chain(f, ("broadcast", w))
     data = rng.normal(size=(5, 3))
-    step(data)  # a chain applies the updates as they run: only that form is made
+    step(data)  # a chain applies the updates a later step reads as they run: that form
     assert list(compiled._compiled) == [("plain", False)]
     f(data)  # a call's updates wait until every rank computed it: its own form
     assert set(compiled._compiled) == {("plain", False), ("plain", True)}

@@ -320,7 +320,7 @@ def _unfused(step):
 def test_gpu_ranks_on_cpu_devices_need_no_gpu_tools(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setattr(gpu, "gpu_table", lambda: pytest.fail("nvidia-smi was called"))
-    monkeypatch.setattr(gpu, "_default_float32", lambda: None)
+    monkeypatch.setattr(gpu, "_gpu_defaults", lambda: None)
     assert gpu.prepare_gpus(3, None) is None
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["jax"])
     with pytest.raises(ImportError, match=r"needs jax; .*synkhronos\[cuda\]"):
@@ -355,9 +355,9 @@ def fake_gpus(monkeypatch):
     monkeypatch.setattr(gpu, "_require_gpu_packages", lambda: None)
     monkeypatch.setattr(gpu, "gpu_table", lambda: [(str(i), "Fake GPU", "1 MiB") for i in range(4)])
     monkeypatch.setattr(gpu, "jax_started", lambda: False)
-    monkeypatch.setattr(gpu, "_default_float32", lambda: None)
+    monkeypatch.setattr(gpu, "_gpu_defaults", lambda: None)
     # What a session of this module's may have saved is its own.
-    for saved in ("_saved_env", "_saved_visible", "_replaced_float_x"):
+    for saved in ("_saved_env", "_saved_visible", "_replaced_settings"):
         monkeypatch.setattr(gpu, saved, type(getattr(gpu, saved))())
     for name in (*GPU_VARS, gpu.DETERMINISTIC_VAR):
         monkeypatch.delenv(name, raising=False)

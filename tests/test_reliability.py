@@ -545,20 +545,21 @@ class TestWithinOneSession:
         np.testing.assert_allclose(synk.get_value(1, w), start + xv[4:].sum(axis=0))
 
     def test_a_failed_chain_names_what_may_differ(self, session, rng):
-        # Not all-or-none: a chain's steps apply their updates as they run.
+        # Not all-or-none: a chain's steps apply the updates a later step reads as they
+        # run; the others (u's, the last step's) wait for every rank, as a call's.
         _, _, w = session
         u = pytensor.shared(np.zeros(3), name="u")
         count = synk.function([], updates=[(u, u + 1.0)], mode="FAST_COMPILE")
         uneven = synk.function(
             [x], x.reshape((2, -1)).mean(), updates=[(w, w + 1.0)], mode="FAST_COMPILE"
         )
-        step = synk.chain(uneven, count)
+        step = synk.chain(uneven, ("all_reduce", w, "sum"), count)
         synk.broadcast(w, np.zeros(3))
         with pytest.raises(synk.RemoteError) as raised:
             step(rng.normal(size=(7, 3)))  # rank 1 fails in the first step, rank 0 goes on
-        assert "the ranks may now disagree on: u, w" in "\n".join(raised.value.__notes__)
+        assert "the ranks may now disagree on: w;" in "\n".join(raised.value.__notes__)
         assert self._w_everywhere(w) == [[1.0] * 3, [0.0] * 3]
-        assert self._w_everywhere(u) == [[1.0] * 3, [0.0] * 3]
+        assert self._w_everywhere(u) == [[0.0] * 3] * 2
 
     def test_full_dev_shm_on_a_reply_is_shared_memory_full(self, session, rng):
         forked, f, w = session

@@ -18,7 +18,14 @@ import numpy as np
 
 from synkhronos.api.collectives import check_tensor, registered
 from synkhronos.api.functions import BaseFunction, Function
-from synkhronos.rank.chain_part import CHAINABLE, CollectiveStep, encode_table, run_steps
+from synkhronos.rank.chain_part import (
+    CHAINABLE,
+    CollectiveStep,
+    encode_table,
+    held_updates,
+    run_steps,
+)
+from synkhronos.rank.checkpoint_part import is_scratch
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.session import launch
 from synkhronos.transport.channel import check_count
@@ -71,6 +78,7 @@ class Chain:
         # The chain's synkhronos functions, each with how many Functions it runs as.
         self._members: list[tuple[BaseFunction, int]] = []
         written: dict = {}
+        touched: list = []  # per step, its spec or its collective's variables
         for member in entries:
             if isinstance(member, BaseFunction):
                 self._check_member(member)
@@ -82,10 +90,12 @@ class Chain:
                 if isinstance(entry, Function):
                     steps.append(entry._spec.fid)
                     functions.append(entry)
+                    touched.append(entry._spec)
                     written.update((id(v), v) for v, _ in entry._spec.updates)
                 else:
                     step, variables = _collective_step(session, entry)
                     steps.append(step)
+                    touched.append(variables)
                     written.update((id(v), v) for v in variables)
         if not steps:
             raise ValueError("a chain needs at least one step")
@@ -98,12 +108,21 @@ class Chain:
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._table = encode_table(steps, fuse)
         self._touched = set(written)
-        names = ", ".join(sorted({v.name or str(v) for v in written.values()}))
+        # Written as a step runs (the others apply on every rank or on none).
+        applied = {
+            v.name or str(v)
+            for step, held in zip(
+                touched, held_updates(touched, session.state.backend.mode), strict=True
+            )
+            for v in (step if isinstance(step, list) else [v for v, _ in step.updates])
+            if id(v) not in held and not is_scratch(v)
+        }
+        names = ", ".join(sorted(applied))
         self._may_differ = (
             f"a chain's steps apply as they run, so the ranks may now "
             f"disagree on: {names}; synk.broadcast them to agree again"
             if names
-            else ""
+            else "no rank applied any update: every shared variable is as before the call"
         )
 
     def _check_member(self, member: BaseFunction) -> None:

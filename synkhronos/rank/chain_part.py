@@ -15,7 +15,10 @@ With ``fuse`` set, GPU ranks may run the whole chain as one XLA program
 A worker replies, per function step, ``[weight, n_host]`` (int64) then its ``n_host``
 host outputs. A step that fails on a rank names the step and the rank (an exception
 note); the other ranks, waiting in a later collective, see the abort flag and give up,
-as for a single collective.
+as for a single collective. A step's updates apply as it runs where a later step reads
+or writes the variable; the others wait, as a call's, until every rank has run the
+chain (:func:`held_updates`, :attr:`RankState.pending
+<synkhronos.rank.state.RankState.pending>`).
 
 Examples
 --------
@@ -29,12 +32,18 @@ True
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.random.type import RandomType
 
 from synkhronos.rank import collective_part
+from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.fused_chain import run_fused
+from synkhronos.rank.graphs import GraphSpec
 from synkhronos.rank.state import RankState, bare_plan, run_plan
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.channel import Aborted
@@ -153,16 +162,61 @@ def _queue_ahead(state: RankState, steps: list[Step]) -> list[tuple]:
     if state.rank == 0:  # rank 0 checks the workers between its tries instead
         return []
     keys = []
-    for step in [s for s in steps if not isinstance(s, CollectiveStep)][1:]:
+    held = _held_back(state, steps)
+    functions = [(s, bool(h)) for s, h in zip(steps, held, strict=True) if isinstance(s, int)]
+    for step, waits in functions[1:]:  # the form it runs in: its updates wait or apply
         key = ("store ahead", step)
-        state.first_calls.meanwhile.setdefault(key, state.functions[step].store_ahead)
+        ahead = functools.partial(state.functions[step].store_ahead, waits)
+        state.first_calls.meanwhile.setdefault(key, ahead)
         keys.append(key)
     return keys
+
+
+def held_updates(steps: list[GraphSpec | list], default_mode) -> list[set[int]]:
+    """Per step of a chain (a function's spec, or a collective's shared variables), the
+    ids of the variables it updates that no later step reads or writes: their updates
+    wait, as a call's, until every rank has run the chain (a training function's
+    parameters, written by its last step, and the random generators its row phase draws
+    from). The others apply as the step runs: a later step reads them. A function of JAX
+    mode (``default_mode`` where its spec names none) applies its random generators'
+    updates as it runs: PyTensor's JAX functions each draw from a copy of a generator,
+    and give its new state as an output only in another form."""
+    later: set[int] = set()
+    held = []
+    for step in reversed(steps):
+        if isinstance(step, GraphSpec):
+            jax = is_jax(step.mode if step.mode is not None else default_mode)
+            written = {
+                id(v) for v, _ in step.updates if not (jax and isinstance(v.type, RandomType))
+            }
+            held.append(written - later)
+            step = [v for v in graph_inputs(step.variables()) if isinstance(v, SharedVariable)]
+        else:
+            held.append(set())
+        later |= {id(v) for v in step}
+    return held[::-1]
+
+
+def _held_back(state: RankState, steps: list[Step]) -> list[set[int]]:
+    """:func:`held_updates` of this rank's chain of ``steps`` (found once per chain)."""
+    key = tuple(map(repr, steps))
+    if key not in state.held:
+        state.held[key] = held_updates(
+            [
+                state.shared(s.indices)
+                if isinstance(s, CollectiveStep)
+                else state.functions[s].spec
+                for s in steps
+            ],
+            state.backend.mode,
+        )
+    return state.held[key]
 
 
 def _run_each(state: RankState, steps: list[Step], plan: CallPlan | None, resolve) -> list:
     """The steps run one after the other (see :func:`run_steps`)."""
     results: list = []
+    held = _held_back(state, steps)
     for i, step in enumerate(steps):
         try:
             if isinstance(step, CollectiveStep):
@@ -171,7 +225,8 @@ def _run_each(state: RankState, steps: list[Step], plan: CallPlan | None, resolv
                 )
             else:
                 this = plan if not results and plan is not None else bare_plan(state, step)
-                results.append(run_plan(state, this, resolve))
+                pending = state.pending if held[i] else None
+                results.append(run_plan(state, this, resolve, pending, held[i]))
         except Aborted:
             raise  # another rank failed; its error names its step
         except BaseException as error:

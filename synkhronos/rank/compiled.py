@@ -5,9 +5,11 @@ A function with updates has two compiled forms, each made on first use. A call u
 one that returns the updates' values as extra outputs, so that they wait until every
 rank has computed the call (:attr:`RankState.pending
 <synkhronos.rank.state.RankState.pending>`): a call that fails on any rank changes no
-shared variable. A chain or a routine, whose next step reads the updates at once, uses the
+shared variable. A chain's step whose updates a later step reads, or a routine's, uses the
 one where PyTensor applies them, in place where it can (a parameter update then writes no
-new array).
+new array); a step that updates a variable no later step reads (a training function's
+last) uses the first, and those updates wait as a call's
+(:func:`~synkhronos.rank.chain_part.held_updates`).
 
 Numba compiles without fast-math flags on every rank. A process that compiles a function
 runs the code it just compiled; one that finds it in the on-disk cache runs the cached
@@ -242,15 +244,17 @@ class RankFunction:
         function's key: :mod:`synkhronos.rank.rewritten_graphs`)."""
         return None if self.spec.key is None else f"{self.spec.key} {variant} {updates_as_outputs}"
 
-    def store_ahead(self) -> None:
+    def store_ahead(self, updates_as_outputs: bool = False) -> None:
         """Rewrite and store, unless compiled or stored already, the graph that a call
-        without arguments links (a chain's later step: plain, updates applied), and compile
-        its C modules while another rank holds the compile lock, for when this rank calls
-        it (:func:`~synkhronos.rank.rewritten_graphs.store_ahead`)."""
-        if ("plain", False) in self._compiled:
+        without arguments links (a chain's later step: plain, its updates applied or, with
+        ``updates_as_outputs``, waiting), and compile its C modules while another rank
+        holds the compile lock, for when this rank calls it
+        (:func:`~synkhronos.rank.rewritten_graphs.store_ahead`)."""
+        updates_as_outputs = updates_as_outputs and bool(self.spec.updates)
+        if ("plain", updates_as_outputs) in self._compiled:
             return
-        inputs, outputs, kwargs = self._graph("plain", updates_as_outputs=False)
-        key = self._key("plain", False)
+        inputs, outputs, kwargs = self._graph("plain", updates_as_outputs=updates_as_outputs)
+        key = self._key("plain", updates_as_outputs)
         with _compile_flags(self.spec):
             store_ahead(
                 inputs, outputs, self.mode, self.spec.name, key,
@@ -372,6 +376,7 @@ class RankFunction:
         num_slices: int,
         subset: list[int],
         pending: list | None = None,
+        held: set[int] | None = None,
     ) -> tuple[int, list | None]:
         """Run this rank's share in ``num_slices`` chunks and combine the chunks.
 
@@ -400,6 +405,9 @@ class RankFunction:
             Where to put the updates, as ``(variable, value)`` pairs, instead of applying
             them (a call applies them once every rank has computed it). Without it
             PyTensor applies them, in place where it can.
+        held : set of int, optional
+            With ``pending``: the ids of the only variables whose updates go there (a
+            chain's step: those no later step reads); the others apply at once.
 
         Returns
         -------
@@ -434,8 +442,11 @@ class RankFunction:
             updates = self._updates(update_values, weights)
             if pending is None:
                 assign(updates)
-            else:
+            elif held is None:
                 pending += updates
+            else:
+                assign([u for u in updates if id(u[0]) not in held])
+                pending += [u for u in updates if id(u[0]) in held]
         if len(results) == 1:
             return weight, results[0]
         ops = self.spec.output_ops

@@ -41,6 +41,7 @@ class RankState:
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
         self.fused: dict = {}  # chains run as one XLA program (rank.fused_chain), by key
+        self.held: dict = {}  # per chain, what each step's updates leave pending (chain_part)
         # The last call's updates, (shared variable, value) pairs, applied once every rank
         # computed the call (see Session.execute): a call failing on any rank changes none.
         self.pending: list[tuple] = []
@@ -117,17 +118,22 @@ def bare_plan(state: RankState, fid: int) -> CallPlan:
 
 
 def run_plan(
-    state: RankState, plan: CallPlan, resolve, pending: list | None = None
+    state: RankState,
+    plan: CallPlan,
+    resolve,
+    pending: list | None = None,
+    held: set[int] | None = None,
 ) -> tuple[int, list, dict]:
     """Run this rank's share of a planned call (rank 0 and workers alike); ``resolve`` as
-    for :func:`share_of`. The updates go to ``pending`` where given, else are applied at
-    once (a chain's later steps read them). Returns the rows it computed on and
+    for :func:`share_of`. The updates go to ``pending`` where given (only those of the
+    variables in ``held``, where given), else are applied at once (a chain's later steps
+    read them). Returns the rows it computed on and
     :func:`synkhronos.rank.outputs.share_outputs`'s result.
     """
     with trace.span("select rows", "rows"):
         fn, share = share_of(state, plan, resolve)
     with trace.span(fn.spec.name or "unnamed function", "compute"):
-        weight, outs = fn.run(**share, pending=pending)
+        weight, outs = fn.run(**share, pending=pending, held=held)
     with trace.span("share outputs", "outputs"):
         return (weight, *share_outputs(state, fn, share["subset"], weight, outs))
 

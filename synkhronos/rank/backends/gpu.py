@@ -174,10 +174,17 @@ def restore_environment() -> None:
         import jax
 
         jax.config.update("jax_cuda_visible_devices", _saved_visible.pop() or "all")
-    if _replaced_float_x:
-        import pytensor
+    import pytensor
 
-        pytensor.config.floatX = _replaced_float_x.pop()
+    for name, value in _replaced_settings:
+        setattr(pytensor.config, name, value)
+    if _replaced_settings and "jax" in sys.modules:
+        import jax
+
+        # JAX's precision followed the session's floatX (launch._match_jax_precision); a
+        # later CPU-rank session's workers take it from the floatX restored here.
+        jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
+    _replaced_settings.clear()
 
 
 def jax_started() -> bool:
@@ -219,7 +226,7 @@ def prepare_gpus(
     if on_cpu_devices():
         logger.info("synkhronos: JAX_PLATFORMS=cpu: GPU ranks on CPU devices, one per rank")
         _set_xla_flags()
-        _default_float32()
+        _gpu_defaults()
         return None
     chosen, visible = _choose_gpus(n_parallel, gpus, master_rank)
     if chosen[0] not in visible:
@@ -246,7 +253,7 @@ def prepare_gpus(
     # takes only its own (by its CUDA ordinal: its place among the visible GPUs).
     _saved_visible.append(jax.config.read("jax_cuda_visible_devices"))
     jax.config.update("jax_cuda_visible_devices", str(visible.index(chosen[0])))
-    _default_float32()
+    _gpu_defaults()
     return chosen
 
 
@@ -292,17 +299,25 @@ def _choose_gpus(
     return chosen, visible
 
 
-_replaced_float_x: list[str] = []  # floatX before _default_float32 changed it
+_replaced_settings: list[tuple[str, str]] = []  # PyTensor settings _gpu_defaults changed
 
 
-def _default_float32() -> None:
-    """floatX is float32 on GPU ranks unless the user set it (until
-    :func:`restore_environment`)."""
+def _gpu_defaults() -> None:
+    """Rank 0's PyTensor defaults on GPU ranks, where the user set none (until
+    :func:`restore_environment`): floatX float32, and JAX as the mode of the program's own
+    functions. Rank 0's shared variables hold JAX device arrays once a synkhronos function
+    ran (:meth:`GpuBackend.set_value`); a function of PyTensor's default mode (Numba) reads
+    them as read-only buffers and fails, one in JAX mode reads them where they are, as the
+    training step does."""
     import pytensor
 
+    config = pytensor.config
     if "floatX" not in os.environ.get("PYTENSOR_FLAGS", ""):
-        _replaced_float_x.append(pytensor.config.floatX)
-        pytensor.config.floatX = "float32"
+        _replaced_settings.append(("floatX", config.floatX))
+        config.floatX = "float32"
+    if str(config.mode).upper() == "MODE" and config.linker == "auto":
+        _replaced_settings.append(("mode", config.mode))
+        config.mode = "JAX"
 
 
 class GpuBackend(Backend):

@@ -6,6 +6,13 @@ Imported on every rank before a function is compiled in JAX mode.
   dtypes (the 0 of ``pt.arange(n)`` is int8), which overflow once the stop passes 127, so
   e.g. ``p[pt.arange(y.shape[0]), y]`` failed for 128 rows or more. Constant bounds are
   given as Python numbers here.
+* A fused scalar expression (``Composite``) of scalars runs through ``jnp.vectorize``,
+  which makes even a concrete value a traced one: a pooling layer's output length,
+  ``(h - 2) // 2 + 1`` of an input's shape, fused, was then no shape that JAX accepts
+  for a dropout mask's size ("Shapes must be 1D sequences of concrete values"). Given
+  concrete numbers only (which, in a traced function, come from shapes and constants),
+  the expression is computed by PyTensor's own scalar code (``impl``), and stays
+  concrete.
 * With floatX float32, JAX runs without 64-bit types on purpose; its warnings that int64
   indices are truncated to int32 say nothing the user can act on, so they are silenced.
 * PyTensor warns, at every compile, that it drops its broadcasting checks when tracing
@@ -27,9 +34,11 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytensor
 from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.scalar.basic import Composite
 from pytensor.tensor.basic import ARange
 from pytensor.tensor.shape import Shape_i
 
@@ -72,3 +81,35 @@ def _jax_arange(op, node, **kwargs):
         return jnp.arange(*bounds, dtype=op.dtype)
 
     return arange
+
+
+_vectorized_composite = jax_funcify.dispatch(Composite)
+
+
+def _concrete_scalar(value) -> bool:
+    """Whether ``value`` is a concrete scalar (a shape's length, a constant), not a traced
+    or device value."""
+    return isinstance(value, int | float | bool | np.generic | np.ndarray) and np.ndim(value) == 0
+
+
+@jax_funcify.register(Composite)
+def _jax_composite(op, node=None, **kwargs):
+    vectorized = _vectorized_composite(op, node=node, **kwargs)
+    order = op.fgraph.toposort()
+    single = len(op.fgraph.outputs) == 1
+
+    def composite(*args):
+        if not all(map(_concrete_scalar, args)):
+            return vectorized(*args)
+        values = dict(zip(op.fgraph.inputs, args, strict=True))
+
+        def value(v):
+            return v.data if isinstance(v, Constant) else values[v]
+
+        for n in order:  # PyTensor's own scalar code, on concrete numbers
+            outs = n.op.impl(*map(value, n.inputs))
+            values.update(zip(n.outputs, outs if len(n.outputs) > 1 else [outs], strict=True))
+        outs = [value(o) for o in op.fgraph.outputs]
+        return outs[0] if single else tuple(outs)
+
+    return composite

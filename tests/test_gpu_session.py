@@ -1,0 +1,70 @@
+"""The program's own functions on rank 0 of a GPU-rank session (2 ranks, CPU devices
+here): after synkhronos training steps, a plain ``pytensor.function`` reading the trained
+shared variables (a validation loss, an L2 penalty) gives the numpy formula's value, given
+a numpy array, a read-only one or a ``synk.data`` array. The session makes JAX the mode of
+such functions, as it makes float32 floatX, and gives the old settings back at its close.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import synkhronos as synk
+from synkhronos.api.training import TrainingFunction
+from synkhronos.extensions import lasagne
+
+pytest.importorskip("jax")
+
+
+def cross_entropy(logits, labels):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return -log_p[np.arange(len(labels)), labels].mean()
+
+
+@pytest.mark.gpu
+def test_plain_functions_read_what_gpu_ranks_trained(rng):
+    mode, float_x = pytensor.config.mode, pytensor.config.floatX
+    synk.fork(2, backend="gpu")
+    try:
+        w = pytensor.shared(rng.normal(size=(5, 3)).astype("float32"), name="w_session")
+        b = pytensor.shared(np.zeros(3, "float32"), name="b_session")
+        x, y = pt.matrix("x"), pt.ivector("y")
+        loss = lasagne.objectives.categorical_crossentropy(
+            pt.special.softmax(pt.dot(x, w) + b, axis=-1), y
+        ).mean()
+        updates = lasagne.updates.adam(loss, [w, b], learning_rate=0.05)
+        train = synk.function([x, y], loss, updates=updates)
+        assert isinstance(train, TrainingFunction)
+        xv = rng.normal(size=(27, 5)).astype("float32")  # 27 rows: 14 and 13 per rank
+        yv = rng.integers(0, 3, 27).astype("int32")
+        start = w.get_value().copy()
+        for _ in range(3):
+            train(xv, yv)
+        assert not np.allclose(np.asarray(w.get_value()), start)  # trained on the ranks
+        synk.verify()
+        validate = pytensor.function([x, y], loss)
+        l2 = pytensor.function([], (w**2).sum() + (b**2).sum())
+        scaled_l2 = pytensor.function([x], 1e-3 * (w**2).sum() * x.sum())
+        wv, bv = (np.asarray(v.get_value()) for v in (w, b))
+        read_only = xv.copy()
+        read_only.flags.writeable = False
+        for given in (xv, read_only, synk.data(xv)):
+            np.testing.assert_allclose(
+                validate(given, yv), cross_entropy(xv @ wv + bv, yv), rtol=1e-5
+            )
+            np.testing.assert_allclose(scaled_l2(given), 1e-3 * (wv**2).sum() * xv.sum(), rtol=1e-4)
+        np.testing.assert_allclose(l2(), (wv**2).sum() + (bv**2).sum(), rtol=1e-5)
+        assert pytensor.config.mode == "JAX"  # the mode they compiled in
+        train(xv, yv)  # and training goes on after them
+        synk.verify()
+    finally:
+        synk.close()
+    assert (pytensor.config.mode, pytensor.config.floatX) == (mode, float_x)
+    import jax
+
+    # JAX's precision follows the restored floatX (a later CPU session's workers' does).
+    assert jax.config.read("jax_enable_x64") == (float_x == "float64")
