@@ -31,6 +31,7 @@ from pytensor.gradient import DisconnectedType
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 from pytensor.scalar import upcast
+from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
@@ -50,6 +51,7 @@ __all__ = [
     "pool2d",
     "pool3d",
     "pool_output_length",
+    "reshape_sizes",
 ]
 
 IntPair = int | Sequence[int]
@@ -57,6 +59,37 @@ POOL_MODES = ("max", "average_inc_pad", "average_exc_pad")
 
 
 # --------------------------------------------------------------------------- geometry
+
+
+def reshape_sizes(x, sizes: Sequence) -> TensorVariable:
+    """``x.reshape(sizes)``, with the sizes PyTensor folds to constants as constants and
+    a single remaining unknown size (the batch's, or a product with it) given as -1.
+
+    JAX needs a reshape's target concrete when it traces, and arithmetic on a shape is
+    not; constants, and -1 inferred from ``x``'s own size, are.
+
+    Parameters
+    ----------
+    x
+        The tensor to reshape.
+    sizes
+        Ints or symbolic scalars, one per output axis.
+
+    Returns
+    -------
+    TensorVariable
+        ``x`` with ``len(sizes)`` axes.
+    """
+    target: list = []
+    for size in sizes:
+        try:
+            target.append(int(pt.get_underlying_scalar_constant_value(size)))
+        except NotScalarConstantError:
+            target.append(size)
+    unknown = [i for i, size in enumerate(target) if not isinstance(size, int)]
+    if len(unknown) == 1 and -1 not in target:
+        target[unknown[0]] = -1
+    return pt.reshape(x, target, ndim=len(target))
 
 
 def int_tuple(value: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
@@ -936,10 +969,10 @@ def conv3d(x, w, stride=1, padding=0, dilation=1, groups: int = 1) -> TensorVari
     for k in range(k_depth):
         start = k * dd
         plane = x[:, :, start : start + (out_depth - 1) * sd + 1 : sd]
-        batch = plane.dimshuffle(0, 2, 1, 3, 4).reshape((n * out_depth, c, h, wd))
+        batch = reshape_sizes(plane.dimshuffle(0, 2, 1, 3, 4), (n * out_depth, c, h, wd))
         total = total + conv2d(batch, w[:, :, k], (sh, sw), (ph, pw), (dh, dw), groups)
     _, o, oh, ow = (total.shape[i] for i in range(4))
-    return total.reshape((n, out_depth, o, oh, ow)).dimshuffle(0, 2, 1, 3, 4)
+    return reshape_sizes(total, (n, out_depth, o, oh, ow)).dimshuffle(0, 2, 1, 3, 4)
 
 
 def pool1d(
@@ -1014,12 +1047,12 @@ def pool3d(
     x = pt.as_tensor_variable(x)
     n, c, depth, h, w = (x.shape[i] for i in range(5))
     planes = pool2d(
-        x.reshape((n, c * depth, h, w)), (kh, kw), (sh, sw), (ph, pw), ignore_border, mode
+        reshape_sizes(x, (n, c * depth, h, w)), (kh, kw), (sh, sw), (ph, pw), ignore_border, mode
     )
     oh, ow = planes.shape[2], planes.shape[3]
-    columns = planes.reshape((n, c, depth, oh * ow))
+    columns = reshape_sizes(planes, (n, c, depth, oh * ow))
     pooled = pool2d(columns, (kd, 1), (sd, 1), (pd, 0), ignore_border, mode)
-    return pooled.reshape((n, c, pooled.shape[2], oh, ow))
+    return reshape_sizes(pooled, (n, c, pooled.shape[2], oh, ow))
 
 
 # ------------------------------------------------------------------ Numba linker
@@ -1058,11 +1091,13 @@ def _register_jax() -> None:
         return
     from jax import lax
 
-    def conv_fn(op: _ConvOp):
+    def conv_fn(op: _ConvOp, dtype: str):
         def conv(x, w):
+            # The node's dtype: an input made float64 by PyTensor's JAX reductions (which
+            # keep a float32 sum's float64 accumulator) would make XLA refuse the pair.
             return lax.conv_general_dilated(
-                x,
-                w,
+                x.astype(dtype),
+                w.astype(dtype),
                 window_strides=op.stride,
                 padding=op.padding,
                 rhs_dilation=op.dilation,
@@ -1073,33 +1108,33 @@ def _register_jax() -> None:
         return conv
 
     @jax_funcify.register(Conv2d)
-    def _jax_conv2d(op, **kwargs):
-        return conv_fn(op)
+    def _jax_conv2d(op, node, **kwargs):
+        return conv_fn(op, node.outputs[0].dtype)
 
-    def conv_grad_fn(op: _Conv2dGrad, wrt_input: bool):
+    def conv_grad_fn(op: _Conv2dGrad, dtype: str, wrt_input: bool):
         """A gradient Op as the transpose of ``conv``, which is linear in either argument.
 
         Takes the Ops' ``(operand, gy, like)``; ``wrt_input`` says whether ``like`` is
         conv's input (``operand`` the filters) or its filters (``operand`` the input).
         """
-        conv = conv_fn(op)
+        conv = conv_fn(op, dtype)
 
         def conv_grad(operand, gy, like):
             def linear(v):
                 return conv(v, operand) if wrt_input else conv(operand, v)
 
-            spec = jax.ShapeDtypeStruct(like.shape, gy.dtype)
-            return jax.linear_transpose(linear, spec)(gy)[0]
+            spec = jax.ShapeDtypeStruct(like.shape, dtype)
+            return jax.linear_transpose(linear, spec)(gy.astype(dtype))[0]
 
         return conv_grad
 
     @jax_funcify.register(Conv2dGradInputs)
-    def _jax_conv2d_grad_inputs(op, **kwargs):
-        return conv_grad_fn(op, wrt_input=True)
+    def _jax_conv2d_grad_inputs(op, node, **kwargs):
+        return conv_grad_fn(op, node.outputs[0].dtype, wrt_input=True)
 
     @jax_funcify.register(Conv2dGradWeights)
-    def _jax_conv2d_grad_weights(op, **kwargs):
-        return conv_grad_fn(op, wrt_input=False)
+    def _jax_conv2d_grad_weights(op, node, **kwargs):
+        return conv_grad_fn(op, node.outputs[0].dtype, wrt_input=False)
 
     def pool_fn(op: _PoolOp):
         (kh, kw), (sh, sw), (ph, pw) = op.ws, op.stride, op.padding
@@ -1132,21 +1167,21 @@ def _register_jax() -> None:
         return pool_fn(op)
 
     @jax_funcify.register(Pool2dGrad)
-    def _jax_pool2d_grad(op, **kwargs):
-        pool = pool_fn(op)
+    def _jax_pool2d_grad(op, node, **kwargs):
+        pool, dtype = pool_fn(op), node.outputs[0].dtype
 
         def pool2d_grad(x, gout):
-            _, pullback = jax.vjp(pool, x.astype(gout.dtype))
-            return pullback(gout)[0]
+            _, pullback = jax.vjp(pool, x.astype(dtype))
+            return pullback(gout.astype(dtype))[0]
 
         return pool2d_grad
 
     @jax_funcify.register(MaxPool2dGather)
-    def _jax_max_pool2d_gather(op, **kwargs):
-        pool = pool_fn(op)
+    def _jax_max_pool2d_gather(op, node, **kwargs):
+        pool, dtype = pool_fn(op), node.outputs[0].dtype
 
         def max_pool2d_gather(x, g):
-            return jax.jvp(pool, (x.astype(g.dtype),), (g,))[1]
+            return jax.jvp(pool, (x.astype(dtype),), (g.astype(dtype),))[1]
 
         return max_pool2d_gather
 

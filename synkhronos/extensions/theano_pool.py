@@ -121,7 +121,8 @@ def _pool(
         out = pool(batch, ws, stride, pad, ignore_border, mode)
     if x.ndim == n + 2:
         return out
-    return out.reshape((*x.shape[: x.ndim - n], *[out.shape[2 + i] for i in range(n)]), ndim=x.ndim)
+    leading = [x.shape[a] for a in range(x.ndim - n)]
+    return conv.reshape_sizes(out, (*leading, *[out.shape[2 + i] for i in range(n)]))
 
 
 def pool_2d(

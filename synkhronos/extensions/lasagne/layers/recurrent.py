@@ -17,6 +17,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import grad_clip
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions.conv import reshape_sizes
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers import helper
 from synkhronos.extensions.lasagne.layers.base import (
@@ -364,10 +365,10 @@ class CustomRecurrentLayer(_RecurrentBase):
         if self.precompute_input:
             # input_to_hidden takes every step of every sequence as one batch.
             trailing = [sequence.shape[n] for n in range(2, sequence.ndim)]
-            flat = sequence.reshape((seq_len * num_batch, *trailing))
+            flat = reshape_sizes(sequence, (seq_len * num_batch, *trailing))
             projected = helper.get_output(self.input_to_hidden, flat, **kwargs)
             trailing = [projected.shape[n] for n in range(1, projected.ndim)]
-            sequence = projected.reshape((seq_len, num_batch, *trailing))
+            sequence = reshape_sizes(projected, (seq_len, num_batch, *trailing))
         non_sequences = helper.get_all_params(self.hidden_to_hidden)
         if not self.precompute_input:
             non_sequences += helper.get_all_params(self.input_to_hidden)
@@ -518,7 +519,7 @@ class _GatedBase(_RecurrentBase):
         if input.ndim > 3:
             input = pt.flatten(input, 3)
         input = input.dimshuffle(1, 0, 2)
-        sequence = pt.dot(input, W_in) + b if self.precompute_input else input
+        sequence = pt.matmul(input, W_in) + b if self.precompute_input else input
         return sequence, W_in, W_hid, b
 
 
