@@ -31,7 +31,6 @@ from pytensor.gradient import DisconnectedType
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 from pytensor.scalar import upcast
-from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorVariable
 
@@ -39,9 +38,11 @@ __all__ = [
     "Conv2d",
     "Conv2dGradInputs",
     "Conv2dGradWeights",
+    "FoldLeading",
     "MaxPool2dGather",
     "Pool2d",
     "Pool2dGrad",
+    "UnfoldLeading",
     "conv1d",
     "conv2d",
     "conv3d",
@@ -51,7 +52,6 @@ __all__ = [
     "pool2d",
     "pool3d",
     "pool_output_length",
-    "reshape_sizes",
 ]
 
 IntPair = int | Sequence[int]
@@ -59,37 +59,6 @@ POOL_MODES = ("max", "average_inc_pad", "average_exc_pad")
 
 
 # --------------------------------------------------------------------------- geometry
-
-
-def reshape_sizes(x, sizes: Sequence) -> TensorVariable:
-    """``x.reshape(sizes)``, with the sizes PyTensor folds to constants as constants and
-    a single remaining unknown size (the batch's, or a product with it) given as -1.
-
-    JAX needs a reshape's target concrete when it traces, and arithmetic on a shape is
-    not; constants, and -1 inferred from ``x``'s own size, are.
-
-    Parameters
-    ----------
-    x
-        The tensor to reshape.
-    sizes
-        Ints or symbolic scalars, one per output axis.
-
-    Returns
-    -------
-    TensorVariable
-        ``x`` with ``len(sizes)`` axes.
-    """
-    target: list = []
-    for size in sizes:
-        try:
-            target.append(int(pt.get_underlying_scalar_constant_value(size)))
-        except NotScalarConstantError:
-            target.append(size)
-    unknown = [i for i, size in enumerate(target) if not isinstance(size, int)]
-    if len(unknown) == 1 and -1 not in target:
-        target[unknown[0]] = -1
-    return pt.reshape(x, target, ndim=len(target))
 
 
 def int_tuple(value: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
@@ -878,6 +847,90 @@ def pool2d(
     return Pool2d(ws, stride, padding, ignore_border, mode)(x)
 
 
+# ------------------------------------------------------------------ batch folding
+
+
+class FoldLeading(Op):
+    """Merges the first ``k`` axes of a tensor into one, row-major.
+
+    A ``Reshape`` does this with a target computed from the input's shape, which JAX
+    cannot trace when a folded size (the batch's) is unknown as the graph is built.
+    This Op, its inverse :class:`UnfoldLeading` and their gradients (each other) take
+    their sizes from arrays instead, which are concrete when JAX traces.
+
+    Parameters
+    ----------
+    k
+        Number of leading axes to merge (at least 1).
+    """
+
+    __props__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = int(k)
+        if self.k < 1:
+            raise ValueError("k must be positive")
+
+    def make_node(self, x) -> Apply:
+        x = pt.as_tensor_variable(x)
+        if x.type.ndim < self.k:
+            raise ValueError(f"cannot fold {self.k} axes of a {x.type.ndim}-d tensor")
+        lead = x.type.shape[: self.k]
+        size = None if None in lead else int(np.prod(lead))
+        out = TensorType(x.type.dtype, shape=(size, *x.type.shape[self.k :]))()
+        return Apply(self, [x], [out])
+
+    def perform(self, node, inputs, output_storage):
+        (x,) = inputs
+        output_storage[0][0] = x.reshape((int(np.prod(x.shape[: self.k])), *x.shape[self.k :]))
+
+    @_shape_rule
+    def infer_shape(self, node, input_shapes):
+        (shape,) = input_shapes
+        return [(pt.prod(shape[: self.k]), *shape[self.k :])]
+
+    def pullback(self, inputs, outputs, output_grads):
+        return [UnfoldLeading(self.k)(output_grads[0], inputs[0])]
+
+
+class UnfoldLeading(Op):
+    """Splits axis 0 of ``x`` into the first ``k`` axes of ``like``: the inverse of
+    :class:`FoldLeading`. ``like`` only provides those sizes.
+
+    Parameters
+    ----------
+    k
+        Number of axes axis 0 splits into (at least 1).
+    """
+
+    __props__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = int(k)
+        if self.k < 1:
+            raise ValueError("k must be positive")
+
+    def make_node(self, x, like) -> Apply:
+        x, like = pt.as_tensor_variable(x), pt.as_tensor_variable(like)
+        out = TensorType(x.type.dtype, shape=(*like.type.shape[: self.k], *x.type.shape[1:]))()
+        return Apply(self, [x, like], [out])
+
+    def perform(self, node, inputs, output_storage):
+        x, like = inputs
+        output_storage[0][0] = x.reshape((*like.shape[: self.k], *x.shape[1:]))
+
+    @_shape_rule
+    def infer_shape(self, node, input_shapes):
+        x_shape, like_shape = input_shapes
+        return [(*like_shape[: self.k], *x_shape[1:])]
+
+    def connection_pattern(self, node):
+        return [[True], [False]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        return [FoldLeading(self.k)(output_grads[0]), DisconnectedType()()]
+
+
 # ------------------------------------------------------------ 1-D and 3-D, from the 2-D Ops
 
 
@@ -968,11 +1021,10 @@ def conv3d(x, w, stride=1, padding=0, dilation=1, groups: int = 1) -> TensorVari
     total = 0
     for k in range(k_depth):
         start = k * dd
-        plane = x[:, :, start : start + (out_depth - 1) * sd + 1 : sd]
-        batch = reshape_sizes(plane.dimshuffle(0, 2, 1, 3, 4), (n * out_depth, c, h, wd))
+        planes = x[:, :, start : start + (out_depth - 1) * sd + 1 : sd].dimshuffle(0, 2, 1, 3, 4)
+        batch = FoldLeading(2)(planes)
         total = total + conv2d(batch, w[:, :, k], (sh, sw), (ph, pw), (dh, dw), groups)
-    _, o, oh, ow = (total.shape[i] for i in range(4))
-    return reshape_sizes(total, (n, out_depth, o, oh, ow)).dimshuffle(0, 2, 1, 3, 4)
+    return UnfoldLeading(2)(total, planes).dimshuffle(0, 2, 1, 3, 4)
 
 
 def pool1d(
@@ -1047,12 +1099,12 @@ def pool3d(
     x = pt.as_tensor_variable(x)
     n, c, depth, h, w = (x.shape[i] for i in range(5))
     planes = pool2d(
-        reshape_sizes(x, (n, c * depth, h, w)), (kh, kw), (sh, sw), (ph, pw), ignore_border, mode
+        x.reshape((n, c * depth, h, w)), (kh, kw), (sh, sw), (ph, pw), ignore_border, mode
     )
     oh, ow = planes.shape[2], planes.shape[3]
-    columns = reshape_sizes(planes, (n, c, depth, oh * ow))
+    columns = planes.reshape((n, c, depth, oh * ow))
     pooled = pool2d(columns, (kd, 1), (sd, 1), (pd, 0), ignore_border, mode)
-    return reshape_sizes(pooled, (n, c, pooled.shape[2], oh, ow))
+    return pooled.reshape((n, c, pooled.shape[2], oh, ow))
 
 
 # ------------------------------------------------------------------ Numba linker
@@ -1184,6 +1236,20 @@ def _register_jax() -> None:
             return jax.jvp(pool, (x.astype(dtype),), (g.astype(dtype),))[1]
 
         return max_pool2d_gather
+
+    @jax_funcify.register(FoldLeading)
+    def _jax_fold_leading(op, **kwargs):
+        def fold_leading(x):
+            return x.reshape((int(np.prod(x.shape[: op.k])), *x.shape[op.k :]))
+
+        return fold_leading
+
+    @jax_funcify.register(UnfoldLeading)
+    def _jax_unfold_leading(op, **kwargs):
+        def unfold_leading(x, like):
+            return x.reshape((*like.shape[: op.k], *x.shape[1:]))
+
+        return unfold_leading
 
 
 _register_numba()

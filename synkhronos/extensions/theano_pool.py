@@ -121,8 +121,7 @@ def _pool(
         out = pool(batch, ws, stride, pad, ignore_border, mode)
     if x.ndim == n + 2:
         return out
-    leading = [x.shape[a] for a in range(x.ndim - n)]
-    return conv.reshape_sizes(out, (*leading, *[out.shape[2 + i] for i in range(n)]))
+    return out.reshape((*x.shape[: x.ndim - n], *[out.shape[2 + i] for i in range(n)]), ndim=x.ndim)
 
 
 def pool_2d(

@@ -8,7 +8,7 @@ import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions import conv
-from synkhronos.extensions.conv import POOL_MODES, pool1d, pool2d, pool3d, reshape_sizes
+from synkhronos.extensions.conv import POOL_MODES, pool1d, pool2d, pool3d
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
 from synkhronos.extensions.theano_pool import pool_2d, pool_3d  # noqa: F401 - Lasagne's names
@@ -356,7 +356,7 @@ def _grouped(input: TensorVariable, axis: int, pool_size: int) -> TensorVariable
     """``input`` with ``axis`` split into ``(size // pool_size, pool_size)``."""
     shape = [input.shape[a] for a in range(input.ndim)]
     shape[axis : axis + 1] = [shape[axis] // pool_size, pool_size]
-    return reshape_sizes(input, shape)
+    return input.reshape(shape, ndim=input.ndim + 1)
 
 
 class _FeatureGroupLayer(Layer):
@@ -449,7 +449,7 @@ class FeatureWTALayer(_FeatureGroupLayer):
             [self.pool_size if a == self.axis + 1 else 1 for a in range(grouped.ndim)]
         )
         kept = grouped * pt.eq(winner, position).astype(input.dtype)
-        return reshape_sizes(kept, [input.shape[a] for a in range(input.ndim)])
+        return kept.reshape(input.shape, ndim=input.ndim)
 
 
 class GlobalPoolLayer(Layer):

@@ -17,7 +17,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import grad_clip
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import reshape_sizes
+from synkhronos.extensions.conv import FoldLeading, UnfoldLeading
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers import helper
 from synkhronos.extensions.lasagne.layers.base import (
@@ -361,14 +361,12 @@ class CustomRecurrentLayer(_RecurrentBase):
             ``(batch, time, units...)`` or ``(batch, units...)``.
         """
         sequence = inputs[0].dimshuffle(1, 0, *range(2, inputs[0].ndim))
-        seq_len, num_batch = sequence.shape[0], sequence.shape[1]
+        num_batch = sequence.shape[1]
         if self.precompute_input:
             # input_to_hidden takes every step of every sequence as one batch.
-            trailing = [sequence.shape[n] for n in range(2, sequence.ndim)]
-            flat = reshape_sizes(sequence, (seq_len * num_batch, *trailing))
+            flat = FoldLeading(2)(sequence)
             projected = helper.get_output(self.input_to_hidden, flat, **kwargs)
-            trailing = [projected.shape[n] for n in range(1, projected.ndim)]
-            sequence = reshape_sizes(projected, (seq_len, num_batch, *trailing))
+            sequence = UnfoldLeading(2)(projected, sequence)
         non_sequences = helper.get_all_params(self.hidden_to_hidden)
         if not self.precompute_input:
             non_sequences += helper.get_all_params(self.input_to_hidden)

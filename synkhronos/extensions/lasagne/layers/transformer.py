@@ -12,7 +12,6 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import reshape_sizes
 from synkhronos.extensions.lasagne.layers.base import Layer, MergeLayer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
 
@@ -125,7 +124,7 @@ class _SpatialTransformer(MergeLayer):
     def _warp(self, input, points, out_height, out_width):
         """``input`` read at ``points`` (batch, 2, P), shaped as the output."""
         out = _bilinear_sample(input, points[:, 0], points[:, 1], self.border_mode)
-        return reshape_sizes(out, (input.shape[0], input.shape[1], out_height, out_width))
+        return out.reshape((input.shape[0], input.shape[1], out_height, out_width))
 
 
 class TransformerLayer(_SpatialTransformer):
