@@ -198,7 +198,25 @@ def _compile(net, inputs, mode, deterministic):
 NOISY = {"DropoutLayer", "spatial_dropout", "GaussianNoiseLayer", "RandomizedRectifierLayer"}
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# Cases PyTensor's JAX backend cannot express, by the Op that it lacks.
+UNSUPPORTED = {
+    "GRULayer-truncated": "PyTensor's JAX Scan has no truncate_gradient (gradient_steps): "
+    "the truncated backward scan's trace fails its buffer-length assertion",
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(reason=UNSUPPORTED[name], raises=AssertionError, strict=True),
+        )
+        if name in UNSUPPORTED
+        else name
+        for name in sorted(CASES)
+    ],
+)
 def test_layer_in_jax_mode(case, rng):
     # Without 64-bit types, as GPU ranks run JAX under floatX=float32.
     with pytensor.config.change_flags(floatX="float32"), jax.enable_x64(False):

@@ -856,7 +856,9 @@ class FoldLeading(Op):
     A ``Reshape`` does this with a target computed from the input's shape, which JAX
     cannot trace when a folded size (the batch's) is unknown as the graph is built.
     This Op, its inverse :class:`UnfoldLeading` and their gradients (each other) take
-    their sizes from arrays instead, which are concrete when JAX traces.
+    their sizes from arrays instead, which are concrete when JAX traces.  Neither
+    infers its output's shape, for the same reason: a later Op that needs it (a
+    gradient's zeros, a reshape back) reads it from the output array.
 
     Parameters
     ----------
@@ -883,11 +885,6 @@ class FoldLeading(Op):
     def perform(self, node, inputs, output_storage):
         (x,) = inputs
         output_storage[0][0] = x.reshape((int(np.prod(x.shape[: self.k])), *x.shape[self.k :]))
-
-    @_shape_rule
-    def infer_shape(self, node, input_shapes):
-        (shape,) = input_shapes
-        return [(pt.prod(shape[: self.k]), *shape[self.k :])]
 
     def pullback(self, inputs, outputs, output_grads):
         return [UnfoldLeading(self.k)(output_grads[0], inputs[0])]
@@ -918,11 +915,6 @@ class UnfoldLeading(Op):
     def perform(self, node, inputs, output_storage):
         x, like = inputs
         output_storage[0][0] = x.reshape((*like.shape[: self.k], *x.shape[1:]))
-
-    @_shape_rule
-    def infer_shape(self, node, input_shapes):
-        x_shape, like_shape = input_shapes
-        return [(*like_shape[: self.k], *x_shape[1:])]
 
     def connection_pattern(self, node):
         return [[True], [False]]

@@ -361,7 +361,6 @@ class CustomRecurrentLayer(_RecurrentBase):
             ``(batch, time, units...)`` or ``(batch, units...)``.
         """
         sequence = inputs[0].dimshuffle(1, 0, *range(2, inputs[0].ndim))
-        num_batch = sequence.shape[1]
         if self.precompute_input:
             # input_to_hidden takes every step of every sequence as one batch.
             flat = FoldLeading(2)(sequence)
