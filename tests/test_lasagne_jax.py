@@ -17,6 +17,7 @@ import pytest
 
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
+from synkhronos.extensions.lasagne.layers import corrmm, cuda_convnet, dnn
 
 jax = pytest.importorskip("jax")
 
@@ -168,6 +169,22 @@ CASES = {
     "ParametricRectifierLayer": lambda: L.prelu(L.DenseLayer(_input((None, 6)), 4)),
     "RandomizedRectifierLayer": lambda: L.rrelu(L.DenseLayer(_input((None, 6)), 4)),
     "TransformerLayer": _transformer(L.TransformerLayer),
+    # The GPU-named submodules' layers, which run on the same Ops.
+    "Conv2DDNNLayer": _conv_net(dnn.Conv2DDNNLayer, 2, pad="full"),
+    "Conv3DDNNLayer": _conv_net(dnn.Conv3DDNNLayer, 3, stride=2),
+    "MaxPool2DDNNLayer": _pool_net(dnn.MaxPool2DDNNLayer, 2, 2),
+    "MaxPool3DDNNLayer": _pool_net(dnn.MaxPool3DDNNLayer, 3, 2),
+    "Pool2DDNNLayer": _pool_net(dnn.Pool2DDNNLayer, 2, 3, stride=2, pad=1, mode="average_exc_pad"),
+    "Pool3DDNNLayer": _pool_net(dnn.Pool3DDNNLayer, 3, 2, mode="average_inc_pad"),
+    "SpatialPyramidPoolingDNNLayer": _pool_net(dnn.SpatialPyramidPoolingDNNLayer, 2, [2, 1]),
+    "batch_norm_dnn": lambda: dnn.batch_norm_dnn(L.Conv2DLayer(_input((None, 2, 5, 5)), 3, 3)),
+    "Conv2DMMLayer": _conv_net(corrmm.Conv2DMMLayer, 2, pad=1),
+    "Conv2DCCLayer": lambda: cuda_convnet.Conv2DCCLayer(_input((None, 3, 6, 6)), 16, 3),
+    "MaxPool2DCCLayer": _pool_net(cuda_convnet.MaxPool2DCCLayer, 2, 2),
+    "NINLayer_c01b": lambda: cuda_convnet.NINLayer_c01b(_input((4, 3, 3, None)), 5),
+    "ShuffleBC01ToC01BLayer": lambda: cuda_convnet.ShuffleC01BToBC01Layer(
+        cuda_convnet.ShuffleBC01ToC01BLayer(_input((None, 2, 3, 3)))
+    ),
     "TPSTransformerLayer": _transformer(L.TPSTransformerLayer, control_points=4),
 }
 
