@@ -166,7 +166,10 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
     outputs = _network_inputs(
         layers, given, single_input, lambda lay: lay.input_var, ("get_output", "expression")
     )
-    for layer, value in outputs.items():
+    # The walk reads the inputs with their known sizes; asked for, they are returned as
+    # they were given (Lasagne's identity).
+    given_values = dict(outputs)
+    for layer, value in given_values.items():
         outputs[layer] = _with_known_shape(value, getattr(layer, "output_shape", None))
     accepted = {"deterministic"}
     for layer in layers:
@@ -186,6 +189,7 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
             close = get_close_matches(kwarg, accepted)
             names.append(f"{kwarg} (perhaps you meant {close[0]})" if close else kwarg)
         warn("get_output() was called with unused kwargs:\n\t" + "\n\t".join(names), stacklevel=2)
+    outputs.update(given_values)
     return outputs[wanted[0]] if single else [outputs[lay] for lay in wanted]
 
 
