@@ -166,17 +166,19 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
     outputs = _network_inputs(
         layers, given, single_input, lambda lay: lay.input_var, ("get_output", "expression")
     )
-    # The walk reads the inputs with their known sizes; asked for, they are returned as
-    # they were given (Lasagne's identity).
+    # The walk reads input layers' own variables with their known sizes; asked for,
+    # they are returned as they were (Lasagne's identity). Given values keep theirs: a
+    # value of other sizes than declared is Lasagne's to take.
     given_values = dict(outputs)
     for layer, value in given_values.items():
-        outputs[layer] = _with_known_shape(value, getattr(layer, "output_shape", None))
+        if layer not in given and single_input is None:  # the layer's own input_var
+            outputs[layer] = _with_known_shape(value, layer.output_shape)
     accepted = {"deterministic"}
     for layer in layers:
         if layer in outputs:
             continue
         value = layer.get_output_for(_layer_inputs(layer, outputs), **kwargs)
-        outputs[layer] = _with_known_shape(value, layer.output_shape)
+        outputs[layer] = _with_known_shape(value, getattr(layer, "output_shape", None))
         try:
             accepted.update(inspect_kwargs(layer.get_output_for))
         except TypeError:  # not introspectable (a C function, say)

@@ -142,7 +142,12 @@ class _RecurrentBase(MergeLayer):
         repeated over the batch."""
         index = getattr(self, f"{state}_incoming_index")
         if index > 0:
-            return inputs[index]
+            # A layer's (1, units) broadcasts over the batch: the scan's state type must
+            # match its step's output, whose batch size the type may now know.
+            value = inputs[index]
+            return pt.broadcast_to(
+                value, (num_batch, *(value.shape[a] for a in range(1, value.ndim)))
+            )
         param = getattr(self, state)
         return pt.broadcast_to(param, (num_batch, *param.type.shape[1:]))
 

@@ -120,8 +120,12 @@ class _SpatialTransformer(MergeLayer):
         )
 
     def _output_sizes(self, input: TensorVariable):
+        # Known sizes as ints: JAX needs the grid's linspace bounds concrete.
         return tuple(
-            pt.cast(input.shape[2 + a] // f, "int64") for a, f in enumerate(self.downsample_factor)
+            pt.cast(input.shape[2 + a] // f, "int64") if known is None else known
+            for a, (f, known) in enumerate(
+                zip(self.downsample_factor, self.output_shape[2:], strict=True)
+            )
         )
 
     def _warp(self, input, points, out_height, out_width):
