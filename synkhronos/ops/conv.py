@@ -38,9 +38,11 @@ __all__ = [
     "Conv2d",
     "Conv2dGradInputs",
     "Conv2dGradWeights",
+    "FoldLeading",
     "MaxPool2dGather",
     "Pool2d",
     "Pool2dGrad",
+    "UnfoldLeading",
     "conv1d",
     "conv2d",
     "conv3d",
@@ -845,6 +847,82 @@ def pool2d(
     return Pool2d(ws, stride, padding, ignore_border, mode)(x)
 
 
+# ------------------------------------------------------------------ batch folding
+
+
+class FoldLeading(Op):
+    """Merges the first ``k`` axes of a tensor into one, row-major.
+
+    A ``Reshape`` does this with a target computed from the input's shape, which JAX
+    cannot trace when a folded size (the batch's) is unknown as the graph is built.
+    This Op, its inverse :class:`UnfoldLeading` and their gradients (each other) take
+    their sizes from arrays instead, which are concrete when JAX traces.  Neither
+    infers its output's shape, for the same reason: a later Op that needs it (a
+    gradient's zeros, a reshape back) reads it from the output array.
+
+    Parameters
+    ----------
+    k
+        Number of leading axes to merge (at least 1).
+    """
+
+    __props__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = int(k)
+        if self.k < 1:
+            raise ValueError("k must be positive")
+
+    def make_node(self, x) -> Apply:
+        x = pt.as_tensor_variable(x)
+        if x.type.ndim < self.k:
+            raise ValueError(f"cannot fold {self.k} axes of a {x.type.ndim}-d tensor")
+        lead = x.type.shape[: self.k]
+        size = None if None in lead else int(np.prod(lead))
+        out = TensorType(x.type.dtype, shape=(size, *x.type.shape[self.k :]))()
+        return Apply(self, [x], [out])
+
+    def perform(self, node, inputs, output_storage):
+        (x,) = inputs
+        output_storage[0][0] = x.reshape((int(np.prod(x.shape[: self.k])), *x.shape[self.k :]))
+
+    def pullback(self, inputs, outputs, output_grads):
+        return [UnfoldLeading(self.k)(output_grads[0], inputs[0])]
+
+
+class UnfoldLeading(Op):
+    """Splits axis 0 of ``x`` into the first ``k`` axes of ``like``: the inverse of
+    :class:`FoldLeading`. ``like`` only provides those sizes.
+
+    Parameters
+    ----------
+    k
+        Number of axes axis 0 splits into (at least 1).
+    """
+
+    __props__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = int(k)
+        if self.k < 1:
+            raise ValueError("k must be positive")
+
+    def make_node(self, x, like) -> Apply:
+        x, like = pt.as_tensor_variable(x), pt.as_tensor_variable(like)
+        out = TensorType(x.type.dtype, shape=(*like.type.shape[: self.k], *x.type.shape[1:]))()
+        return Apply(self, [x, like], [out])
+
+    def perform(self, node, inputs, output_storage):
+        x, like = inputs
+        output_storage[0][0] = x.reshape((*like.shape[: self.k], *x.shape[1:]))
+
+    def connection_pattern(self, node):
+        return [[True], [False]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        return [FoldLeading(self.k)(output_grads[0]), DisconnectedType()()]
+
+
 # ------------------------------------------------------------ 1-D and 3-D, from the 2-D Ops
 
 
@@ -935,11 +1013,10 @@ def conv3d(x, w, stride=1, padding=0, dilation=1, groups: int = 1) -> TensorVari
     total = 0
     for k in range(k_depth):
         start = k * dd
-        plane = x[:, :, start : start + (out_depth - 1) * sd + 1 : sd]
-        batch = plane.dimshuffle(0, 2, 1, 3, 4).reshape((n * out_depth, c, h, wd))
+        planes = x[:, :, start : start + (out_depth - 1) * sd + 1 : sd].dimshuffle(0, 2, 1, 3, 4)
+        batch = FoldLeading(2)(planes)
         total = total + conv2d(batch, w[:, :, k], (sh, sw), (ph, pw), (dh, dw), groups)
-    _, o, oh, ow = (total.shape[i] for i in range(4))
-    return total.reshape((n, out_depth, o, oh, ow)).dimshuffle(0, 2, 1, 3, 4)
+    return UnfoldLeading(2)(total, planes).dimshuffle(0, 2, 1, 3, 4)
 
 
 def pool1d(
@@ -1058,11 +1135,13 @@ def _register_jax() -> None:
         return
     from jax import lax
 
-    def conv_fn(op: _ConvOp):
+    def conv_fn(op: _ConvOp, dtype: str):
         def conv(x, w):
+            # The node's dtype: an input made float64 by PyTensor's JAX reductions (which
+            # keep a float32 sum's float64 accumulator) would make XLA refuse the pair.
             return lax.conv_general_dilated(
-                x,
-                w,
+                x.astype(dtype),
+                w.astype(dtype),
                 window_strides=op.stride,
                 padding=op.padding,
                 rhs_dilation=op.dilation,
@@ -1073,33 +1152,33 @@ def _register_jax() -> None:
         return conv
 
     @jax_funcify.register(Conv2d)
-    def _jax_conv2d(op, **kwargs):
-        return conv_fn(op)
+    def _jax_conv2d(op, node, **kwargs):
+        return conv_fn(op, node.outputs[0].dtype)
 
-    def conv_grad_fn(op: _Conv2dGrad, wrt_input: bool):
+    def conv_grad_fn(op: _Conv2dGrad, dtype: str, wrt_input: bool):
         """A gradient Op as the transpose of ``conv``, which is linear in either argument.
 
         Takes the Ops' ``(operand, gy, like)``; ``wrt_input`` says whether ``like`` is
         conv's input (``operand`` the filters) or its filters (``operand`` the input).
         """
-        conv = conv_fn(op)
+        conv = conv_fn(op, dtype)
 
         def conv_grad(operand, gy, like):
             def linear(v):
                 return conv(v, operand) if wrt_input else conv(operand, v)
 
-            spec = jax.ShapeDtypeStruct(like.shape, gy.dtype)
-            return jax.linear_transpose(linear, spec)(gy)[0]
+            spec = jax.ShapeDtypeStruct(like.shape, dtype)
+            return jax.linear_transpose(linear, spec)(gy.astype(dtype))[0]
 
         return conv_grad
 
     @jax_funcify.register(Conv2dGradInputs)
-    def _jax_conv2d_grad_inputs(op, **kwargs):
-        return conv_grad_fn(op, wrt_input=True)
+    def _jax_conv2d_grad_inputs(op, node, **kwargs):
+        return conv_grad_fn(op, node.outputs[0].dtype, wrt_input=True)
 
     @jax_funcify.register(Conv2dGradWeights)
-    def _jax_conv2d_grad_weights(op, **kwargs):
-        return conv_grad_fn(op, wrt_input=False)
+    def _jax_conv2d_grad_weights(op, node, **kwargs):
+        return conv_grad_fn(op, node.outputs[0].dtype, wrt_input=False)
 
     def pool_fn(op: _PoolOp):
         (kh, kw), (sh, sw), (ph, pw) = op.ws, op.stride, op.padding
@@ -1132,23 +1211,37 @@ def _register_jax() -> None:
         return pool_fn(op)
 
     @jax_funcify.register(Pool2dGrad)
-    def _jax_pool2d_grad(op, **kwargs):
-        pool = pool_fn(op)
+    def _jax_pool2d_grad(op, node, **kwargs):
+        pool, dtype = pool_fn(op), node.outputs[0].dtype
 
         def pool2d_grad(x, gout):
-            _, pullback = jax.vjp(pool, x.astype(gout.dtype))
-            return pullback(gout)[0]
+            _, pullback = jax.vjp(pool, x.astype(dtype))
+            return pullback(gout.astype(dtype))[0]
 
         return pool2d_grad
 
     @jax_funcify.register(MaxPool2dGather)
-    def _jax_max_pool2d_gather(op, **kwargs):
-        pool = pool_fn(op)
+    def _jax_max_pool2d_gather(op, node, **kwargs):
+        pool, dtype = pool_fn(op), node.outputs[0].dtype
 
         def max_pool2d_gather(x, g):
-            return jax.jvp(pool, (x.astype(g.dtype),), (g,))[1]
+            return jax.jvp(pool, (x.astype(dtype),), (g.astype(dtype),))[1]
 
         return max_pool2d_gather
+
+    @jax_funcify.register(FoldLeading)
+    def _jax_fold_leading(op, **kwargs):
+        def fold_leading(x):
+            return x.reshape((int(np.prod(x.shape[: op.k])), *x.shape[op.k :]))
+
+        return fold_leading
+
+    @jax_funcify.register(UnfoldLeading)
+    def _jax_unfold_leading(op, **kwargs):
+        def unfold_leading(x, like):
+            return x.reshape((*like.shape[: op.k], *x.shape[1:]))
+
+        return unfold_leading
 
 
 _register_numba()

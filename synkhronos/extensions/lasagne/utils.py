@@ -372,7 +372,8 @@ def compute_norms(array: np.ndarray | Variable, norm_axes: Sequence[int] | None 
     Parameters
     ----------
     array
-        Weights: a NumPy array or a PyTensor expression.
+        Weights: a NumPy array (or a device array such as JAX's, read as one) or a
+        PyTensor expression.
     norm_axes
         Axes summed over; by default none for a vector, 0 for a matrix (one norm per
         output unit), all but the first for 3-5 dimensions (one per output channel).
@@ -394,6 +395,8 @@ def compute_norms(array: np.ndarray | Variable, norm_axes: Sequence[int] | None 
     >>> compute_norms(np.array([[3.0, 1.0], [4.0, 1.0]]))
     array([5.        , 1.41421356])
     """
+    if not isinstance(array, np.ndarray | Variable) and hasattr(array, "__array_namespace__"):
+        array = np.asarray(array)  # a device array (a JAX-mode function's output)
     if not isinstance(array, np.ndarray | Variable):
         raise RuntimeError(
             f"Unsupported type {type(array)}: compute_norms takes PyTensor "

@@ -277,7 +277,10 @@ class NINLayer_c01b(Layer):  # noqa: N801 (Lasagne's name)
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``nonlinearity(W input + b)`` at every position."""
-        out = pt.tensordot(self.W, input, axes=[[1], [0]])
+        # matmul with the channels last, not tensordot, whose fold of the other axes
+        # JAX cannot trace (see DenseLayer).
+        channels_last = input.dimshuffle(*range(1, input.ndim), 0)
+        out = pt.matmul(channels_last, self.W.T).dimshuffle(input.ndim - 1, *range(input.ndim - 1))
         if self.b is not None:
             # The batch axis (last) is broadcast; tied biases also over rows and columns.
             kept = self.b.ndim if self.untie_biases else 1

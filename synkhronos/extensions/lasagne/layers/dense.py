@@ -82,7 +82,9 @@ class DenseLayer(Layer):
         leading = self.num_leading_axes % input.ndim
         if input.ndim > leading + 1:
             input = pt.flatten(input, leading + 1)
-        activation = pt.dot(input, self.W)
+        # matmul, not dot: PyTensor folds its leading axes with a -1 and unfolds them
+        # with the input's own sizes, which JAX can trace; dot's fold computes them.
+        activation = pt.matmul(input, self.W)
         if self.b is not None:
             activation = activation + self.b
         return self.nonlinearity(activation)
@@ -143,7 +145,8 @@ class NINLayer(Layer):
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``nonlinearity(W^T input + b)`` at every position."""
         spatial = tuple(range(2, input.ndim))
-        out = pt.tensordot(input, self.W, axes=[[1], [0]]).dimshuffle(
+        channels_last = input.dimshuffle(0, *range(2, input.ndim), 1)
+        out = pt.matmul(channels_last, self.W).dimshuffle(
             0, input.ndim - 1, *range(1, input.ndim - 1)
         )
         if self.b is not None:

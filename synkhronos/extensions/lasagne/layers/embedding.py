@@ -3,6 +3,7 @@
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions.conv import FoldLeading, UnfoldLeading
 from synkhronos.extensions.lasagne import init
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape
 
@@ -49,4 +50,9 @@ class EmbeddingLayer(Layer):
 
     def get_output_for(self, input: TensorVariable, **kwargs) -> TensorVariable:
         """``W[input]``."""
-        return self.W[pt.cast(input, "int64")]
+        index = pt.cast(input, "int64")
+        if index.ndim < 2:
+            return self.W[index]
+        # Rows for the flattened indices, unfolded to the indices' shape: PyTensor's own
+        # rewrite of W[index] reshapes with a computed target, which JAX cannot trace.
+        return UnfoldLeading(index.ndim)(self.W[FoldLeading(index.ndim)(index)], index)

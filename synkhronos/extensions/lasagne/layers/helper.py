@@ -11,7 +11,9 @@ from difflib import get_close_matches
 from warnings import warn
 
 import numpy as np
+import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
+from pytensor.tensor.type import TensorType
 
 from synkhronos.extensions.lasagne.layers.base import Layer, Shape
 from synkhronos.extensions.lasagne.layers.input import InputLayer
@@ -164,11 +166,19 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
     outputs = _network_inputs(
         layers, given, single_input, lambda lay: lay.input_var, ("get_output", "expression")
     )
+    # The walk reads input layers' own variables with their known sizes; asked for,
+    # they are returned as they were (Lasagne's identity). Given values keep theirs: a
+    # value of other sizes than declared is Lasagne's to take.
+    given_values = dict(outputs)
+    for layer, value in given_values.items():
+        if layer not in given and single_input is None:  # the layer's own input_var
+            outputs[layer] = _with_known_shape(value, layer.output_shape)
     accepted = {"deterministic"}
     for layer in layers:
         if layer in outputs:
             continue
-        outputs[layer] = layer.get_output_for(_layer_inputs(layer, outputs), **kwargs)
+        value = layer.get_output_for(_layer_inputs(layer, outputs), **kwargs)
+        outputs[layer] = _with_known_shape(value, getattr(layer, "output_shape", None))
         try:
             accepted.update(inspect_kwargs(layer.get_output_for))
         except TypeError:  # not introspectable (a C function, say)
@@ -181,7 +191,32 @@ def get_output(layer_or_layers: Layers, inputs=None, **kwargs):
             close = get_close_matches(kwarg, accepted)
             names.append(f"{kwarg} (perhaps you meant {close[0]})" if close else kwarg)
         warn("get_output() was called with unused kwargs:\n\t" + "\n\t".join(names), stacklevel=2)
+    outputs.update(given_values)
     return outputs[wanted[0]] if single else [outputs[lay] for lay in wanted]
+
+
+def _with_known_shape(value, shape):
+    """``value`` with the sizes of ``shape`` (a layer's ``output_shape``) in its type.
+
+    PyTensor then infers every later size from constants, not from arithmetic on the
+    input's shape: JAX needs a reshape's target, a scan's length and an arange's bounds
+    concrete when it traces, and its values are not.  Sizes the type already has, and
+    values or shapes of any other form, are left as they are.
+    """
+    if (
+        not isinstance(value, Variable)
+        or not isinstance(value.type, TensorType)
+        or not isinstance(shape, tuple)
+        or len(shape) != value.type.ndim
+        or not all(d is None or isinstance(d, int | np.integer) for d in shape)
+    ):
+        return value
+    static = value.type.shape
+    if all(d is None or s is not None for d, s in zip(shape, static, strict=True)):
+        return value
+    return pt.specify_shape(
+        value, [s if s is not None else d for s, d in zip(static, shape, strict=True)]
+    )
 
 
 def _layer_inputs(layer, known: dict):

@@ -17,6 +17,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import grad_clip
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions.conv import FoldLeading, UnfoldLeading
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers import helper
 from synkhronos.extensions.lasagne.layers.base import (
@@ -141,7 +142,12 @@ class _RecurrentBase(MergeLayer):
         repeated over the batch."""
         index = getattr(self, f"{state}_incoming_index")
         if index > 0:
-            return inputs[index]
+            # A layer's (1, units) broadcasts over the batch: the scan's state type must
+            # match its step's output, whose batch size the type may now know.
+            value = inputs[index]
+            return pt.broadcast_to(
+                value, (num_batch, *(value.shape[a] for a in range(1, value.ndim)))
+            )
         param = getattr(self, state)
         return pt.broadcast_to(param, (num_batch, *param.type.shape[1:]))
 
@@ -360,14 +366,11 @@ class CustomRecurrentLayer(_RecurrentBase):
             ``(batch, time, units...)`` or ``(batch, units...)``.
         """
         sequence = inputs[0].dimshuffle(1, 0, *range(2, inputs[0].ndim))
-        seq_len, num_batch = sequence.shape[0], sequence.shape[1]
         if self.precompute_input:
             # input_to_hidden takes every step of every sequence as one batch.
-            trailing = [sequence.shape[n] for n in range(2, sequence.ndim)]
-            flat = sequence.reshape((seq_len * num_batch, *trailing))
+            flat = FoldLeading(2)(sequence)
             projected = helper.get_output(self.input_to_hidden, flat, **kwargs)
-            trailing = [projected.shape[n] for n in range(1, projected.ndim)]
-            sequence = projected.reshape((seq_len, num_batch, *trailing))
+            sequence = UnfoldLeading(2)(projected, sequence)
         non_sequences = helper.get_all_params(self.hidden_to_hidden)
         if not self.precompute_input:
             non_sequences += helper.get_all_params(self.input_to_hidden)
@@ -518,7 +521,7 @@ class _GatedBase(_RecurrentBase):
         if input.ndim > 3:
             input = pt.flatten(input, 3)
         input = input.dimshuffle(1, 0, 2)
-        sequence = pt.dot(input, W_in) + b if self.precompute_input else input
+        sequence = pt.matmul(input, W_in) + b if self.precompute_input else input
         return sequence, W_in, W_hid, b
 
 

@@ -12,6 +12,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
+from synkhronos.extensions.conv import FoldLeading, UnfoldLeading
 from synkhronos.extensions.lasagne.layers.base import Layer, MergeLayer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
 
@@ -77,17 +78,19 @@ def _bilinear_sample(
     x0, y0 = pt.floor(x), pt.floor(y)
     cols = [_source_index(pt.cast(c, "int64"), width, border_mode) for c in (x0, x0 + 1)]
     rows = [_source_index(pt.cast(r, "int64"), height, border_mode) for r in (y0, y0 + 1)]
-    pixels = image.dimshuffle(0, 2, 3, 1).reshape((-1, channels))
+    # Folds with FoldLeading, not reshape: JAX cannot trace a gradient's reshape to
+    # a size computed from the batch's.
+    pixels = FoldLeading(3)(image.dimshuffle(0, 2, 3, 1))
     offset = (pt.arange(batch, dtype="int64") * height * width)[:, None]
     wx = [x0 + 1 - x, x - x0]
     wy = [y0 + 1 - y, y - y0]
     out = 0
     for i in range(2):
         for j in range(2):
-            values = pixels[(offset + rows[i] * width + cols[j]).flatten()]
-            weight = (wy[i] * wx[j]).flatten()[:, None]
+            values = pixels[FoldLeading(2)(offset + rows[i] * width + cols[j])]
+            weight = FoldLeading(2)(wy[i] * wx[j])[:, None]
             out = out + weight * values
-    return out.reshape((batch, -1, channels)).dimshuffle(0, 2, 1)
+    return UnfoldLeading(2)(out, x).dimshuffle(0, 2, 1)
 
 
 class _SpatialTransformer(MergeLayer):
@@ -117,8 +120,12 @@ class _SpatialTransformer(MergeLayer):
         )
 
     def _output_sizes(self, input: TensorVariable):
+        # Known sizes as ints: JAX needs the grid's linspace bounds concrete.
         return tuple(
-            pt.cast(input.shape[2 + a] // f, "int64") for a, f in enumerate(self.downsample_factor)
+            pt.cast(input.shape[2 + a] // f, "int64") if known is None else known
+            for a, (f, known) in enumerate(
+                zip(self.downsample_factor, self.output_shape[2:], strict=True)
+            )
         )
 
     def _warp(self, input, points, out_height, out_width):
@@ -175,7 +182,9 @@ class TransformerLayer(_SpatialTransformer):
         out_height, out_width = self._output_sizes(input)
         grid = _grid(pt, out_height, out_width).astype(theta.dtype)
         homogeneous = pt.concatenate([grid, pt.ones_like(grid[:1])], axis=0)
-        points = theta.reshape((-1, 2, 3)) @ homogeneous
+        # The batch's own size, not -1: a gradient's reshape back to a size computed
+        # from -1 cannot be traced by JAX.
+        points = theta.reshape((theta.shape[0], 2, 3)) @ homogeneous
         return self._warp(input, points, out_height, out_width)
 
 
@@ -254,7 +263,8 @@ class TPSTransformerLayer(_SpatialTransformer):
     def get_output_for(self, inputs: list[TensorVariable], **kwargs) -> TensorVariable:
         """The input warped by the splines through the moved control points ``inputs[1]``."""
         input, offsets = inputs
-        dest = self.source_points + offsets.reshape((-1, 2, self.control_points))
+        moves = offsets.reshape((offsets.shape[0], 2, self.control_points))  # no -1: see above
+        dest = self.source_points.astype(offsets.dtype) + moves  # float64 would upcast
         if self.precompute_grid:
             out_height, out_width = self.output_shape[2:]
             warp = pt.as_tensor(self.warp_matrix)
