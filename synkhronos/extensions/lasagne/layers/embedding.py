@@ -3,9 +3,9 @@
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import FoldLeading, UnfoldLeading
 from synkhronos.extensions.lasagne import init
 from synkhronos.extensions.lasagne.layers.base import Layer, ParamSpec, Shape
+from synkhronos.ops.conv import FoldLeading, UnfoldLeading
 
 __all__ = ["EmbeddingLayer"]
 

@@ -17,7 +17,6 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import grad_clip
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import FoldLeading, UnfoldLeading
 from synkhronos.extensions.lasagne import init, nonlinearities
 from synkhronos.extensions.lasagne.layers import helper
 from synkhronos.extensions.lasagne.layers.base import (
@@ -30,6 +29,7 @@ from synkhronos.extensions.lasagne.layers.base import (
 from synkhronos.extensions.lasagne.layers.dense import DenseLayer
 from synkhronos.extensions.lasagne.layers.input import InputLayer
 from synkhronos.extensions.lasagne.utils import unroll_scan
+from synkhronos.ops.conv import FoldLeading, UnfoldLeading
 
 __all__ = ["CustomRecurrentLayer", "GRULayer", "Gate", "LSTMLayer", "RecurrentLayer"]
 

@@ -12,9 +12,9 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.extensions.conv import FoldLeading, UnfoldLeading
 from synkhronos.extensions.lasagne.layers.base import Layer, MergeLayer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
+from synkhronos.ops.conv import FoldLeading, UnfoldLeading
 
 __all__ = ["TPSTransformerLayer", "TransformerLayer"]
 
