@@ -1122,6 +1122,31 @@ def _register_numba() -> None:
 
         return kernel_op, code_version
 
+    # The folds as reshapes in machine code (without these, Numba runs their Python
+    # ``perform`` in object mode, warning once per Op).
+    @register(FoldLeading)
+    def _numba_fold_leading(op: FoldLeading, node=None, **kwargs):
+        k = op.k
+
+        @numba.njit
+        def fold_leading(x):
+            lead = 1
+            for n in x.shape[:k]:
+                lead *= n
+            return np.ascontiguousarray(x).reshape((lead,) + x.shape[k:])
+
+        return fold_leading, code_version
+
+    @register(UnfoldLeading)
+    def _numba_unfold_leading(op: UnfoldLeading, node=None, **kwargs):
+        k = op.k
+
+        @numba.njit
+        def unfold_leading(x, like):
+            return np.ascontiguousarray(x).reshape(like.shape[:k] + x.shape[1:])
+
+        return unfold_leading, code_version
+
 
 # ---------------------------------------------------------------------- JAX linker
 
