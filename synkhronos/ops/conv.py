@@ -1158,6 +1158,13 @@ def _register_jax() -> None:
         from pytensor.link.jax.dispatch import jax_funcify
     except ImportError:
         return
+    _register_jax_conv(jax, jax_funcify)
+    _register_jax_pool(jax, jax_funcify)
+    _register_jax_folds(jax_funcify)
+
+
+def _register_jax_conv(jax, jax_funcify) -> None:
+    """Register the convolution and its two gradients (transposes of one ``conv``)."""
     from jax import lax
 
     def conv_fn(op: _ConvOp, dtype: str):
@@ -1205,39 +1212,47 @@ def _register_jax() -> None:
     def _jax_conv2d_grad_weights(op, node, **kwargs):
         return conv_grad_fn(op, node.outputs[0].dtype, wrt_input=False)
 
-    def pool_fn(op: _PoolOp):
-        (kh, kw), (sh, sw), (ph, pw) = op.ws, op.stride, op.padding
-        is_max, include_pad = op.mode == "max", op.mode == "average_inc_pad"
 
-        def pool(x):
-            h, w = x.shape[2:]
-            out_h, out_w = op._out_hw(h, w)
-            ext_h, ext_w = (out_h - 1) * sh + kh, (out_w - 1) * sw + kw
-            # Pad to exactly the windows' extent; a negative high pad crops rows/cols
-            # that no window reaches (ignore_border=True).
-            config = ((0, 0, 0), (0, 0, 0), (ph, ext_h - h - ph, 0), (pw, ext_w - w - pw, 0))
-            fill = np.array(-np.inf if is_max else 0, dtype=x.dtype)
-            xp = lax.pad(x, fill, config)
-            reducer = lax.max if is_max else lax.add
-            total = lax.reduce_window(xp, fill, reducer, (1, 1, kh, kw), (1, 1, sh, sw), "VALID")
-            if is_max:
-                return total
-            counts = [
-                np.minimum(s * np.arange(out) - p + k, n + p * include_pad)
-                - np.maximum(s * np.arange(out) - p, -p * include_pad)
-                for n, k, s, p, out in ((h, kh, sh, ph, out_h), (w, kw, sw, pw, out_w))
-            ]
-            return total / np.outer(*counts).astype(x.dtype)
+def _jax_pool_fn(op: _PoolOp):
+    """The JAX function of a pooling Op (its gradients are this function's vjp/jvp)."""
+    from jax import lax
 
-        return pool
+    (kh, kw), (sh, sw), (ph, pw) = op.ws, op.stride, op.padding
+    is_max, include_pad = op.mode == "max", op.mode == "average_inc_pad"
+
+    def pool(x):
+        h, w = x.shape[2:]
+        out_h, out_w = op._out_hw(h, w)
+        ext_h, ext_w = (out_h - 1) * sh + kh, (out_w - 1) * sw + kw
+        # Pad to exactly the windows' extent; a negative high pad crops rows/cols
+        # that no window reaches (ignore_border=True).
+        config = ((0, 0, 0), (0, 0, 0), (ph, ext_h - h - ph, 0), (pw, ext_w - w - pw, 0))
+        fill = np.array(-np.inf if is_max else 0, dtype=x.dtype)
+        xp = lax.pad(x, fill, config)
+        reducer = lax.max if is_max else lax.add
+        total = lax.reduce_window(xp, fill, reducer, (1, 1, kh, kw), (1, 1, sh, sw), "VALID")
+        if is_max:
+            return total
+        counts = [
+            np.minimum(s * np.arange(out) - p + k, n + p * include_pad)
+            - np.maximum(s * np.arange(out) - p, -p * include_pad)
+            for n, k, s, p, out in ((h, kh, sh, ph, out_h), (w, kw, sw, pw, out_w))
+        ]
+        return total / np.outer(*counts).astype(x.dtype)
+
+    return pool
+
+
+def _register_jax_pool(jax, jax_funcify) -> None:
+    """Register pooling and its two gradient Ops."""
 
     @jax_funcify.register(Pool2d)
     def _jax_pool2d(op, **kwargs):
-        return pool_fn(op)
+        return _jax_pool_fn(op)
 
     @jax_funcify.register(Pool2dGrad)
     def _jax_pool2d_grad(op, node, **kwargs):
-        pool, dtype = pool_fn(op), node.outputs[0].dtype
+        pool, dtype = _jax_pool_fn(op), node.outputs[0].dtype
 
         def pool2d_grad(x, gout):
             _, pullback = jax.vjp(pool, x.astype(dtype))
@@ -1247,12 +1262,16 @@ def _register_jax() -> None:
 
     @jax_funcify.register(MaxPool2dGather)
     def _jax_max_pool2d_gather(op, node, **kwargs):
-        pool, dtype = pool_fn(op), node.outputs[0].dtype
+        pool, dtype = _jax_pool_fn(op), node.outputs[0].dtype
 
         def max_pool2d_gather(x, g):
             return jax.jvp(pool, (x.astype(dtype),), (g.astype(dtype),))[1]
 
         return max_pool2d_gather
+
+
+def _register_jax_folds(jax_funcify) -> None:
+    """Register FoldLeading and UnfoldLeading as reshapes."""
 
     @jax_funcify.register(FoldLeading)
     def _jax_fold_leading(op, **kwargs):
