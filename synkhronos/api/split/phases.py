@@ -160,14 +160,8 @@ def split_phases(
         computation reads: such updates (a gradient written for an explicit
         all-reduce, a per-rank accumulator) keep their per-rank meaning.
     """
+    graph, outputs, updates = _analysed(sources, outputs, updates)
     values = [u for _, u in updates]
-    graph = RowGraph(list(outputs) + values, list(sources))
-    expanded = _softmax_expanded(graph)
-    if expanded:  # analysed again: the maxima and sums over rows are in the graph now
-        replaced = graph_replace(list(outputs) + values, expanded, strict=False)
-        outputs, values = replaced[: len(outputs)], replaced[len(outputs) :]
-        updates = [(var, u) for (var, _), u in zip(updates, values, strict=True)]
-        graph = RowGraph(list(outputs) + values, list(sources))
     row_nodes = [node for node in graph.nodes if graph.row_phase(node)]
     if not _trains(graph, row_nodes, updates[:deciding]):
         return None
@@ -213,6 +207,23 @@ def split_phases(
     for source in lengths_read(split.targets, sources):
         _read_lengths_reduced(split, source)
     return split
+
+
+def _analysed(
+    sources: Sequence[Variable], outputs: Sequence[Variable], updates: Sequence[tuple]
+) -> tuple[RowGraph, list, list]:
+    """The graph of the outputs and update values, with the outputs and updates it holds
+    (softmax over the rows expanded)."""
+    values = [u for _, u in updates]
+    graph = RowGraph(list(outputs) + values, list(sources))
+    expanded = _softmax_expanded(graph)
+    if not expanded:
+        return graph, list(outputs), list(updates)
+    # Analysed again: the maxima and sums over rows are in the graph now.
+    replaced = graph_replace(list(outputs) + values, expanded, strict=False)
+    outputs, values = replaced[: len(outputs)], replaced[len(outputs) :]
+    updates = [(var, u) for (var, _), u in zip(updates, values, strict=True)]
+    return RowGraph(list(outputs) + values, list(sources)), list(outputs), updates
 
 
 def _softmax_expanded(graph: RowGraph) -> dict:
