@@ -57,19 +57,27 @@ def resolve_rows(spec, length: int | None, what: str) -> Selection:
             raise ValueError(f"{what}={n} is outside 0..{length}")
         return slice(0, n)
     if isinstance(spec, slice):
-        if length is None:
-            if spec.stop is None or (spec.start or 0) < 0 or spec.stop < 0:
-                raise ValueError(
-                    f"{what}: give explicit non-negative slice bounds for minibatch data"
-                )
-            length = spec.stop
-        for bound in (spec.start, spec.stop):
-            if bound is not None and not -length <= bound <= length:
-                raise ValueError(f"{what}: slice bound {bound} is outside the {length} rows")
-        start, stop, step = spec.indices(length)
-        if step == 1:
-            return slice(start, max(start, stop))
-        return np.arange(start, stop, step, dtype=np.int64)
+        return _slice_rows(spec, length, what)
+    return _index_rows(spec, length, what)
+
+
+def _slice_rows(spec: slice, length: int | None, what: str) -> Selection:
+    """A slice of rows: a view when its step is 1, else its indices."""
+    if length is None:
+        if spec.stop is None or (spec.start or 0) < 0 or spec.stop < 0:
+            raise ValueError(f"{what}: give explicit non-negative slice bounds for minibatch data")
+        length = spec.stop
+    for bound in (spec.start, spec.stop):
+        if bound is not None and not -length <= bound <= length:
+            raise ValueError(f"{what}: slice bound {bound} is outside the {length} rows")
+    start, stop, step = spec.indices(length)
+    if step == 1:
+        return slice(start, max(start, stop))
+    return np.arange(start, stop, step, dtype=np.int64)
+
+
+def _index_rows(spec, length: int | None, what: str) -> np.ndarray:
+    """An index array or boolean mask of rows, as int64 indices checked against ``length``."""
     try:
         index = np.asarray(spec)
     except Exception as e:  # noqa: BLE001 - any failure means an unusable index
