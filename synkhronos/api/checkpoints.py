@@ -147,30 +147,7 @@ def save(
     reports = routines.run(checkpoint_part.report, np.array(data + handover, np.int64))
     digests = np.stack([digests for digests, _ in reports])
     generators = [json.loads(from_text(states)) for _, states in reports]
-    kinds, disagreeing = [], []
-    for index, var in enumerate(variables):
-        if index in data:
-            kinds.append("data")
-        elif index in handover:
-            kinds.append("handover")
-        elif is_generator(var):
-            kinds.append("generator")
-        elif index in chosen:
-            kinds.append("per_rank")
-        elif (digests[:, index] == digests[0, index]).all():
-            kinds.append("same")
-        elif kept_per_rank(var):
-            kinds.append("per_rank")
-        else:
-            kinds.append("same")
-            disagreeing.append(_describe(var))
-    if disagreeing:
-        raise ValueError(
-            f"the ranks disagree on {len(disagreeing)} shared variable(s) that should be "
-            f"equal on every rank: {', '.join(disagreeing)}; make them equal "
-            f"(synk.broadcast or synk.all_reduce) before saving, or name them in "
-            f"per_rank=[...] to save each rank's value"
-        )
+    kinds = _kinds(variables, data, handover, chosen, digests)
     separate = [i for i, kind in enumerate(kinds) if kind == "per_rank"]
     for rank, values in enumerate(
         per_rank_results(session, checkpoint_part.local_values, separate)
@@ -195,6 +172,37 @@ def save(
     arrays["manifest"] = text(json.dumps(manifest))
     with trace.span("write file", "checkpoint"):
         _write_atomically(os.fspath(path), arrays)
+
+
+def _kinds(variables, data: list, handover: list, chosen: set, digests: np.ndarray) -> list[str]:
+    """How each variable is written (or not): "data", "handover", "generator",
+    "per_rank" or "same"; raises ValueError naming those the ranks disagree on that
+    should be equal on every rank."""
+    kinds, disagreeing = [], []
+    for index, var in enumerate(variables):
+        if index in data:
+            kinds.append("data")
+        elif index in handover:
+            kinds.append("handover")
+        elif is_generator(var):
+            kinds.append("generator")
+        elif index in chosen:
+            kinds.append("per_rank")
+        elif (digests[:, index] == digests[0, index]).all():
+            kinds.append("same")
+        elif kept_per_rank(var):
+            kinds.append("per_rank")
+        else:
+            kinds.append("same")
+            disagreeing.append(_describe(var))
+    if disagreeing:
+        raise ValueError(
+            f"the ranks disagree on {len(disagreeing)} shared variable(s) that should be "
+            f"equal on every rank: {', '.join(disagreeing)}; make them equal "
+            f"(synk.broadcast or synk.all_reduce) before saving, or name them in "
+            f"per_rank=[...] to save each rank's value"
+        )
+    return kinds
 
 
 def _extra_value(key: str, value) -> np.ndarray:
