@@ -123,25 +123,11 @@ def _collective(
 ):
     session = launch.current()
     variables, indices, single = registered(session, shared_vars)
-    if kind in (Collective.REDUCE, Collective.REDUCE_RESULT, Collective.ALL_REDUCE):
-        check_collective_op(op)
     n_ranks = current_nodes().n_global  # ranks name global ranks under MPI
-    if kind in (Collective.SET_VALUE, Collective.GET_VALUE) and not 0 <= rank < n_ranks:
-        raise ValueError(f"rank must be in 0..{n_ranks - 1}, got {rank}")
-    if nd_up not in (0, 1):
-        raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
+    _check_arguments(kind, op, rank, nd_up, n_ranks)
     if values is not None:
         values = _checked_values(variables, values, single, batch)
-    if kind != Collective.SHAPES:
-        for var in variables:
-            check_tensor(var, f"shared variable {var}")
-        # A scatter's root posts every rank's part of every variable in one message.
-        check_count(
-            len(variables) * (n_ranks if kind == Collective.SCATTER else 1),
-            f"a {kind.name.lower()} of {len(variables)} shared variables",
-        )
-    if kind in (Collective.SCATTER, Collective.ALL_GATHER) and any(v.ndim == 0 for v in variables):
-        raise ValueError("scatter and all_gather need shared variables with a first axis")
+    _check_variables(kind, variables, n_ranks)
     params = np.array(
         [kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank, bool(nccl)], np.int64
     )
@@ -152,20 +138,48 @@ def _collective(
     )
     if kind in _WRITES:
         session.forget_lengths()
-    out: list
-    if kind == Collective.GET_VALUE:
-        out = [np.asarray(v) for v in result[rank]]
-    elif kind in (Collective.GATHER, Collective.ALL_GATHER):
-        out = [
-            join_rows([r[i] for r in result], new_axis=nd_up == 1) for i in range(len(variables))
-        ]
-    elif kind == Collective.SHAPES:
-        out = [[tuple(int(s) for s in r[i]) for r in result] for i in range(len(variables))]
-    elif kind in (Collective.REDUCE, Collective.REDUCE_RESULT):
-        out = [np.asarray(v) for v in result]
-    else:
+    out = _returned(kind, result, len(variables), rank, nd_up)
+    if out is None:
         return None
     return out[0] if single else tuple(out)
+
+
+def _check_arguments(kind: Collective, op: str, rank: int, nd_up: int, n_ranks: int) -> None:
+    """Raise if the operation, rank or ``nd_up`` does not fit the collective."""
+    if kind in (Collective.REDUCE, Collective.REDUCE_RESULT, Collective.ALL_REDUCE):
+        check_collective_op(op)
+    if kind in (Collective.SET_VALUE, Collective.GET_VALUE) and not 0 <= rank < n_ranks:
+        raise ValueError(f"rank must be in 0..{n_ranks - 1}, got {rank}")
+    if nd_up not in (0, 1):
+        raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
+
+
+def _check_variables(kind: Collective, variables: list, n_ranks: int) -> None:
+    """Raise if the shared variables cannot take part in the collective."""
+    if kind != Collective.SHAPES:
+        for var in variables:
+            check_tensor(var, f"shared variable {var}")
+        # A scatter's root posts every rank's part of every variable in one message.
+        check_count(
+            len(variables) * (n_ranks if kind == Collective.SCATTER else 1),
+            f"a {kind.name.lower()} of {len(variables)} shared variables",
+        )
+    if kind in (Collective.SCATTER, Collective.ALL_GATHER) and any(v.ndim == 0 for v in variables):
+        raise ValueError("scatter and all_gather need shared variables with a first axis")
+
+
+def _returned(kind: Collective, result, n_vars: int, rank: int, nd_up: int) -> list | None:
+    """Per variable, what the collective returns from the ranks' ``result`` (None when it
+    returns nothing)."""
+    if kind == Collective.GET_VALUE:
+        return [np.asarray(v) for v in result[rank]]
+    if kind in (Collective.GATHER, Collective.ALL_GATHER):
+        return [join_rows([r[i] for r in result], new_axis=nd_up == 1) for i in range(n_vars)]
+    if kind == Collective.SHAPES:
+        return [[tuple(int(s) for s in r[i]) for r in result] for i in range(n_vars)]
+    if kind in (Collective.REDUCE, Collective.REDUCE_RESULT):
+        return [np.asarray(v) for v in result]
+    return None
 
 
 def sliceable_lengths(session, variables: list) -> list[int]:
