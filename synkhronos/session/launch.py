@@ -741,23 +741,8 @@ def fork(
         raise ValueError(f"verify_every must be a positive int or None, got {verify_every!r}")
     if _session is not None:
         raise RuntimeError("synkhronos is already forked; call synk.close() before forking again")
-    if not use_gpu:
-        if backend == "gpu":
-            raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
-        backend = auto_cpu_backend()[0] if backend == "auto" else backend
-    if backend == "auto":
-        backend = auto_backend()[0]
-    get_backend(backend)
-    gpu_ids = None
-    if backend == "gpu":
-        gpu_ids = gpu.prepare_gpus(n_parallel, gpus, master_rank)
-        n_parallel = n_parallel if gpu_ids is None else len(gpu_ids)
-    if backend != "cpu":
-        _match_jax_precision()
-    if n_parallel is None:
-        n_parallel = len(os.sched_getaffinity(0))
-    if not isinstance(n_parallel, int) or n_parallel < 1:
-        raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
+    backend = _chosen_backend(use_gpu, backend)
+    n_parallel, gpu_ids = _ranks_and_gpus(backend, n_parallel, gpus, master_rank)
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
     sweep_dead()
@@ -786,6 +771,37 @@ def fork(
     atexit.register(close)
     _close_on_sigterm()
     return n_parallel
+
+
+def _chosen_backend(use_gpu: bool, backend: str) -> str:
+    """The backend that fork's ``use_gpu`` and ``backend`` name ("auto" resolved), checked
+    to exist."""
+    if not use_gpu:
+        if backend == "gpu":
+            raise ValueError("use_gpu=False asks for CPU ranks, but backend='gpu'")
+        backend = auto_cpu_backend()[0] if backend == "auto" else backend
+    if backend == "auto":
+        backend = auto_backend()[0]
+    get_backend(backend)
+    return backend
+
+
+def _ranks_and_gpus(
+    backend: str, n_parallel: int | None, gpus: list[int] | None, master_rank: int
+) -> tuple[int, list[str] | None]:
+    """The number of ranks to start, and on "gpu" the devices they drive; on a backend
+    that runs JAX, rank 0's JAX precision set from floatX first."""
+    gpu_ids = None
+    if backend == "gpu":
+        gpu_ids = gpu.prepare_gpus(n_parallel, gpus, master_rank)
+        n_parallel = n_parallel if gpu_ids is None else len(gpu_ids)
+    if backend != "cpu":
+        _match_jax_precision()
+    if n_parallel is None:
+        n_parallel = len(os.sched_getaffinity(0))
+    if not isinstance(n_parallel, int) or n_parallel < 1:
+        raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
+    return n_parallel, gpu_ids
 
 
 def set_periodic_check(check: Callable[[], None]) -> None:
