@@ -469,56 +469,71 @@ class Session:
                 "was interrupted); call synk.close() and fork again"
             )
         with trace.span(_COMMAND_NAMES[code], "command"):
-            if released_ids:
-                # Tell the workers to unmap released Data along with this command.
-                code, arrays = code | FORGET_DATA, [*arrays, self._released()]
-            if self.processes:
-                self.watchdog.arm()
-                if self.discard_updates:
-                    code |= DISCARD_UPDATES
-                with trace.span("send", "command"):
-                    self.channel.send(code | TIMELINE if self.timeline_path else code, arrays)
-                trace.count_bytes("command", arrays)
-                self.discard_updates = False
-            error = None
-            try:
-                result = local()
-            except BaseException as e:  # noqa: BLE001 - re-raised below, after the workers
-                error = _interrupt_behind(e)
-                self.control.set_abort(True)
-                if isinstance(error, KeyboardInterrupt):
-                    # Ctrl-C in rank 0's own part: the session is broken anyway, and a
-                    # worker that cannot answer (stopped, hung) must not keep the user
-                    # waiting; close() ends the workers.
-                    self.broken = True
-                    raise error from e if error is not e else None
+            code = self._send(code, arrays)
+            result, error = self._run_local(local)
             try:
                 with trace.span("wait for ranks", "wait"):
                     failures = self.channel.wait_done()
             except BaseException:
                 self.broken = True
                 raise
-            if failures or error is not None:
-                self.state.pending.clear()
-                self.discard_updates = bool(self.processes)
-            elif self.state.pending:
-                with trace.span("apply updates", "updates"):
-                    self.state.apply_pending()
-            if self.control.aborted:
-                self.state.comm.reset()
-                self.control.set_abort(False)
-            if failures:
-                remote = failure_error(failures)
-                if error is not None and not isinstance(error, Aborted):
-                    raise error from remote
-                raise remote
-            if error is not None:
-                raise error
+            self._settle(failures, error)
             if self.verify_every and code & (FORGET_DATA - 1) in (Command.CALL, Command.CHAIN):
                 self.calls += 1
                 if self.calls % self.verify_every == 0 and _periodic_check is not None:
                     _periodic_check()
             return result
+
+    def _send(self, code: int, arrays) -> int:
+        """Post the command to the workers (if any); return its code with the flags added."""
+        if released_ids:
+            # Tell the workers to unmap released Data along with this command.
+            code, arrays = code | FORGET_DATA, [*arrays, self._released()]
+        if self.processes:
+            self.watchdog.arm()
+            if self.discard_updates:
+                code |= DISCARD_UPDATES
+            with trace.span("send", "command"):
+                self.channel.send(code | TIMELINE if self.timeline_path else code, arrays)
+            trace.count_bytes("command", arrays)
+            self.discard_updates = False
+        return code
+
+    def _run_local(self, local) -> tuple:
+        """Rank 0's part: ``(result, None)``, or ``(None, error)`` with the workers told to
+        abort; a Ctrl-C is raised at once."""
+        try:
+            return local(), None
+        except BaseException as e:  # noqa: BLE001 - re-raised by execute, after the workers
+            error = _interrupt_behind(e)
+            self.control.set_abort(True)
+            if isinstance(error, KeyboardInterrupt):
+                # Ctrl-C in rank 0's own part: the session is broken anyway, and a
+                # worker that cannot answer (stopped, hung) must not keep the user
+                # waiting; close() ends the workers.
+                self.broken = True
+                raise error from e if error is not e else None
+            return None, error
+
+    def _settle(self, failures, error: BaseException | None) -> None:
+        """After every rank is done: apply the pending updates if no rank failed (else drop
+        them), clear an abort, and raise rank 0's error or the workers'."""
+        if failures or error is not None:
+            self.state.pending.clear()
+            self.discard_updates = bool(self.processes)
+        elif self.state.pending:
+            with trace.span("apply updates", "updates"):
+                self.state.apply_pending()
+        if self.control.aborted:
+            self.state.comm.reset()
+            self.control.set_abort(False)
+        if failures:
+            remote = failure_error(failures)
+            if error is not None and not isinstance(error, Aborted):
+                raise error from remote
+            raise remote
+        if error is not None:
+            raise error
 
     @staticmethod
     def _released() -> np.ndarray:
