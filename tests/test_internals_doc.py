@@ -108,16 +108,20 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+def _source(module: str) -> Path:
+    """The file of a synkhronos module or package."""
+    path = ROOT.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def _core_imports() -> dict[str, set[str]]:
     """Core module -> the synkhronos modules it imports (at any depth of its code)."""
     imports: dict[str, set[str]] = {}
     for module in _modules():
         if module.startswith(EXTENSIONS):
             continue
-        path = ROOT.joinpath(*module.split("."))
-        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(ast.parse(_source(module).read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert node.level == 0, f"{module}: relative import of {node.module}"
                 names = [f"{node.module}.{a.name}" for a in node.names]
@@ -210,3 +214,30 @@ def test_core_imports_have_no_cycles():
     for module in sorted(graph):
         if not state.get(module):
             visit(module, [module])
+
+
+# The core's functions stay short enough to read whole (issue #49); ruff's C901 (pyproject)
+# bounds their branching.
+MAX_FUNCTION_LINES = 60
+
+
+def _lines_less_docstring(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    lines = function.end_lineno - function.lineno + 1
+    first = function.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        if isinstance(first.value.value, str):
+            lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def test_core_functions_are_short():
+    long = []
+    for module in sorted(_modules()):
+        if module.startswith(EXTENSIONS) or _package(module) == "theano":
+            continue
+        for node in ast.walk(ast.parse(_source(module).read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = _lines_less_docstring(node)
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name} ({lines} lines)")
+    assert not long, f"over {MAX_FUNCTION_LINES} lines less docstring: {long}"
