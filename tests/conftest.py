@@ -29,6 +29,7 @@ os.environ["SYNK_AFFINITY"] = "0"
 # killed and stopped ranks, cold caches, the Sphinx build). `make test` runs them all.
 SLOW_FILES = {
     "test_async_demo.py",
+    "test_atomic_training.py",
     "test_c_modules.py",
     "test_checkpoints.py",
     "test_cpu_choice.py",
@@ -39,9 +40,12 @@ SLOW_FILES = {
     "test_first_calls.py",
     "test_gpu.py",
     "test_gpu_check.py",
+    "test_gpu_session.py",
     "test_gpu_faults.py",
     "test_jax_backend.py",
     "test_lasagne_demo.py",
+    "test_lasagne_jax.py",
+    "test_model_families.py",
     "test_models.py",
     "test_node_reductions.py",
     "test_nodes.py",
