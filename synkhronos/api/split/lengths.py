@@ -119,7 +119,8 @@ class Lengths:
         a fold of leading axes (the Lasagne port's, by class name) holds the rows where
         the axes it folds or splits do; another op, the axes its inputs of as many
         dimensions have at the same places (a pooling keeps the rows' axis)."""
-        node, name = v.owner, type(v.owner.op).__name__
+        node = v.owner
+        name = type(node.op).__name__ if node is not None else None
         if name == "FoldLeading":
             k, within = node.op.k, self.row_axes(node.inputs[0])
             return [0] * any(a < k for a in within) + [a - k + 1 for a in within if a >= k]
