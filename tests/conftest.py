@@ -42,6 +42,7 @@ SLOW_FILES = {
     "test_gpu_faults.py",
     "test_jax_backend.py",
     "test_lasagne_demo.py",
+    "test_model_families.py",
     "test_models.py",
     "test_node_reductions.py",
     "test_nodes.py",
