@@ -162,7 +162,7 @@ class TrainingFunction(BaseFunction):
     ) -> None:
         super().__init__(session, parts, parts.spec(-1, parts.mode))
         self._draws = split.positions is not None
-        self._positions_dtype = split.positions.dtype if self._draws else None
+        self._positions_dtype = getattr(split.positions, "dtype", None)
         self._positions_data: Data | None = None
         _warn_inexact(session, split, self._what)
         label = parts.name or "training function"

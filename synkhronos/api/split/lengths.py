@@ -128,8 +128,9 @@ class Lengths:
             k, (x, like) = node.op.k, node.inputs
             kept = [a + k - 1 for a in self.row_axes(x) if a >= 1]
             return [a for a in self.row_axes(like) if a < k] + kept
-        inputs = [i for i in owner_inputs(v) if getattr(i, "ndim", -1) == v.ndim]
-        return [k for k in range(v.ndim) if any(k in self.row_axes(i) for i in inputs)]
+        ndim = getattr(v, "ndim", 0)
+        inputs = [i for i in owner_inputs(v) if getattr(i, "ndim", -1) == ndim]
+        return [k for k in range(ndim) if any(k in self.row_axes(i) for i in inputs)]
 
     def _tracks_rows(self, length: Variable) -> bool:
         """Whether the length ``length`` changes with the rows' count: computed for two
