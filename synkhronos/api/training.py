@@ -162,6 +162,7 @@ class TrainingFunction(BaseFunction):
     ) -> None:
         super().__init__(session, parts, parts.spec(-1, parts.mode))
         self._draws = split.positions is not None
+        self._positions_dtype = getattr(split.positions, "dtype", None)
         self._positions_data: Data | None = None
         _warn_inexact(session, split, self._what)
         label = parts.name or "training function"
@@ -299,7 +300,9 @@ class TrainingFunction(BaseFunction):
         count = length if batch is None else selection_length(resolve_rows(batch, length, "batch"))
         if self._positions_data is None or len(self._positions_data) < count:
             self._positions_data = Data(
-                np.arange(max(count, 2 * length), dtype=np.int64), minibatch=True, name="positions"
+                np.arange(max(count, 2 * length), dtype=self._positions_dtype),
+                minibatch=True,
+                name="positions",
             )
         return self._positions_data
 

@@ -106,15 +106,31 @@ class Lengths:
         for k, length in enumerate(shape):
             own = length.owner
             if own is not None and isinstance(own.op, Shape_i) and own.inputs[0] is v:
-                # Shape inference knows nothing of this op: the axes its inputs of as
-                # many dimensions have at this place (a pooling keeps the rows' axis).
-                inputs = owner_inputs(v)
-                if any(k in self.row_axes(i) for i in inputs if getattr(i, "ndim", -1) == v.ndim):
+                # Shape inference knows nothing of this op.
+                if k in self._unknown_op_axes(v):
                     axes.append(k)
             elif self._tracks_rows(length):
                 axes.append(k)
         self.axes[v] = axes
         return axes
+
+    def _unknown_op_axes(self, v: Variable) -> list[int]:
+        """The rows' axes of the output ``v`` of an op shape inference knows nothing of:
+        a fold of leading axes (the Lasagne port's, by class name) holds the rows where
+        the axes it folds or splits do; another op, the axes its inputs of as many
+        dimensions have at the same places (a pooling keeps the rows' axis)."""
+        node = v.owner
+        name = type(node.op).__name__ if node is not None else None
+        if name == "FoldLeading":
+            k, within = node.op.k, self.row_axes(node.inputs[0])
+            return [0] * any(a < k for a in within) + [a - k + 1 for a in within if a >= k]
+        if name == "UnfoldLeading":
+            k, (x, like) = node.op.k, node.inputs
+            kept = [a + k - 1 for a in self.row_axes(x) if a >= 1]
+            return [a for a in self.row_axes(like) if a < k] + kept
+        ndim = getattr(v, "ndim", 0)
+        inputs = [i for i in owner_inputs(v) if getattr(i, "ndim", -1) == ndim]
+        return [k for k in range(ndim) if any(k in self.row_axes(i) for i in inputs)]
 
     def _tracks_rows(self, length: Variable) -> bool:
         """Whether the length ``length`` changes with the rows' count: computed for two

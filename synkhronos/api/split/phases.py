@@ -311,7 +311,9 @@ def _positions(
         for node in row_nodes
         if isinstance(node.op, RandomVariable) and any(graph.has(o, Fact.ROW) for o in node.outputs)
     ]
-    positions = pt.vector("synk_positions", dtype="int64") if draws and by_position else None
+    positions = (
+        pt.vector("synk_positions", dtype=_counts_dtype()) if draws and by_position else None
+    )
     for node in draws:
         if positions is None or not drawn_whole(graph, node):
             inexact.append(f"{node.op} draws per row: each rank draws for its own rows")
@@ -381,8 +383,8 @@ class _RowPhase:
 
 
 def _counts_dtype() -> str:
-    """The dtype of the counts a phase keeps or sums: 32 bits where floatX is (JAX mode
-    then computes in 32 bits, and says so of a 64-bit value)."""
+    """The dtype of the counts a phase keeps or sums and of the rows' positions: 32 bits
+    where floatX is (JAX mode then computes in 32 bits, and says so of a 64-bit value)."""
     return "int64" if pytensor.config.floatX == "float64" else "int32"
 
 
