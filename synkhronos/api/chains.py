@@ -25,7 +25,6 @@ from synkhronos.rank.chain_part import (
     held_updates,
     run_steps,
 )
-from synkhronos.rank.checkpoint_part import is_scratch
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.session import launch
 from synkhronos.transport.channel import check_count
@@ -108,14 +107,16 @@ class Chain:
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._table = encode_table(steps, fuse)
         self._touched = set(written)
-        # Written as a step runs (the others apply on every rank or on none).
+        # Written as a step runs (the others apply on every rank or on none); what a
+        # training function hands between its phases is written anew by the next call.
+        handed = {id(v) for f in functions for v in f._handover}
         applied = {
             v.name or str(v)
             for step, held in zip(
                 touched, held_updates(touched, session.state.backend.mode), strict=True
             )
             for v in (step if isinstance(step, list) else [v for v, _ in step.updates])
-            if id(v) not in held and not is_scratch(v)
+            if id(v) not in held and id(v) not in handed
         }
         names = ", ".join(sorted(applied))
         self._may_differ = (

@@ -498,9 +498,7 @@ def _holder(like, name: str):
     """A shared variable of ``like``'s type (its lengths may change with the call)."""
     static = like.type.shape
     zeros = np.zeros(tuple(n or 0 for n in static), like.type.dtype)
-    holder = pytensor.shared(zeros, name=name, shape=static)
-    holder.tag.scratch = True  # written anew by each call before it is read
-    return holder
+    return pytensor.shared(zeros, name=name, shape=static)
 
 
 def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:

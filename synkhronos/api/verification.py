@@ -20,7 +20,7 @@ from synkhronos.api import routines
 from synkhronos.api.checkpoints import handed_over, per_rank_results
 from synkhronos.api.collectives import registered
 from synkhronos.rank import checkpoint_part
-from synkhronos.rank.checkpoint_part import is_scratch, kept_per_rank
+from synkhronos.rank.checkpoint_part import kept_per_rank
 from synkhronos.session import launch
 from synkhronos.transport.nodes import current as current_nodes
 
@@ -130,7 +130,7 @@ def verify(per_rank: Iterable = ()) -> None:
     session.distribute()  # every function built so far: its variables get their index
     variables = session.state.registry.variables
     skipped = {i for i, var in enumerate(variables) if id(var) in session.sliceable_ids}
-    skipped |= {i for i, var in enumerate(variables) if kept_per_rank(var) or is_scratch(var)}
+    skipped |= {i for i, var in enumerate(variables) if kept_per_rank(var)}
     skipped |= set(handed_over(session))
     if per_rank:
         skipped |= set(registered(session, list(per_rank))[1].tolist())

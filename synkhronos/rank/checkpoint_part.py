@@ -47,13 +47,6 @@ def kept_per_rank(var) -> bool:
     return getattr(var, "default_update", None) is not None
 
 
-def is_scratch(var) -> bool:
-    """Whether the shared variable ``var`` is tagged ``scratch``: a call writes it before
-    reading it (a training function's sums between its phases), so a call that failed on
-    some rank may leave the ranks' copies different, and the next call makes them agree."""
-    return bool(getattr(var.tag, "scratch", False))
-
-
 def digest(value) -> int:
     """A 64-bit digest of an array's dtype, shape and contents (equal arrays, equal
     digests; NaNs compare by their bits).
