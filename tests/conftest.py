@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import zlib
 
 import numpy as np
@@ -59,6 +61,22 @@ SLOW_FILES = {
     "test_synkhronos_style_demo.py",
     "test_train.py",
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # PyTensor's JAX and Numba linkers write each compiled function's source to a temporary
+    # file they never delete (tens of thousands per run): the run's processes (test workers
+    # and ranks inherit the variable) write them in one folder, removed at the end.
+    if not hasattr(config, "workerinput"):
+        config.synk_tmpdir = tempfile.mkdtemp(prefix="synk-tests-")
+        os.environ["TMPDIR"] = config.synk_tmpdir
+        tempfile.tempdir = None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = getattr(config, "synk_tmpdir", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
