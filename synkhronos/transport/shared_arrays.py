@@ -119,6 +119,13 @@ class Data:
         return int(np.prod(self._shape))
 
     @property
+    def layout(self) -> tuple:
+        """What a call's checks and its workers' views of this array depend on: the shape,
+        the minibatch flag and the shared-memory segment (a reallocation makes a new one).
+        A call of the same Data of the same layout passes the same checks."""
+        return self._shape, self.minibatch, self._segment.generation
+
+    @property
     def alloc_size(self) -> int:
         """Elements allocated in shared memory (at least :attr:`size`)."""
         return self._segment.size // self._dtype.itemsize
