@@ -5,8 +5,8 @@ on any rank before that), builds a :class:`~synkhronos.transport.callplan.CallPl
 :meth:`Session.execute <synkhronos.session.launch.Session.execute>` sends it through the command
 channel. Every rank, rank 0 included, runs its rows (:func:`synkhronos.rank.state.run_plan`),
 and :mod:`synkhronos.rank.outputs` brings the ranks' outputs together in rank 0. A call
-like the last one (the same ``Data``, nothing else) skips the checks and the plan: it
-reuses the last call's (:class:`_LastCall`).
+like the last one (the same ``Data``, or arrays of the same shapes, and no option) skips
+most checks and the plan: it reuses the last call's (:class:`_LastCall`).
 """
 
 from __future__ import annotations
@@ -427,8 +427,9 @@ def _local_array(d: Data) -> np.ndarray:
 
 
 class _LastCall:
-    """A function's last call, kept for a call like it: the same ``Data`` objects, of the
-    same layouts (:attr:`Data.layout <synkhronos.transport.shared_arrays.Data.layout>`),
+    """A function's last call, kept for a call like it: the same ``Data`` objects (a
+    scattered numpy array is copied into the function's own scratch Data), of the same
+    layouts (:attr:`Data.layout <synkhronos.transport.shared_arrays.Data.layout>`),
     and no option (``batch``, ``batch_s``, ``num_slices``, ``output_subset``). Such a call
     passes the same checks and has the same plan, so the message to the workers and rank
     0's share of it are reused. Weak references name the Data, so that keeping the call
@@ -568,6 +569,15 @@ class Function(BaseFunction):
         if not self._shipped:
             session.distribute()
         state = session.state
+        n_in = len(self._spec.inputs)
+        if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
+            args = (
+                *(
+                    a if isinstance(a, Data) else self._in_scratch(i, a)
+                    for i, a in enumerate(args[:n_in])
+                ),
+                *args[n_in:],
+            )
         plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
         key = self._reuse_key(args) if plain else None
         last = self._last
@@ -599,8 +609,9 @@ class Function(BaseFunction):
 
     def _reuse_key(self, args) -> tuple | None:
         """What makes a call like the last one (:class:`_LastCall`): its arguments, all
-        ``Data``, and their layouts; None where a call's plan depends on more (a plain
-        array's values, the lengths of sliceable shared variables)."""
+        ``Data`` (scattered numpy arrays are in the scratch Data by then), and their
+        layouts; None where a call's plan depends on more (a broadcast input's value, the
+        lengths of sliceable shared variables)."""
         if self._spec.sliceable or not all(isinstance(a, Data) for a in args):
             return None
         return tuple((weakref.ref(a), a.layout) for a in args)
@@ -738,28 +749,34 @@ class Function(BaseFunction):
 
     def _scattered(self, i: int, var, arg) -> Data:
         what = f"{self._what}, {_label(var, i, 'input')}"
-        if isinstance(arg, Data):
-            if arg.dtype != var.dtype:
-                raise TypeError(
-                    f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
-                    f"(make it with dtype={var.dtype!s})"
-                )
-            _check_static_shape(var, arg.shape, what, skip_first=True)
-            return arg
+        if not isinstance(arg, Data):
+            arg = self._in_scratch(i, arg)
+        if arg.dtype != var.dtype:
+            raise TypeError(
+                f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
+                f"(make it with dtype={var.dtype!s})"
+            )
+        _check_static_shape(var, arg.shape, what, skip_first=True)
+        return arg
+
+    def _in_scratch(self, i: int, arg) -> Data:
+        """Scattered input ``i``'s array, checked, in this function's scratch ``Data`` for
+        that input (the same Data at every call: a call like the last one then reuses
+        its plan)."""
+        var = self._spec.inputs[i]
         value = np.asarray(arg)
-        if value.dtype != var.dtype and not np.can_cast(value.dtype, var.dtype, "same_kind"):
-            raise TypeError(
-                f"{what}: cannot use an array of dtype {value.dtype} for an input "
-                f"of dtype {var.dtype}"
-            )
-        if (
-            value.dtype != var.dtype
-            and not self._downcast
-            and not np.can_cast(value.dtype, var.dtype, "safe")
-        ):
-            raise TypeError(
-                f"{what}: casting {value.dtype} to {var.dtype} would lose precision; cast it first"
-            )
+        what = f"{self._what}, {_label(var, i, 'input')}"
+        if value.dtype != var.dtype:
+            if not np.can_cast(value.dtype, var.dtype, "same_kind"):
+                raise TypeError(
+                    f"{what}: cannot use an array of dtype {value.dtype} for an input "
+                    f"of dtype {var.dtype}"
+                )
+            if not self._downcast and not np.can_cast(value.dtype, var.dtype, "safe"):
+                raise TypeError(
+                    f"{what}: casting {value.dtype} to {var.dtype} would lose precision; "
+                    f"cast it first"
+                )
         _check_static_shape(var, value.shape, what, skip_first=True)
         scratch = self._scratch.get(i)
         if scratch is None:
