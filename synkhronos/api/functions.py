@@ -611,8 +611,9 @@ class Function(BaseFunction):
         """What makes a call like the last one (:class:`_LastCall`): its arguments, all
         ``Data`` (scattered numpy arrays are in the scratch Data by then), and their
         layouts; None where a call's plan depends on more (a broadcast input's value, the
-        lengths of sliceable shared variables)."""
-        if self._spec.sliceable or not all(isinstance(a, Data) for a in args):
+        lengths of sliceable shared variables) or where its plan writes a broadcast input
+        (the row count of a training function's row phase)."""
+        if self._spec.sliceable or self._counts_rows or not all(isinstance(a, Data) for a in args):
             return None
         return tuple((weakref.ref(a), a.layout) for a in args)
 
