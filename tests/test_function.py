@@ -39,6 +39,44 @@ def test_data_inputs_and_bcast_data(fns, rng):
     check_ops(f(xd, yd, 0.5), ref(xv2[:5], yv2[:5], 0.5))
 
 
+def test_a_call_like_the_last_reuses_its_checks_and_plan(fns, rng):
+    """A call of the same Data, of the same layouts, reuses the last call's plan; a new
+    value in place changes the result, a new length or a freed Data is checked again, and
+    the kept call keeps no Data alive."""
+    import gc
+
+    from tests.conftest import shm_entries
+
+    f, ref = fns
+    xv, yv = random_xy(rng, 9)
+    xd, yd, sd = f.build_inputs(xv, yv, 2.0)
+    check_ops(f(xd, yd, sd), ref(xv, yv, 2.0))
+    kept = f._last
+    xv2, yv2 = random_xy(rng, 9)
+    xd.set_value(xv2)  # new values, the same layouts
+    yd.set_value(yv2)
+    sd.set_value(-1.0)
+    check_ops(f(xd, yd, sd), ref(xv2, yv2, -1.0))
+    assert f._last is kept  # reused
+    yd.set_length(4)  # checked again: the lengths now differ
+    with pytest.raises(ValueError, match="different lengths"):
+        f(xd, yd, sd)
+    xd.set_length(4)
+    check_ops(f(xd, yd, sd), ref(xv2[:4], yv2[:4], -1.0), rows_per_rank=[2, 2])
+    assert f._last is not kept
+    xd.free_memory()
+    with pytest.raises(ValueError):
+        f(xd, yd, sd)
+    xd.set_value(xv[:4])  # a new segment
+    check_ops(f(xd, yd, sd), ref(xv[:4], yv2[:4], -1.0))
+    check_ops(f(xd, yd, 3.0), ref(xv[:4], yv2[:4], 3.0))  # a plain value: not kept
+    check_ops(f(xd, yd, sd), ref(xv[:4], yv2[:4], -1.0))
+    name = yd._segment.segment.name
+    del xd, yd, sd
+    gc.collect()
+    assert name not in shm_entries()
+
+
 def _worker_maps(name: str) -> bool:
     """Whether worker rank 1 maps the shared-memory segment ``name``."""
     from synkhronos.session import launch

@@ -4,12 +4,15 @@ Where a call goes: :meth:`Function.__call__` checks every argument in rank 0 (no
 on any rank before that), builds a :class:`~synkhronos.transport.callplan.CallPlan`, and
 :meth:`Session.execute <synkhronos.session.launch.Session.execute>` sends it through the command
 channel. Every rank, rank 0 included, runs its rows (:func:`synkhronos.rank.state.run_plan`),
-and :mod:`synkhronos.rank.outputs` brings the ranks' outputs together in rank 0.
+and :mod:`synkhronos.rank.outputs` brings the ranks' outputs together in rank 0. A call
+like the last one (the same ``Data``, or arrays of the same shapes, and no option) skips
+most checks and the plan: it reuses the last call's (:class:`_LastCall`).
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.graphs import GraphSpec, check_shippable
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.rank.rewritten_graphs import graph_key, mark_checked, was_checked
-from synkhronos.rank.state import run_plan
+from synkhronos.rank.state import run_share_of, share_of
 from synkhronos.session import launch
 from synkhronos.transport import trace
 from synkhronos.transport.callplan import CallPlan, RankRows
@@ -418,6 +421,33 @@ class BaseFunction(ABC):
         return tuple(ordered)
 
 
+def _local_array(d: Data) -> np.ndarray:
+    """Rank 0's array of a plan's ``Data`` entry: the Data's own view."""
+    return d.data
+
+
+class _LastCall:
+    """A function's last call, kept for a call like it: the same ``Data`` objects (a
+    scattered numpy array is copied into the function's own scratch Data), of the same
+    layouts (:attr:`Data.layout <synkhronos.transport.shared_arrays.Data.layout>`),
+    and no option (``batch``, ``batch_s``, ``num_slices``, ``output_subset``). Such a call
+    passes the same checks and has the same plan, so the message to the workers and rank
+    0's share of it are reused. Weak references name the Data, so that keeping the call
+    keeps none alive; rank 0's views of them are taken anew at each call."""
+
+    def __init__(self, key: tuple, arrays, fn, share: dict, n_scattered: int) -> None:
+        self.key, self.arrays, self.fn, self._n = key, arrays, fn, n_scattered
+        self._share = {k: v for k, v in share.items() if k not in ("scattered", "bcast_values")}
+
+    def share(self, args: tuple) -> dict:
+        """Rank 0's share of a call with ``args`` (the same Data as the kept call's)."""
+        return {
+            **self._share,
+            "scattered": [d.data for d in args[: self._n]],
+            "bcast_values": [d.data for d in args[self._n :]],
+        }
+
+
 class Function(BaseFunction):
     """A synkhronos function: built by :func:`synkhronos.function`, called like PyTensor's;
     one compiled function on every rank (its attributes: :class:`BaseFunction`'s)."""
@@ -446,6 +476,7 @@ class Function(BaseFunction):
         self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)
         self._shipped = False
         self._scratch: dict[int, Data] = {}
+        self._last: _LastCall | None = None
         self._update_targets = {id(v) for v, _ in self._spec.updates}
         self._handover = list(parts.handover)
         session.sliceable_ids.update(id(s) for s in parts.sliceable)
@@ -537,20 +568,54 @@ class Function(BaseFunction):
             args = self._by_name(args, kwargs)
         if not self._shipped:
             session.distribute()
-        with trace.span("check and plan", "rank 0"):
-            plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
-        arrays = plan.encode() if session.n_ranks > 1 else ()
-        weight, host, reduced = session.execute(
-            Command.CALL,
-            arrays,
-            lambda: run_plan(session.state, plan, lambda d: d.data, session.state.pending),
-        )
+        state = session.state
+        n_in = len(self._spec.inputs)
+        if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
+            args = (
+                *(
+                    a if isinstance(a, Data) else self._in_scratch(i, a)
+                    for i, a in enumerate(args[:n_in])
+                ),
+                *args[n_in:],
+            )
+        plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
+        key = self._reuse_key(args) if plain else None
+        last = self._last
+        if key is not None and last is not None and last.key == key:
+            subset, arrays = self._all_outputs, last.arrays
+
+            def local():
+                return run_share_of(state, last.fn, last.share(args), state.pending)
+
+        else:
+            with trace.span("check and plan", "rank 0"):
+                plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
+            subset, arrays = plan.subset, plan.encode() if session.n_ranks > 1 else ()
+
+            def local():
+                with trace.span("select rows", "rows"):
+                    fn, share = share_of(state, plan, _local_array)
+                if key is not None:
+                    self._last = _LastCall(key, arrays, fn, share, len(self._spec.inputs))
+                return run_share_of(state, fn, share, state.pending)
+
+        weight, host, reduced = session.execute(Command.CALL, arrays, local)
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
-        single = self._single if output_subset is None else len(plan.subset) == 1
+        single = self._single if output_subset is None else len(subset) == 1
         replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
         with trace.span("collect outputs", "outputs"):
-            return collect_outputs(replies, self._spec, plan.subset, weight, host, reduced, single)
+            return collect_outputs(replies, self._spec, subset, weight, host, reduced, single)
+
+    def _reuse_key(self, args) -> tuple | None:
+        """What makes a call like the last one (:class:`_LastCall`): its arguments, all
+        ``Data`` (scattered numpy arrays are in the scratch Data by then), and their
+        layouts; None where a call's plan depends on more (a broadcast input's value, the
+        lengths of sliceable shared variables) or where its plan writes a broadcast input
+        (the row count of a training function's row phase)."""
+        if self._spec.sliceable or self._counts_rows or not all(isinstance(a, Data) for a in args):
+            return None
+        return tuple((weakref.ref(a), a.layout) for a in args)
 
     def _plan(
         self,
@@ -685,28 +750,34 @@ class Function(BaseFunction):
 
     def _scattered(self, i: int, var, arg) -> Data:
         what = f"{self._what}, {_label(var, i, 'input')}"
-        if isinstance(arg, Data):
-            if arg.dtype != var.dtype:
-                raise TypeError(
-                    f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
-                    f"(make it with dtype={var.dtype!s})"
-                )
-            _check_static_shape(var, arg.shape, what, skip_first=True)
-            return arg
+        if not isinstance(arg, Data):
+            arg = self._in_scratch(i, arg)
+        if arg.dtype != var.dtype:
+            raise TypeError(
+                f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
+                f"(make it with dtype={var.dtype!s})"
+            )
+        _check_static_shape(var, arg.shape, what, skip_first=True)
+        return arg
+
+    def _in_scratch(self, i: int, arg) -> Data:
+        """Scattered input ``i``'s array, checked, in this function's scratch ``Data`` for
+        that input (the same Data at every call: a call like the last one then reuses
+        its plan)."""
+        var = self._spec.inputs[i]
         value = np.asarray(arg)
-        if value.dtype != var.dtype and not np.can_cast(value.dtype, var.dtype, "same_kind"):
-            raise TypeError(
-                f"{what}: cannot use an array of dtype {value.dtype} for an input "
-                f"of dtype {var.dtype}"
-            )
-        if (
-            value.dtype != var.dtype
-            and not self._downcast
-            and not np.can_cast(value.dtype, var.dtype, "safe")
-        ):
-            raise TypeError(
-                f"{what}: casting {value.dtype} to {var.dtype} would lose precision; cast it first"
-            )
+        what = f"{self._what}, {_label(var, i, 'input')}"
+        if value.dtype != var.dtype:
+            if not np.can_cast(value.dtype, var.dtype, "same_kind"):
+                raise TypeError(
+                    f"{what}: cannot use an array of dtype {value.dtype} for an input "
+                    f"of dtype {var.dtype}"
+                )
+            if not self._downcast and not np.can_cast(value.dtype, var.dtype, "safe"):
+                raise TypeError(
+                    f"{what}: casting {value.dtype} to {var.dtype} would lose precision; "
+                    f"cast it first"
+                )
         _check_static_shape(var, value.shape, what, skip_first=True)
         scratch = self._scratch.get(i)
         if scratch is None:

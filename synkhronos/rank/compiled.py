@@ -421,15 +421,23 @@ class RankFunction:
         if weight == 0:
             return 0, None
         k = num_slices if (rows is not None or s_rows is not None) else 1
-        row_chunks = split_selection(rows, k) if rows is not None else [None] * k
-        pos_chunks = split_selection(positions, k) if positions is not None else [None] * k
-        s_chunks = split_selection(s_rows, k) if s_rows is not None else [None] * k
+        if k == 1:  # the whole share in one piece: the usual call
+            pieces = [(rows, positions, s_rows, weight)]
+        else:
+            pieces = [
+                (chunk, pos, s_chunk, self._weight(chunk, s_chunk))
+                for chunk, pos, s_chunk in zip(
+                    split_selection(rows, k) if rows is not None else [None] * k,
+                    split_selection(positions, k) if positions is not None else [None] * k,
+                    split_selection(s_rows, k) if s_rows is not None else [None] * k,
+                    strict=True,
+                )
+            ]
         deferred = bool(self.spec.updates) and (pending is not None or k > 1)
         fn = self._function(variant, updates_as_outputs=deferred)
         n_out = len(self.spec.outputs)
         results, update_values, weights = [], [], []
-        for chunk, pos, s_chunk in zip(row_chunks, pos_chunks, s_chunks, strict=True):
-            w = self._weight(chunk, s_chunk)
+        for chunk, pos, s_chunk, w in pieces:
             if w == 0:
                 continue
             args = self._arguments(scattered, by_position, chunk, pos, bcast_values, s_chunk)

@@ -121,7 +121,7 @@ def _check_same_shapes(output: int, op: str, values: list) -> None:
     """Refuse to reduce per-rank values of different shapes (NumPy would broadcast some).
 
     The call has run by then: its updates are applied on every rank."""
-    if bare_op(op) == "gather":
+    if len(values) < 2 or bare_op(op) == "gather":
         return
     shapes = [None if v is None else np.shape(v) for v in values]
     if len({s for s in shapes if s is not None}) > 1:

@@ -132,6 +132,17 @@ def run_plan(
     """
     with trace.span("select rows", "rows"):
         fn, share = share_of(state, plan, resolve)
+    return run_share_of(state, fn, share, pending, held)
+
+
+def run_share_of(
+    state: RankState,
+    fn: RankFunction,
+    share: dict,
+    pending: list | None = None,
+    held: set[int] | None = None,
+) -> tuple[int, list, dict]:
+    """:func:`run_plan` from :func:`share_of`'s result."""
     with trace.span(fn.spec.name or "unnamed function", "compute"):
         weight, outs = fn.run(**share, pending=pending, held=held)
     with trace.span("share outputs", "outputs"):

@@ -10,6 +10,7 @@ tells the workers to unmap it.
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 
 import numpy as np
@@ -35,8 +36,9 @@ def check_oversize(oversize) -> float:
     return float(oversize)
 
 
-def _cast(value: np.ndarray, dtype: np.dtype, force_cast: bool, what: str) -> np.ndarray:
-    """``value`` as ``dtype``: safe casts silently, others only with ``force_cast``."""
+def _cast(value: np.ndarray, dtype: np.dtype, force_cast: bool, what: object) -> np.ndarray:
+    """``value`` as ``dtype``: safe casts silently, others only with ``force_cast``
+    (``what``: named in the error, formatted only then)."""
     if value.dtype == dtype:
         return value
     if force_cast or np.can_cast(value.dtype, dtype, "safe"):
@@ -119,6 +121,13 @@ class Data:
         return int(np.prod(self._shape))
 
     @property
+    def layout(self) -> tuple:
+        """What a call's checks and its workers' views of this array depend on: the shape,
+        the minibatch flag and the shared-memory segment (a reallocation makes a new one).
+        A call of the same Data of the same layout passes the same checks."""
+        return self._shape, self.minibatch, self._segment.generation
+
+    @property
     def alloc_size(self) -> int:
         """Elements allocated in shared memory (at least :attr:`size`)."""
         return self._segment.size // self._dtype.itemsize
@@ -158,17 +167,19 @@ class Data:
             )
 
     def _resize(self, shape: tuple[int, ...], oversize: float, keep: bool) -> None:
-        nbytes = int(np.prod(shape)) * self._dtype.itemsize
+        nbytes = math.prod(shape) * self._dtype.itemsize
         old = self.data.reshape(-1) if keep and self._segment.segment is not None else None
         if self._segment.segment is None or nbytes > self._segment.size:
             generation = self._segment.generation
             old_copy = None if old is None else old.copy()
             self._segment.reserve(nbytes, check_oversize(oversize))
             if old_copy is not None and generation >= 0:
-                n = min(old_copy.size, int(np.prod(shape)))
+                n = min(old_copy.size, math.prod(shape))
                 self._segment.attached.array(self._dtype, (n,))[...] = old_copy[:n]
-        self._shape = shape
-        self._view = None
+            self._view = None
+        if shape != self._shape:
+            self._shape = shape
+            self._view = None  # a value of the same shape in the same segment keeps the view
 
     def condition_data(self, value, force_cast: bool = False) -> np.ndarray:
         """``value`` as :meth:`set_value` would store it: cast to :attr:`dtype` (unsafe casts
@@ -180,7 +191,7 @@ class Data:
         >>> synk.data(ndim=1, dtype="float32").condition_data(np.int8([1, 2])).dtype
         dtype('float32')
         """
-        value = _cast(np.asarray(value), self._dtype, force_cast, repr(self))
+        value = _cast(np.asarray(value), self._dtype, force_cast, self)
         self._fix_ndim(value.ndim, "the value")
         return value
 

@@ -1,0 +1,231 @@
+"""A GPU rank's overhead over JAX written by hand, side by side in one run (#51).
+
+Each part runs in a fresh process (``--part``), with ``JAX_PLATFORMS=cpu`` unless a GPU
+is visible:
+
+call N
+    a tiny function (``v.sum()`` of 8 floats) on N GPU ranks, given a ``Data`` and a numpy
+    array, against the same graph as a plain ``pytensor.function(mode="JAX")``:
+    microseconds per call, best of rounds taken in turns, and the ratios.
+mlp
+    the one-line MLP step (784-1024-1024-10, Adam, batch 256) on one GPU rank,
+    ``synk.function([x, y], loss, updates=adam(loss, params))``, against a hand-written
+    ``jax.jit`` step (Adam by hand, its buffers donated), both fed host numpy arrays each
+    step; and each fed what stays put (the synkhronos step a ``Data``, the JAX step
+    device arrays). Both start from the same parameters; the run checks that they agree
+    after the warm-up steps. Milliseconds per step, median of blocks taken in turns.
+resnet
+    (``--resnet``) ResNet-50 at a reduced size (``--image-size``, ``--resnet-batch``) on
+    one GPU rank: the fused step against the JAX loop of ``jax_resnet.py``
+    (``gpu_check.py``'s resnet check).
+
+Usage::
+
+    python bench/bench_gpu_overhead.py [--resnet] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RESULT = "OVERHEAD_RESULT "
+
+
+def _args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--resnet", action="store_true", help="also ResNet-50 (minutes)")
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--resnet-batch", type=int, default=4)
+    parser.add_argument("--part", help=argparse.SUPPRESS)
+    parser.add_argument("--ranks", type=int, default=1, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def part_call(args) -> dict:
+    import pytensor
+    import pytensor.tensor as pt
+    from timing import best_of
+
+    import synkhronos as synk
+
+    synk.fork(args.ranks, backend="gpu")
+    try:
+        v = pt.vector("v")
+        plain = pytensor.function([v], v.sum(), mode="JAX")
+        f = synk.function([v], (v.sum(), "sum"))
+        d = synk.data(np.ones(8, dtype=v.dtype))
+        assert float(f(d)) == float(plain(d.data)) == 8.0
+        a = np.ones(8, dtype=v.dtype)
+        calls = {"synk": lambda: f(d), "synk numpy": lambda: f(a), "plain": lambda: plain(a)}
+        times: dict = {name: [] for name in calls}
+        for _ in range(20 * args.rounds):  # short rounds: the best finds a quiet moment
+            for name, call in calls.items():
+                times[name].append(best_of(call, 1, 100))
+    finally:
+        synk.close()
+    return {name: 1e6 * min(t) for name, t in times.items()}
+
+
+SIZES = (784, 1024, 1024, 10)
+BATCH = 256
+
+
+def _jax_adam_step():
+    """A hand-written ``jax.jit`` step of :func:`run.mlp`'s network with Lasagne's Adam
+    (learning rate 1e-3, its buffers donated)."""
+    import jax
+    import jax.numpy as jnp
+
+    b1, b2, lr, eps = 0.9, 0.999, 1e-3, 1e-8
+
+    def loss_of(params, x, y):
+        h = x
+        for i in range(0, len(params), 2):
+            h = h @ params[i] + params[i + 1]
+            h = jnp.maximum(h, 0) if i < len(params) - 2 else jax.nn.log_softmax(h, axis=1)
+        return -jnp.take_along_axis(h, y[:, None], axis=1).mean()
+
+    def step(params, m, v, t, x, y):
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        t = t + 1
+        a = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+        m = [b1 * mi + (1 - b1) * g for mi, g in zip(m, grads, strict=True)]
+        v = [b2 * vi + (1 - b2) * g * g for vi, g in zip(v, grads, strict=True)]
+        params = [p - a * mi / (jnp.sqrt(vi) + eps) for p, mi, vi in zip(params, m, v, strict=True)]
+        return params, m, v, t, loss
+
+    return jax.jit(step, donate_argnums=(0, 1, 2))
+
+
+def part_mlp(args) -> dict:
+    import jax
+    from bench_one_line import timed_blocks
+    from run import mlp
+
+    import synkhronos as synk
+    from synkhronos.extensions.lasagne import updates
+
+    synk.fork(1, backend="gpu")
+    try:
+        x, y, loss, params = mlp(sizes=SIZES)
+        start = [p.get_value() for p in params]
+        f = synk.function([x, y], loss, updates=updates.adam(loss, params))
+        rng = np.random.default_rng(0)
+        xs = rng.random((8 * BATCH, SIZES[0])).astype(x.dtype)
+        ys = rng.integers(0, SIZES[-1], 8 * BATCH).astype("int32")
+        xd, yd = synk.data(xs), synk.data(ys)
+        step = _jax_adam_step()
+        state = [
+            [jax.device_put(p) for p in start],
+            [jax.device_put(np.zeros_like(p)) for p in start],
+            [jax.device_put(np.zeros_like(p)) for p in start],
+            jax.device_put(np.float32(0)),
+        ]
+        xj, yj = jax.device_put(xs), jax.device_put(ys)
+        at = iter(range(10**9))
+
+        def rows() -> slice:
+            lo = (next(at) % 8) * BATCH
+            return slice(lo, lo + BATCH)
+
+        def jax_step(x_in, y_in, r: slice) -> None:
+            *kept, loss_j = step(*state, x_in[r], y_in[r])
+            state[:] = kept
+            loss_j.block_until_ready()
+
+        for _ in range(3):  # compile, and check that both train the same model
+            r = rows()
+            f(xs[r], ys[r])
+            jax_step(xs, ys, r)
+        gap = max(
+            float(np.abs(p.get_value() - np.asarray(q)).max())
+            for p, q in zip(params, state[0], strict=True)
+        )
+        assert gap < 1e-4, f"the synkhronos and the JAX step disagree by {gap}"
+        f(xd, yd, batch=rows())  # the Data form compiles nothing new; warm it
+        times = timed_blocks(
+            {
+                "synk host": lambda: f(*(a[r] for r in [rows()] for a in (xs, ys))),
+                "jax host": lambda: jax_step(xs, ys, rows()),
+                "synk data": lambda: f(xd, yd, batch=rows()),
+                "jax device": lambda: jax_step(xj, yj, rows()),
+            },
+            10,
+            args.rounds,
+        )
+    finally:
+        synk.close()
+    return {name: 1e3 * s for name, s in times.items()}
+
+
+def part_resnet(args) -> dict:
+    sys.argv = [sys.argv[0]]
+    import gpu_check
+
+    return gpu_check.resnet_figures(
+        1, args.image_size, args.resnet_batch, classes=10, steps=max(3, args.rounds // 2)
+    )
+
+
+def _child(part: str, args, extra: tuple = ()) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--part", part, *extra]
+    command += ["--rounds", str(args.rounds), "--image-size", str(args.image_size)]
+    command += ["--resnet-batch", str(args.resnet_batch)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=HERE.parent, check=False)
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT) :])
+    raise RuntimeError(f"part {part} failed:\n{done.stderr[-3000:]}")
+
+
+def main(argv=None) -> None:
+    args = _args(argv)
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
+    from synkhronos.rank.backends.gpu import visible_gpus
+
+    if not visible_gpus():
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if args.part:
+        parts = {"call": part_call, "mlp": part_mlp, "resnet": part_resnet}
+        print(RESULT + json.dumps(parts[args.part](args)), flush=True)
+        return
+    device = "CPU devices" if os.environ.get("JAX_PLATFORMS") == "cpu" else "GPU"
+    print(f"GPU ranks' overhead, {device}, {time.strftime('%Y-%m-%d %H:%M')}")
+    for n in (1, 2):
+        c = _child("call", args, ("--ranks", str(n)))
+        print(
+            f"tiny call, {n} rank(s): synk {c['synk']:.1f} us (a numpy argument "
+            f"{c['synk numpy']:.1f}), plain JAX mode {c['plain']:.1f} us, ratio "
+            f"{c['synk'] / c['plain']:.2f} ({c['synk numpy'] / c['plain']:.2f})"
+        )
+    m = _child("mlp", args)
+    print(f"MLP {'-'.join(map(str, SIZES))} Adam, batch {BATCH}, 1 rank, ms per step:")
+    print(
+        f"  host numpy: synk {m['synk host']:.2f}, jax.jit {m['jax host']:.2f}, "
+        f"speed ratio {m['jax host'] / m['synk host']:.3f}"
+    )
+    print(
+        f"  kept data: synk (Data) {m['synk data']:.2f}, jax.jit (device arrays) "
+        f"{m['jax device']:.2f}; host / kept: synk {m['synk host'] / m['synk data']:.2f}, "
+        f"jax {m['jax host'] / m['jax device']:.2f}"
+    )
+    if args.resnet:
+        r = _child("resnet", args)
+        print(
+            f"ResNet-50 {args.image_size} px, {args.resnet_batch} images, 1 rank: synk "
+            f"{r['synk']:.2f}, JAX loop {r['jax']:.2f} samples/s, ratio {r['synk'] / r['jax']:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
