@@ -165,7 +165,9 @@ def function(
         defined in ``__main__`` or in a module a fresh interpreter cannot import), naming
         the Op; or if an input or output is not a tensor of a dtype that can travel.
     ValueError
-        If an output or broadcast input has more than 8 dimensions, or a call's message or
+        If an output whose op is left to the default has the rows on an axis other than
+        the first only (name its op, or put the rows first); if an output or broadcast
+        input has more than 8 dimensions, or a call's message or
         reply would hold more than 512 arrays.
     Exception
         Whatever :func:`pytensor.function` raises for the graph: rank 0 builds its copy
