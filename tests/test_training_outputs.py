@@ -76,13 +76,17 @@ def test_training_function_returns_its_lines_outputs(session):
     assert train.output_modes == ["avg", "avg", "gather", "gather"]
     reference = pytensor.function([x, y], outputs, mode=_mode())  # from the same parameters
     X, Y = data()
-    for batch in (None, np.array([10, 0, 3, 3, 7, 1, 9, 2])):
+    for batch, slices in ((None, 1), (np.array([10, 0, 3, 3, 7, 1, 9, 2]), 1), (None, 2)):
         sel = slice(None) if batch is None else batch
         want = reference(X[sel], Y[sel].astype("int32"))
-        got = train(X, Y.astype("int32"), batch=batch)
+        got = train(X, Y.astype("int32"), batch=batch, num_slices=slices)
         assert got[2].shape == want[2].shape  # every rank's rows, in order
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    want = reference(X, Y.astype("int32"))
+    got = train(X, Y.astype("int32"), output_subset=[3, 1])
+    np.testing.assert_array_equal(got[0], want[3])
+    np.testing.assert_allclose(got[1], want[1], rtol=tol)
     synk.verify()
 
 
