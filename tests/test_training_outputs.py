@@ -194,8 +194,9 @@ def test_batch_norm_averages_are_read_by_the_users_variable(session):
     strict=True,
     reason="the split's lengths miss the rows of the softmax after the transformer (its "
     "length's expression, a Switch of a reshape, evaluates alike for both row counts): "
-    "the softmax is taken for a statistic of the rows and all-reduced, of the ranks' "
-    "shapes (issue #50's misleading warning); the predictions themselves come back whole",
+    "the softmax is taken for a statistic of the rows, all-reduced whatever the ranks' "
+    "shapes (issue #50's misleading warning), and the predictions for no value of the "
+    "rows, averaged (12 rows on 2 ranks: 6 come back)",
 )
 def test_spatial_transformer_returns_its_predictions(session):
     """As the Recipes' spatial transformer program asks: its training function's
