@@ -9,6 +9,8 @@ ranks in float64 (and 2 GPU ranks on CPU devices, in their floatX), with uneven 
 against ``pytensor.function`` in one process.
 """
 
+import copy
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -225,3 +227,40 @@ def test_spatial_transformer_returns_its_predictions(session):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
     accuracy = np.mean(np.argmax(got[1], axis=1) == Y)  # the program's own line
     assert accuracy == np.mean(np.argmax(want[1], axis=1) == Y)
+
+
+def test_a_generator_cloned_later_keeps_its_draws_one_devices(session):
+    """A training function's dropout draws the whole batch's numbers from rank 0's state on
+    every rank; a function shipped later with a clone of that generator (its storage)
+    leaves the state as it is on every rank, so the next step still draws one device's."""
+    n, tol = session
+    lasagne.random.set_rng(np.random.RandomState(6))
+    x, y = pt.matrix("x"), pt.ivector("y")
+    net = L.DropoutLayer(L.DenseLayer(L.InputLayer((None, 4), x), 5), p=0.5)
+    net = L.DenseLayer(net, 3, nonlinearity=lasagne.nonlinearities.softmax)
+    loss = lasagne.objectives.categorical_crossentropy(L.get_output(net), y).mean()
+    params = L.get_all_params(net, trainable=True)
+    updates = lasagne.updates.sgd(loss, params, 0.1)
+    (generator,) = [
+        v
+        for v in pytensor.graph.traversal.graph_inputs([loss])
+        if isinstance(v.type, pytensor.tensor.random.type.RandomType)
+    ]
+    start = [copy.deepcopy(v.get_value()) for v in [*params, generator]]
+    train = synk.function([x, y], loss, updates=updates, mode=_mode())
+    X, Y = data(4)
+    Y = Y.astype("int32")
+    train(X, Y)
+    clone = generator.clone()
+    draws = synk.function([x], pt.random.normal(size=x.shape, rng=clone), mode=_mode())
+    assert draws(X).shape == X.shape
+    train(X, Y)
+    got = [p.get_value() for p in params]
+    for v, value in zip([*params, generator], start, strict=True):
+        v.set_value(value)  # on rank 0 only: the reference runs there
+    reference = pytensor.function([x, y], loss, updates=updates, mode=_mode())
+    reference(X, Y)
+    reference(X, Y)
+    for g, p in zip(got, params, strict=True):
+        np.testing.assert_allclose(g, p.get_value(), rtol=tol, atol=tol)
+    synk.broadcast(params)

@@ -316,16 +316,18 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
 
     Random generators arrive with rank 0's state; each worker's is reseeded from it and
     its rank, so that ranks draw different numbers (dropout masks, say), except those a
-    spec lists in ``same_on_every_rank``.
+    spec lists in ``same_on_every_rank`` and clones of a generator already held (they
+    share its storage, and its state stays as it is).
     """
     _, new, specs, updates = _Unpickler(io.BytesIO(payload), registry).load()
     alike = {id(v) for spec in specs for v in spec.same_on_every_rank}
     for var, update in updates:
         var.__dict__[_DEFAULT_UPDATE] = update
     for var in new:
+        reseeded = registry.holding(var.container) is not None  # a clone's: seeded already
         registry.add(var)
         value = var.get_value(borrow=True)
-        if isinstance(value, np.random.Generator) and id(var) not in alike:
+        if isinstance(value, np.random.Generator) and id(var) not in alike and not reseeded:
             var.set_value(
                 np.random.default_rng([rank, *value.integers(2**63, size=2)]), borrow=True
             )
