@@ -181,6 +181,23 @@ class Pool:
         steps = (grad, ("all_reduce", g, "sum"), update, ("broadcast", w))
         return {fuse: synk.chain(*steps, fuse=fuse) for fuse in (True, False)}, w
 
+    @functools.cached_property
+    def row_outputs(self) -> tuple:
+        """(a softmax classifier's one-line training step and a plain function, both with
+        per-row outputs and no reduce op named, their references, the weights)."""
+        xr, yr = pt.matrix("xr"), pt.ivector("yr")  # floatX: JAX mode's own width
+        w = pytensor.shared(np.zeros((3, 4), xr.dtype), name="w_rows")
+        p = pt.special.softmax(xr @ w, axis=1)
+        ce = -pt.log(p[pt.arange(yr.shape[0]), yr])
+        outputs = [ce.mean(), ce.sum(), p, ce]
+        step = synk.function([xr, yr], outputs, updates=[(w, w - 0.1 * pt.grad(ce.mean(), w))])
+        rows = synk.function([xr], [xr @ w, pt.argmax(p, axis=1), (xr @ w).mean()])
+        references = (
+            pytensor.function([xr, yr], outputs),
+            pytensor.function([xr], [xr @ w, pt.argmax(p, axis=1), (xr @ w).mean()]),
+        )
+        return step, rows, references, w
+
 
 @pytest.fixture(scope="module", params=BACKENDS, ids=lambda p: f"{p[0]}x{p[1]}")
 def pool(request):
@@ -422,6 +439,32 @@ def test_chains_fused_or_step_by_step_equal_numpy(pool, seed, per_rank, extra, f
     even = k % pool.n == 0
     fused = pool.backend == "gpu" and fuse and even and nodes.current().n_nodes == 1
     assert sum(p.calls for p in programs()) - runs_before == (n_calls if fused else 0)
+    synk.verify()
+
+
+# ---- per-row outputs, no reduce op named ------------------------------------------------------
+@SETTINGS
+@given(data=st.data(), n_rows=st.integers(3, 12))
+def test_per_row_outputs_come_back_whole(pool, data, n_rows):
+    """A one-line training step's and a plain function's outputs whose leading axis is the
+    rows: every rank's rows, in order, as one process returns them; scalars (a mean, a
+    sum) the whole batch's."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    fx = pytensor.config.floatX
+    X, y = rng.normal(size=(n_rows, 3)).astype(fx), rng.integers(0, 4, n_rows).astype("int32")
+    step, rows, (ref_step, ref_rows), w = pool.row_outputs
+    assert step.output_modes == ["avg", "avg", "gather", "gather"]
+    assert rows.output_modes == ["gather", "gather", "avg"]
+    synk.broadcast(w, rng.normal(size=(3, 4)).astype(fx))
+    batch, sel = data.draw(batches(n_rows))
+    if len(sel) < pool.n:  # a training step needs rows on every rank
+        batch, sel = None, np.arange(n_rows)
+    tol = _tol(pool, fx)
+    wants = ref_rows(X[sel]), ref_step(X[sel], y[sel])  # before the step moves w
+    for got, want in zip((rows(X, batch=batch), step(X, y, batch=batch)), wants, strict=True):
+        for g, v in zip(got, want, strict=True):
+            assert np.shape(g) == np.shape(v)
+            np.testing.assert_allclose(g, v, rtol=tol, atol=tol)
     synk.verify()
 
 

@@ -7,9 +7,12 @@ any other, a plain :class:`~synkhronos.Function`.
 
 from __future__ import annotations
 
+import pytensor
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
 
-from synkhronos.api.functions import BaseFunction, Function, FunctionParts
+from synkhronos.api.functions import BaseFunction, Function, FunctionParts, _label
+from synkhronos.api.split.analysis import Fact, RowGraph
 from synkhronos.api.training import TrainingFunction, plan_split
 from synkhronos.session import launch
 
@@ -49,6 +52,43 @@ def _with_collect_modes(outputs, collect_modes, reduce_ops):
     return pairs[0] if single else pairs
 
 
+def _rows_gathered(parts: FunctionParts) -> None:
+    """Give each output whose op is left to the default and whose leading axis is the rows
+    op "gather" (``parts.ops``): the call then returns every rank's rows, in order, as one
+    device's function returns them; averaging the ranks' rows would not.
+
+    ``ValueError`` for such an output whose rows are on another axis only: neither op
+    gives one device's value, so the caller names one (or moves the rows first).
+    """
+    sources = [*parts.inputs, *parts.sliceable]
+    asked = [
+        k
+        for k, (var, explicit) in enumerate(zip(parts.outputs, parts.explicit, strict=True))
+        if not explicit and getattr(var.type, "ndim", 0) >= 1
+    ]
+    if not sources or not asked:
+        return
+    outputs = [parts.outputs[k] for k in asked]
+    if parts.givens:  # the rows reach the graph through the givens' values
+        outputs = graph_replace(outputs, dict(parts.givens), strict=False)
+    # No creation stack for the analysis' nodes (as in training.plan_split).
+    with pytensor.config.change_flags(traceback__limit=0):
+        graph = RowGraph(outputs, sources)
+    for k, var in zip(asked, outputs, strict=True):
+        analysed = graph.clone_of.get(var, var)
+        if graph.has(analysed, Fact.PURE):  # shapes only: no rank's rows in it
+            continue
+        axes = graph.lengths.row_axes(analysed)
+        if 0 in axes:
+            parts.ops[k] = "gather"
+        elif axes:
+            raise ValueError(
+                f"{parts.what}: {_label(parts.outputs[k], k, 'output')} has the rows on axis "
+                f"{axes[0]}, not 0: no reduce op gives one device's value; put the rows "
+                f'first (dimshuffle) for "gather", or name the op'
+            )
+
+
 def function(
     inputs=(),
     outputs=None,
@@ -72,8 +112,10 @@ def function(
     inputs : list of Variable
         Inputs scattered along axis 0 across ranks (uneven splits are fine).
     outputs : Variable, (Variable, op), or a list of them
-        ``op`` reduces the ranks' results: "avg" (default; weighted by each rank's rows,
-        so a per-sample mean equals the single-device mean), "sum", "prod", "max", "min",
+        ``op`` reduces the ranks' results: "avg" (weighted by each rank's rows, so a
+        per-sample mean equals the single-device mean; the default, but for an output
+        whose leading axis is the rows, which takes "gather": every rank's rows come
+        back whole, in order, as one device returns them), "sum", "prod", "max", "min",
         "gather" (concatenate along axis 0 in data order), None (rank 0's own result;
         the workers send nothing) or "per_rank" (the list of every rank's result). The
         ``c_`` forms ("c_avg", "c_sum", "c_prod", "c_max", "c_min", "c_gather") give the
@@ -123,7 +165,9 @@ def function(
         defined in ``__main__`` or in a module a fresh interpreter cannot import), naming
         the Op; or if an input or output is not a tensor of a dtype that can travel.
     ValueError
-        If an output or broadcast input has more than 8 dimensions, or a call's message or
+        If an output whose op is left to the default has the rows on an axis other than
+        the first only (name its op, or put the rows first); if an output or broadcast
+        input has more than 8 dimensions, or a call's message or
         reply would hold more than 512 arrays.
     Exception
         Whatever :func:`pytensor.function` raises for the graph: rank 0 builds its copy
@@ -155,6 +199,7 @@ def function(
         mode=mode,
         function_kwargs=dict(kwargs),
     )
+    _rows_gathered(parts)
     session = launch.current()
     if not local_updates and all(op == "avg" for op in parts.update_ops):
         planned = plan_split(parts)

@@ -63,6 +63,8 @@ def registered(session, shared_vars) -> tuple[list, np.ndarray, bool]:
         if not isinstance(v, SharedVariable):
             raise TypeError(f"collectives act on shared variables or their names, got {v!r}")
         index = registry.index(v)
+        if index is None:  # the graphs may read a clone of it (a batch norm's averages)
+            index = registry.holding(v.container)
         if index is None:
             raise ValueError(
                 f"shared variable {v} is not used by any synkhronos function, so "

@@ -687,13 +687,14 @@ class Function(BaseFunction):
         kinds = []
         for i, (var, arg) in enumerate(zip(self._spec.bcast_inputs, args, strict=True)):
             what = f"{self._what}, {_label(var, i, 'broadcast input')}"
-            if isinstance(arg, Data):
+            if isinstance(arg, Data) and (arg.dtype == var.dtype or not self._downcast):
                 if arg.dtype != var.dtype:
                     raise TypeError(f"{what}: Data has dtype {arg.dtype}, expected {var.dtype}")
                 _check_static_shape(var, arg.shape, what, skip_first=False)
                 bcast.append(arg)
                 kinds.append(Arg.DATA)
-            else:
+            else:  # a value (a Data of another dtype, allow_input_downcast: its values)
+                arg = arg.data if isinstance(arg, Data) else arg
                 bcast.append(checked_value(var, arg, what, self._downcast or None))
                 kinds.append(Arg.VALUE)
         return bcast, kinds
@@ -751,19 +752,23 @@ class Function(BaseFunction):
     def _scattered(self, i: int, var, arg) -> Data:
         what = f"{self._what}, {_label(var, i, 'input')}"
         if not isinstance(arg, Data):
-            arg = self._in_scratch(i, arg)
+            return self._in_scratch(i, arg)
         if arg.dtype != var.dtype:
-            raise TypeError(
-                f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
-                f"(make it with dtype={var.dtype!s})"
-            )
+            if not self._downcast:
+                raise TypeError(
+                    f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
+                    f"(make it with dtype={var.dtype!s}, or build the function with "
+                    f"allow_input_downcast=True)"
+                )
+            # allow_input_downcast: cast into the input's scratch, as an array is
+            return self._in_scratch(i, arg.data, minibatch=arg.minibatch)
         _check_static_shape(var, arg.shape, what, skip_first=True)
         return arg
 
-    def _in_scratch(self, i: int, arg) -> Data:
+    def _in_scratch(self, i: int, arg, minibatch: bool = False) -> Data:
         """Scattered input ``i``'s array, checked, in this function's scratch ``Data`` for
         that input (the same Data at every call: a call like the last one then reuses
-        its plan)."""
+        its plan); ``minibatch``: read by position, as the Data it was cast from."""
         var = self._spec.inputs[i]
         value = np.asarray(arg)
         what = f"{self._what}, {_label(var, i, 'input')}"
@@ -783,6 +788,7 @@ class Function(BaseFunction):
         if scratch is None:
             scratch = self._scratch[i] = Data(var=var, name=f"{var.name or i} scratch")
         scratch.set_value(value, force_cast=self._downcast, oversize=1.25)
+        scratch.minibatch = minibatch  # read by position as the Data it was cast from
         return scratch
 
     def _batch_rows(self, scatter: list[Data], batch) -> Selection:

@@ -24,6 +24,7 @@ import numpy as np
 import pytensor
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import ancestors, io_toposort
+from pytensor.link.basic import Container
 
 COMPILE_SETTINGS = (
     "floatX", "mode", "linker", "cast_policy", "on_opt_error", "cxx", "gcc__cxxflags",
@@ -86,6 +87,9 @@ class SharedRegistry:
     def __init__(self) -> None:
         self.variables: list[SharedVariable] = []
         self._index: dict[int, int] = {}
+        # A clone of a shared variable shares its storage (its container): a Lasagne batch
+        # norm's graph reads a clone of the running averages the user holds.
+        self._by_storage: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.variables)
@@ -97,8 +101,14 @@ class SharedRegistry:
         """The registry index of ``var``, or None if it was never shipped."""
         return self._index.get(id(var))
 
+    def holding(self, container: Container) -> int | None:
+        """The registry index of the first shipped variable whose storage is ``container``
+        (a shared variable's, or its clone's), or None."""
+        return self._by_storage.get(id(container))
+
     def add(self, var: SharedVariable) -> int:
         self._index[id(var)] = len(self.variables)
+        self._by_storage.setdefault(id(var.container), len(self.variables))
         self.variables.append(var)
         return len(self.variables) - 1
 
@@ -183,6 +193,13 @@ def _registered(index: int) -> SharedVariable:
     raise pickle.UnpicklingError(f"shared variable {index} unpickled without its registry")
 
 
+def _storage_of(index: int) -> Container:
+    """Stands, in a shipment, for the storage of the shared variable of registry ``index``:
+    a variable shipped later that shares it (a clone, or the variable a clone was made
+    of) shares it on every rank too."""
+    raise pickle.UnpicklingError(f"storage {index} unpickled without its registry")
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, file, registry: SharedRegistry):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -203,6 +220,9 @@ class _Pickler(pickle.Pickler):
                 func, args, state, *rest = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
                 return (func, args, {**state, _DEFAULT_UPDATE: None}, *rest)
             return NotImplemented
+        if type(obj) is Container:
+            index = self.registry.holding(obj)
+            return NotImplemented if index is None else (_storage_of, (index,))
         if isinstance(obj, _BY_NAME):
             reason = _unreachable(obj)
             if reason is not None:
@@ -218,6 +238,8 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) == (__name__, _registered.__name__):
             return self.registry.__getitem__
+        if (module, name) == (__name__, _storage_of.__name__):
+            return lambda index: self.registry[index].container
         return super().find_class(module, name)
 
 
@@ -294,16 +316,18 @@ def unpack(payload: bytes, registry: SharedRegistry, rank: int) -> list[GraphSpe
 
     Random generators arrive with rank 0's state; each worker's is reseeded from it and
     its rank, so that ranks draw different numbers (dropout masks, say), except those a
-    spec lists in ``same_on_every_rank``.
+    spec lists in ``same_on_every_rank`` and clones of a generator already held (they
+    share its storage, and its state stays as it is).
     """
     _, new, specs, updates = _Unpickler(io.BytesIO(payload), registry).load()
     alike = {id(v) for spec in specs for v in spec.same_on_every_rank}
     for var, update in updates:
         var.__dict__[_DEFAULT_UPDATE] = update
     for var in new:
+        reseeded = registry.holding(var.container) is not None  # a clone's: seeded already
         registry.add(var)
         value = var.get_value(borrow=True)
-        if isinstance(value, np.random.Generator) and id(var) not in alike:
+        if isinstance(value, np.random.Generator) and id(var) not in alike and not reseeded:
             var.set_value(
                 np.random.default_rng([rank, *value.integers(2**63, size=2)]), borrow=True
             )
