@@ -12,6 +12,7 @@ import pytest
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.math import Min
 
 from synkhronos.api.split.phases import split_phases
 from synkhronos.api.split.walk import owner_inputs, walk_up
@@ -19,6 +20,8 @@ from synkhronos.api.split.walk import owner_inputs, walk_up
 MODE = "FAST_COMPILE"
 ROWS, FIRST = 11, 7  # two parts: 7 and 4 rows
 FLOAT = pytensor.config.floatX
+#: A round's all-reduce, on the two parts' results.
+REDUCE = {"sum": sum, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
 def evaluate(outputs, values):
@@ -52,8 +55,8 @@ def run_split(split, sources, arrays):
         results = [evaluate(stage.statistics + stage.kept, values) for values in known]
         n = len(stage.statistics)
         sums = [
-            (np.maximum.reduce if is_max else sum)([r[k] for r in results])
-            for k, is_max in zip(range(n), stage.maxima, strict=True)
+            REDUCE[op]([r[k] for r in results])
+            for k, op in zip(range(n), stage.reductions, strict=True)
         ]
         for values, result in zip(known, results, strict=True):
             values.update(zip(stage.statistic_placeholders, sums, strict=True))
@@ -179,7 +182,27 @@ def test_max_over_rows_is_exact():
     with "max"."""
     sources, outputs, updates, arrays = regression(lambda x, y, w: pt.max(pt.dot(x, w) - y))
     split = split_of(sources, outputs, updates)
-    assert not split.inexact and split.rounds and split.rounds[0].maxima == [True]
+    assert not split.inexact and split.rounds and split.rounds[0].reductions == ["max"]
+    assert_one_process(sources, outputs, updates, arrays, split)
+
+
+#: Minima over the rows that the rows read back: PyTensor's ``min`` (the negated maximum
+#: of the negated values, as its gradient is), and the Min op itself (a min-max scaling of
+#: the inputs: no gradient runs through it), all-reduced with "min".
+MINIMA = {
+    "pt_min": lambda x, y, w: pt.min((pt.dot(x, w) - y) ** 2) + pt.mean(pt.dot(x, w) - y),
+    "min_op": lambda x, y, w: pt.mean(
+        (pt.dot((x - Min(axis=0)(x)) / (pt.max(x, axis=0) - Min(axis=0)(x)), w) - y) ** 2
+    ),
+}
+
+
+@pytest.mark.parametrize("name, ops", [("pt_min", {"max"}), ("min_op", {"min", "max"})])
+def test_min_over_rows_is_exact(name, ops):
+    sources, outputs, updates, arrays = regression(MINIMA[name])
+    split = split_of(sources, outputs, updates)
+    assert not split.inexact and split.rounds
+    assert {op for stage in split.rounds for op in stage.reductions} == ops
     assert_one_process(sources, outputs, updates, arrays, split)
 
 
@@ -311,7 +334,7 @@ OVER_THE_BATCH = {
 def test_softmax_over_the_batch_is_exact(loss_of):
     sources, outputs, updates, arrays = regression(loss_of)
     split = split_of(sources, outputs, updates)
-    assert not split.inexact and True in split.rounds[0].maxima
+    assert not split.inexact and "max" in split.rounds[0].reductions
     assert_one_process(sources, outputs, updates, arrays, split)
 
 

@@ -15,7 +15,8 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.api.split.analysis import Fact, RowGraph, is_maximum, mixes_rows, sums_rows
+from synkhronos.api.split.analysis import Fact, RowGraph, extremum, sums_rows
+from synkhronos.api.split.keeping import mixes_rows, mixing_said
 from synkhronos.api.split.rebuild import Substitution, drawn_whole, lengths_read, with_lengths
 from synkhronos.api.split.rounds import RoundsPlan, plan_rounds, statistics_read
 
@@ -45,8 +46,9 @@ class Round:
     generators : list of (SharedVariable, Variable)
         The random generators this round draws from for the whole batch (as
         :attr:`PhaseSplit.generators`), and their states after the draw.
-    maxima : list of bool
-        Per statistic: a maximum over the rows (all-reduced with "max"), else a sum.
+    reductions : list of str
+        Per statistic, the all-reduce that finishes it: "sum", or "max" or "min" (a
+        maximum or minimum over the rows).
     """
 
     statistics: list
@@ -54,7 +56,7 @@ class Round:
     kept: list
     kept_placeholders: list
     generators: list = field(default_factory=list)
-    maxima: list = field(default_factory=list)
+    reductions: list = field(default_factory=list)
 
 
 @dataclass
@@ -178,8 +180,7 @@ def split_phases(
             graph, row_nodes, frontier, [graph.clone_of.get(o, o) for o in kept_outputs]
         )
     inexact, weighted = _statistics_said(graph, frontier, plan, row_nodes)
-    mixing = [m for node in row_nodes if (m := mixes_rows(graph, node)) is not None]
-    inexact += list(dict.fromkeys(mixing))  # once each (a gradient repeats the forward's)
+    inexact += mixing_said(graph, row_nodes)
     if plan is not None and plan.final > MAX_ROUNDS:
         plan = None
     positions = _positions(graph, row_nodes, by_position, inexact)
@@ -375,7 +376,7 @@ class _RowPhase:
             build.rebuild_all(kept),
             [v.type() for v in kept],
             list(build.generators.items()),
-            [is_maximum(v.owner) for v in sums],
+            [extremum(v.owner) or "sum" for v in sums],
         )
         self.earlier.update(zip(sums, made.statistic_placeholders, strict=True))
         self.earlier.update(zip(kept, made.kept_placeholders, strict=True))

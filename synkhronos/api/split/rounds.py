@@ -9,7 +9,7 @@ from pytensor.graph.basic import Variable
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.type import TensorType
 
-from synkhronos.api.split.analysis import Fact, RowGraph, is_maximum, sums_rows
+from synkhronos.api.split.analysis import Fact, RowGraph, extremum, sums_rows
 from synkhronos.api.split.walk import owner_inputs, walk_up
 
 
@@ -45,7 +45,7 @@ def plan_rounds(graph: RowGraph, row_nodes: list, frontier: list, kept_outputs: 
 
 def statistics_read(graph: RowGraph, row_nodes: list) -> tuple[set, list]:
     """The reductions of rows that the rows' computation reads back: the sums (batch
-    normalization's) and maxima (a softmax's over the rows), which a round makes exact,
+    normalization's), maxima (a softmax's over the rows) and minima, which a round makes exact,
     and the others (which no round can)."""
     sums, others = set(), []
     for node in row_nodes:
@@ -57,7 +57,7 @@ def statistics_read(graph: RowGraph, row_nodes: list) -> tuple[set, list]:
                 and not graph.has(o, Fact.ROW)
                 and graph.has(o, Fact.FEEDS_ROWS)
             ):
-                if sums_rows(node) or is_maximum(node):
+                if sums_rows(node) or extremum(node):
                     sums.add(o)
                 else:
                     others.append(o)
