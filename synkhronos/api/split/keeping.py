@@ -214,7 +214,8 @@ def _reduced_elsewhere(graph: RowGraph, node: Apply, row_inputs: list, outs: lis
 def _picks_rows(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
     """Why indexing the rows' axis of a value of the rows (``x[::-1]``, ``x[1:]``,
     ``x[perm]``) mixes rows, or None: a whole slice, or the rows' own positions
-    (``arange(n)``, pairing each row with itself), do not."""
+    (``arange(n)``, or ``arange(n)[:, None]`` beside other indices: each row paired with
+    itself), do not."""
     x = node.inputs[0]
     if x not in row_inputs:
         return None  # rows of the indices (an embedding's lookup): each row its own
@@ -225,14 +226,22 @@ def _picks_rows(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> s
         if isinstance(index, slice):
             if index == slice(None):
                 continue
-        elif index.owner is not None and isinstance(index.owner.op, ARange):
-            if graph.has(index, Fact.PURE):
-                continue
+        elif _positions(graph, index):
+            continue
         return (
             f"indexing axis {k} (the rows) by position ({node.op}): each rank would index "
             f"its own rows"
         )
     return None
+
+
+def _positions(graph: RowGraph, index) -> bool:
+    """Whether ``index`` is the rows' positions, ``arange`` of a count (its axes
+    expanded, maybe): computed from shapes alone, on a rank its own rows'."""
+    while index.owner is not None and isinstance(index.owner.op, DimShuffle):
+        index = index.owner.inputs[0]
+    owner = index.owner
+    return owner is not None and isinstance(owner.op, ARange) and graph.has(index, Fact.PURE)
 
 
 def _product(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
