@@ -310,12 +310,37 @@ def clip_loss(x, y, w):
             lambda x, y, w: ((pt.dot(x, w)[1:] - pt.dot(x, w)[:-1]) ** 2).mean(),
             r"indexing axis 0 \(the rows\) by position \(Subtensor\{start:\}\)",
         ),
+        (
+            lambda x, y, w: ((pt.dot(x, w)[:, None] - y[None, :]) ** 2).mean(),
+            r"Sub pairs rows with rows \(rows on axes \[0, 1\] of its result\): each rank would "
+            r"pair its own rows only",
+        ),
+        (
+            lambda x, y, w: (pt.concatenate([pt.dot(x, w), y]) * pt.arange(2 * x.shape[0])).sum(),
+            r"Join along axis 0 \(the rows\): each rank would join or split its own rows",
+        ),
+        (
+            lambda x, y, w: ((pt.dot(x, w) - y) ** 2).mean() * pt.unique(pt.round(y)).sum(),
+            r"Unique.* \(not known to keep the rows apart\): each rank would compute it from "
+            r"its own rows only",
+        ),
     ],
-    ids=["clip", "cumsum", "sort", "argsort", "reversed", "difference"],
+    ids=[
+        "clip",
+        "cumsum",
+        "sort",
+        "argsort",
+        "reversed",
+        "difference",
+        "pairwise",
+        "join",
+        "unknown_op",
+    ],  # fmt: skip
 )
 def test_rows_mixed_are_said(loss_of, said):
-    """An op whose result mixes rows other than by a sum: each rank would see its own
-    rows only (and the phases differ from one process: the words are needed)."""
+    """An op whose result mixes rows other than by a sum, or an op not known to keep them
+    apart: each rank would see its own rows only (and the phases differ from one
+    process: the words are needed)."""
     sources, outputs, updates, arrays = regression(loss_of)
     split = split_of(sources, outputs, updates)
     assert any(re.search(said, line) for line in split.inexact), split.inexact
@@ -371,10 +396,22 @@ def _recurrent(x, y, w):
     return pt.mean((hs[-1].sum(axis=1) - y) ** 2)
 
 
+def _transformer(x, y, w):
+    """A spatial transformer's grid: each row's image read at points its own affine
+    transform moves (the gradient runs through the sampling's weights)."""
+    from synkhronos.extensions.lasagne import layers as L
+
+    image = L.InputLayer((None, 1, 4, 4), x)
+    identity = pt.as_tensor(np.array([1, 0, 0, 0, 1, 0], FLOAT))
+    theta = identity + 0.1 * pt.tanh(pt.dot(x.flatten(2), w))[:, None]
+    warped = L.TransformerLayer(image, L.InputLayer((None, 6), theta)).get_output_for([x, theta])
+    return pt.mean((pt.dot(warped.flatten(2), w) - y) ** 2)
+
+
 @pytest.mark.parametrize(
     "loss_of, x_shape",
-    [(_mlp, (3,)), (_classifier, (3,)), (_recurrent, (4, 3))],
-    ids=["mlp", "softmax_classifier", "lstm_like"],
+    [(_mlp, (3,)), (_classifier, (3,)), (_recurrent, (4, 3)), (_transformer, (1, 4, 4))],
+    ids=["mlp", "softmax_classifier", "lstm_like", "spatial_transformer"],
 )
 def test_exact_graphs_say_nothing(loss_of, x_shape):
     sources, outputs, updates, arrays = regression(loss_of, x_shape)
@@ -397,4 +434,4 @@ def test_too_many_rounds_are_said(monkeypatch):
     split = split_of([x, y], [loss], [(v, v - 0.1 * pt.grad(loss, v))])
     assert not split.rounds
     assert "each rank computes them from its own rows" in split.inexact[0]
-    assert "rounds, over 1)" in split.inexact[0]
+    assert "would take 2 rounds, over MAX_ROUNDS (1;" in split.inexact[0]
