@@ -50,7 +50,7 @@ from synkhronos.rank.backends import gpu
 from synkhronos.session import launch
 from synkhronos.transport import nodes
 from synkhronos.transport.partition import split_bounds
-from tests.test_split import EXACT, OVER_THE_BATCH, clip_loss
+from tests.test_split import EXACT, MINIMA, OVER_THE_BATCH
 from tests.test_split import FLOAT as SPLIT_FLOAT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -459,12 +459,20 @@ def _embedding_case():
     return [idx], [W], loss, lambda rng, n: [rng.integers(0, 10, n).astype("int32")]
 
 
+def _pairwise(x, y, w):
+    """A contrastive loss, every row scored against every row (its diagonal as a sum of
+    products: JAX mode cannot take a diagonal of a size known at run time only)."""
+    z1, z2 = pt.outer(pt.dot(x, w), y), pt.outer(y, pt.dot(x, w))
+    return (pt.logsumexp(z1 @ z2.T, axis=1) - (z1 * z2).sum(axis=1)).mean()
+
+
 #: name: (build, the words its building must say, or None for none: exact).
 ROWS_MEET = {
     "log_softmax_over_the_batch": (_regression_case(OVER_THE_BATCH["log_softmax"], (3,)), None),
     "softmax_over_the_batch": (_regression_case(OVER_THE_BATCH["softmax"], (3,)), None),
-    "pairwise_product": (_regression_case(clip_loss, (3,)), r"matrix product .* pairs rows"),
+    "pairwise_product": (_regression_case(_pairwise, (3,)), r"matrix product .* pairs rows"),
     "integer_inputs_only": (_embedding_case, None),
+    "min_over_the_batch": (_regression_case(MINIMA["min_op"], (3,)), None),
     **{name: (_regression_case(*EXACT[name]), None) for name in EXACT},
 }
 
@@ -491,8 +499,9 @@ def _rows_meet_call(pool, name: str) -> tuple:
 @settings(SETTINGS, max_examples=LONG or 1)  # each case compiles its own function
 @given(data=st.data(), seed=st.integers(0, 2**16))
 def test_losses_whose_rows_meet(pool, name, data, seed):
-    """A loss whose rows meet through a softmax over the batch, a pairwise product, an
-    embedding read by indices only, or an exact model: one step on uneven rows equals one
+    """A loss whose rows meet through a softmax over the batch, a minimum over it (an
+    all-reduce with "min"), a pairwise product, an embedding read by indices only, or an
+    exact model: one step on uneven rows equals one
     process's (and says nothing), or is said (and the ranks stay identical)."""
     f, ref, weights, start, make, words = _rows_meet_call(pool, name)
     said = ROWS_MEET[name][1]
@@ -500,7 +509,10 @@ def test_losses_whose_rows_meet(pool, name, data, seed):
         assert not words, words
     else:
         assert len(words) == 1 and re.search(said, words[0]), words
-    n_rows = data.draw(st.integers(pool.n, 3 * pool.n + 2))
+    # PyTensor's JAX mode fails an embedding's gradient on one row (AdvancedIncSubtensor1
+    # "runtime broadcasting", in one process too): GPU ranks get two rows or more.
+    least = pool.n if pool.backend == "cpu" else 2 * pool.n
+    n_rows = data.draw(st.integers(least, 3 * pool.n + 2))
     arrays = make(np.random.default_rng(seed), n_rows)
     for w, value in zip(weights, start, strict=True):
         synk.broadcast(w, value)

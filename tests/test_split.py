@@ -9,6 +9,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
@@ -346,6 +347,23 @@ def test_rows_mixed_are_said(loss_of, said):
     assert any(re.search(said, line) for line in split.inexact), split.inexact
     with pytest.raises(AssertionError):
         assert_one_process(sources, outputs, updates, arrays, split)
+
+
+def test_inner_graphs_are_judged_by_their_ops():
+    """An op of an inner graph (OpFromGraph) is judged by the ops of its graph: one that
+    keeps the rows apart says nothing, one with a cumulative sum over them is said."""
+    a = pt.vector("a", dtype=FLOAT)
+    keeps = OpFromGraph([a], [pt.tanh(a) * a])
+    mixes = OpFromGraph([a], [pt.cumsum(a)])
+    sources, outputs, updates, arrays = regression(
+        lambda x, y, w: ((keeps(pt.dot(x, w)) - y) ** 2).mean()
+    )
+    split = split_of(sources, outputs, updates)
+    assert not split.inexact, split.inexact
+    assert_one_process(sources, outputs, updates, arrays, split)
+    sources, outputs, updates, arrays = regression(lambda x, y, w: (mixes(pt.dot(x, w)) * y).sum())
+    (said,) = split_of(sources, outputs, updates).inexact
+    assert re.search(r"OpFromGraph.*'s graph: a cumulative add over axis 0 \(the rows\)", said)
 
 
 #: Listwise losses: a softmax over the batch (its maximum and sum over the rows in rounds).

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.basic import Apply, Constant
 from pytensor.scalar.basic import Add, Identity, Mul, Neg, Sub
 from pytensor.tensor.basic import ARange
@@ -120,6 +121,7 @@ def _checker(node: Apply) -> Callable[[RowGraph, Apply, list, list], str | None]
         ("Subtensor" in name, _picks_rows),
         (core is not None, _batch_axes_only),
         (name in _FOLDS or isinstance(op, RandomVariable), _apart),
+        (isinstance(op, OpFromGraph), _inner_graph),
     ]
     for applies, checker in by_kind:
         if applies:
@@ -148,7 +150,7 @@ def _transposed(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> s
 
 def _allocated(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
     """A value broadcast to a shape: its axes are the result's last."""
-    offset = outs[0].ndim - node.inputs[0].ndim
+    offset = outs[0].ndim - getattr(node.inputs[0], "ndim", 0)
     return _aligned(graph, node, row_inputs, outs, lambda k: k + offset)
 
 
@@ -191,7 +193,7 @@ def _along_axis(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> s
     if axes is None:  # over every axis (a cumulative op or a sort flattens first)
         along = graph.lengths.row_axes(first)
     else:
-        normal = [int(k) % first.ndim for k in np.atleast_1d(axes)]
+        normal = [int(k) % getattr(first, "ndim", 1) for k in np.atleast_1d(axes)]
         along = [k for k in normal if k in graph.lengths.row_axes(first)]
     if not along:
         return None
@@ -220,7 +222,9 @@ def _picks_rows(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> s
     if x not in row_inputs:
         return None  # rows of the indices (an embedding's lookup): each row its own
     start = 2 if "Inc" in type(node.op).__name__ else 1
-    indices = indices_from_subtensor(node.inputs[start:], getattr(node.op, "idx_list", None))
+    idx_list = getattr(node.op, "idx_list", None)  # AdvancedSubtensor1's: axis 0's only
+    given = node.inputs[start:]
+    indices = tuple(given) if idx_list is None else indices_from_subtensor(given, idx_list)
     for k in graph.lengths.row_axes(x):
         index = indices[k] if k < len(indices) else slice(None)
         if isinstance(index, slice):
@@ -273,7 +277,7 @@ def _batch_axes_only(graph: RowGraph, node: Apply, row_inputs: list, outs: list)
     core_ndims = [len(s) for s in node.op.inputs_sig] + [len(s) for s in node.op.outputs_sig]
     for v, core_ndim in zip([*node.inputs, *node.outputs], core_ndims, strict=True):
         if v in row_inputs or v in outs:
-            if any(k >= v.ndim - core_ndim for k in graph.lengths.row_axes(v)):
+            if any(k >= getattr(v, "ndim", 0) - core_ndim for k in graph.lengths.row_axes(v)):
                 return _unknown(node, "the rows in its core axes")
     return _aligned(graph, node, row_inputs, outs, lambda k: k)
 
@@ -315,6 +319,20 @@ def _scan(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | N
     if said:
         return f"{op}'s step: {said[0]}"
     return _step_sums(step)
+
+
+def _inner_graph(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
+    """An op of an inner graph (OpFromGraph: ``xlogy``, a user's op) keeps rows apart
+    where its inputs and outputs hold them first and its graph keeps them apart."""
+    op = node.op
+    held = {tuple(graph.lengths.row_axes(v)) for v in (*row_inputs, *outs)}
+    if held != {(0,)}:
+        return _unknown(node, "the rows not on the first axis")
+    inner = op.fgraph
+    sources = [i for i, o in zip(inner.inputs, node.inputs, strict=True) if o in row_inputs]
+    inner_graph = RowGraph(list(inner.outputs), sources)
+    said = mixing_said(inner_graph, inner_graph.nodes)
+    return f"{op}'s graph: {said[0]}" if said else None
 
 
 def _step_sums(step: RowGraph) -> str | None:
