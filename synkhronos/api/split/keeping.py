@@ -34,19 +34,9 @@ from synkhronos.api.split.analysis import (
     sums_rows,
 )
 
-#: Ops over a batch (rows on the first axis, in and out): convolutions, poolings and their
-#: gradients with respect to their inputs, by class name (the extensions' need no import).
-_OVER_THE_BATCH = {
-    "Conv2d",
-    "Conv2dGradInputs",
-    "Pool2d",
-    "Pool2dGrad",
-    "MaxPool2dGather",
-    "AbstractConv2d",
-    "AbstractConv3d",
-    "AbstractConv2d_gradInputs",
-    "AbstractConv3d_gradInputs",
-}
+#: Ops over a batch (rows on the first axis, in and out): the extensions' convolutions,
+#: poolings and their gradients with respect to their inputs, by class name (no import).
+_OVER_THE_BATCH = {"Conv2d", "Conv2dGradInputs", "Pool2d", "Pool2dGrad", "MaxPool2dGather"}
 #: Ops whose output is their first input's value (rows where it has them).
 _SAME = {"SpecifyShape", "ViewOp", "DeepCopyOp", "OutputGuard", "CheckAndRaise", "Assert"}
 #: The Lasagne port's folds of leading axes: what they fold is computed on row by row
@@ -145,7 +135,7 @@ def _same_axes(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> st
 
 def _transposed(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
     order = list(node.op.new_order)
-    return _aligned(graph, node, row_inputs, outs, order.index)
+    return _aligned(graph, node, row_inputs, outs, lambda k: order.index(k) if k in order else -1)
 
 
 def _allocated(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
@@ -209,8 +199,8 @@ def _reduced_elsewhere(graph: RowGraph, node: Apply, row_inputs: list, outs: lis
     axes of rows, which an earlier op paired and is said of)."""
     x = row_inputs[0]
     axes = node.op.axis if node.op.axis is not None else range(x.ndim)
-    kept = [k for k in range(x.ndim) if k not in axes]
-    return _aligned(graph, node, row_inputs, outs, kept.index)
+    kept = [k for k in range(x.ndim) if k not in axes]  # a row axis reduced: -1, said
+    return _aligned(graph, node, row_inputs, outs, lambda k: kept.index(k) if k in kept else -1)
 
 
 def _picks_rows(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
