@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +50,8 @@ from synkhronos.rank.backends import gpu
 from synkhronos.session import launch
 from synkhronos.transport import nodes
 from synkhronos.transport.partition import split_bounds
+from tests.test_split import EXACT, MINIMA, OVER_THE_BATCH
+from tests.test_split import FLOAT as SPLIT_FLOAT
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = int(os.environ.get("SYNK_DIFF_EXAMPLES", "0"))
@@ -466,6 +470,107 @@ def test_per_row_outputs_come_back_whole(pool, data, n_rows):
             assert np.shape(g) == np.shape(v)
             np.testing.assert_allclose(g, v, rtol=tol, atol=tol)
     synk.verify()
+
+
+# ---- losses whose rows meet (issue #50) ---------------------------------------------------
+def _regression_case(loss_of, x_shape):
+    """(inputs, weights, loss, data of n rows) of a regression on ``x`` and ``y``."""
+
+    def build():
+        x = pt.tensor("x", shape=(None, *x_shape), dtype=SPLIT_FLOAT)
+        y = pt.vector("y", dtype=SPLIT_FLOAT)
+        start = np.random.default_rng(0).normal(size=int(np.prod(x_shape))).astype(SPLIT_FLOAT)
+        w = pytensor.shared(start, name="w")
+        return (
+            [x, y],
+            [w],
+            loss_of(x, y, w),
+            lambda rng, n: [
+                rng.normal(size=(n, *x_shape)).astype(SPLIT_FLOAT),
+                rng.normal(size=n).astype(SPLIT_FLOAT),
+            ],
+        )
+
+    return build
+
+
+def _embedding_case():
+    """An embedding read by integer indices only (the rows are the indices')."""
+    idx = pt.ivector("idx")
+    W = pytensor.shared(np.random.default_rng(1).normal(size=(10, 4)).astype(SPLIT_FLOAT), name="W")
+    loss = pt.mean(pt.special.log_softmax(W[idx], axis=1)[:, 0] ** 2)
+    return [idx], [W], loss, lambda rng, n: [rng.integers(0, 10, n).astype("int32")]
+
+
+def _pairwise(x, y, w):
+    """A contrastive loss, every row scored against every row (its diagonal as a sum of
+    products: JAX mode cannot take a diagonal of a size known at run time only)."""
+    z1, z2 = pt.outer(pt.dot(x, w), y), pt.outer(y, pt.dot(x, w))
+    return (pt.logsumexp(z1 @ z2.T, axis=1) - (z1 * z2).sum(axis=1)).mean()
+
+
+#: name: (build, the words its building must say, or None for none: exact).
+ROWS_MEET = {
+    "log_softmax_over_the_batch": (_regression_case(OVER_THE_BATCH["log_softmax"], (3,)), None),
+    "softmax_over_the_batch": (_regression_case(OVER_THE_BATCH["softmax"], (3,)), None),
+    "pairwise_product": (_regression_case(_pairwise, (3,)), r"matrix product .* pairs rows"),
+    "integer_inputs_only": (_embedding_case, None),
+    "min_over_the_batch": (_regression_case(MINIMA["min_op"], (3,)), None),
+    **{name: (_regression_case(*EXACT[name]), None) for name in EXACT},
+}
+
+
+def _rows_meet_call(pool, name: str) -> tuple:
+    """(training function, one process's, weights, their start, data, words said), built
+    at the first draw of ``name`` on this backend."""
+    key = f"rows meet: {name}"
+    if key not in pool._calls:
+        inputs, weights, loss, data = ROWS_MEET[name][0]()
+        updates = [(w, w - 0.1 * g) for w, g in zip(weights, pt.grad(loss, weights), strict=True)]
+        # CPU ranks: no C compile (an LSTM's took minutes); GPU ranks: JAX mode.
+        mode = "FAST_COMPILE" if pool.backend == "cpu" else None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            f = synk.function(inputs, loss, updates=updates, mode=mode)
+        words = [str(c.message) for c in caught if "one device" in str(c.message)]
+        ref = pytensor.function(inputs, loss, updates=updates, mode=mode)
+        pool._calls[key] = (f, ref, weights, [w.get_value() for w in weights], data, words)
+    return pool._calls[key]
+
+
+@pytest.mark.parametrize("name", ROWS_MEET)
+@settings(SETTINGS, max_examples=LONG or 1)  # each case compiles its own function
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_losses_whose_rows_meet(pool, name, data, seed):
+    """A loss whose rows meet through a softmax over the batch, a minimum over it (an
+    all-reduce with "min"), a pairwise product, an embedding read by indices only, or an
+    exact model: one step on uneven rows equals one
+    process's (and says nothing), or is said (and the ranks stay identical)."""
+    f, ref, weights, start, make, words = _rows_meet_call(pool, name)
+    said = ROWS_MEET[name][1]
+    if said is None:
+        assert not words, words
+    else:
+        assert len(words) == 1 and re.search(said, words[0]), words
+    # PyTensor's JAX mode fails an embedding's gradient on one row (AdvancedIncSubtensor1
+    # "runtime broadcasting", in one process too): GPU ranks get two rows or more.
+    least = pool.n if pool.backend == "cpu" else 2 * pool.n
+    n_rows = data.draw(st.integers(least, 3 * pool.n + 2))
+    arrays = make(np.random.default_rng(seed), n_rows)
+    for w, value in zip(weights, start, strict=True):
+        synk.broadcast(w, value)
+    loss = f(*arrays)
+    synk.verify()
+    trained = [w.get_value() for w in weights]
+    for w, value in zip(weights, start, strict=True):
+        w.set_value(value)
+    want = ref(*arrays)
+    synk.broadcast(weights)  # rank 0's values (one process's) on every rank again
+    if said is None:
+        tol = _tol(pool, SPLIT_FLOAT)
+        np.testing.assert_allclose(loss, want, rtol=tol, atol=tol)
+        for got, w in zip(trained, weights, strict=True):
+            np.testing.assert_allclose(got, w.get_value(), rtol=tol, atol=tol, err_msg=name)
 
 
 # ---- the long profile's other topologies and caches -----------------------------------------

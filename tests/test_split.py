@@ -9,9 +9,11 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.math import Min
 
 from synkhronos.api.split.phases import split_phases
 from synkhronos.api.split.walk import owner_inputs, walk_up
@@ -19,6 +21,8 @@ from synkhronos.api.split.walk import owner_inputs, walk_up
 MODE = "FAST_COMPILE"
 ROWS, FIRST = 11, 7  # two parts: 7 and 4 rows
 FLOAT = pytensor.config.floatX
+#: A round's all-reduce, on the two parts' results.
+REDUCE = {"sum": sum, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
 def evaluate(outputs, values):
@@ -52,8 +56,8 @@ def run_split(split, sources, arrays):
         results = [evaluate(stage.statistics + stage.kept, values) for values in known]
         n = len(stage.statistics)
         sums = [
-            (np.maximum.reduce if is_max else sum)([r[k] for r in results])
-            for k, is_max in zip(range(n), stage.maxima, strict=True)
+            REDUCE[op]([r[k] for r in results])
+            for k, op in zip(range(n), stage.reductions, strict=True)
         ]
         for values, result in zip(known, results, strict=True):
             values.update(zip(stage.statistic_placeholders, sums, strict=True))
@@ -179,7 +183,27 @@ def test_max_over_rows_is_exact():
     with "max"."""
     sources, outputs, updates, arrays = regression(lambda x, y, w: pt.max(pt.dot(x, w) - y))
     split = split_of(sources, outputs, updates)
-    assert not split.inexact and split.rounds and split.rounds[0].maxima == [True]
+    assert not split.inexact and split.rounds and split.rounds[0].reductions == ["max"]
+    assert_one_process(sources, outputs, updates, arrays, split)
+
+
+#: Minima over the rows that the rows read back: PyTensor's ``min`` (the negated maximum
+#: of the negated values, as its gradient is), and the Min op itself (a min-max scaling of
+#: the inputs: no gradient runs through it), all-reduced with "min".
+MINIMA = {
+    "pt_min": lambda x, y, w: pt.min((pt.dot(x, w) - y) ** 2) + pt.mean(pt.dot(x, w) - y),
+    "min_op": lambda x, y, w: pt.mean(
+        (pt.dot((x - Min(axis=0)(x)) / (pt.max(x, axis=0) - Min(axis=0)(x)), w) - y) ** 2
+    ),
+}
+
+
+@pytest.mark.parametrize("name, ops", [("pt_min", {"max"}), ("min_op", {"min", "max"})])
+def test_min_over_rows_is_exact(name, ops):
+    sources, outputs, updates, arrays = regression(MINIMA[name])
+    split = split_of(sources, outputs, updates)
+    assert not split.inexact and split.rounds
+    assert {op for stage in split.rounds for op in stage.reductions} == ops
     assert_one_process(sources, outputs, updates, arrays, split)
 
 
@@ -287,17 +311,59 @@ def clip_loss(x, y, w):
             lambda x, y, w: ((pt.dot(x, w)[1:] - pt.dot(x, w)[:-1]) ** 2).mean(),
             r"indexing axis 0 \(the rows\) by position \(Subtensor\{start:\}\)",
         ),
+        (
+            lambda x, y, w: ((pt.dot(x, w)[:, None] - y[None, :]) ** 2).mean(),
+            r"Sub pairs rows with rows \(rows on axes \[0, 1\] of its result\): each rank would "
+            r"pair its own rows only",
+        ),
+        (
+            lambda x, y, w: (pt.concatenate([pt.dot(x, w), y]) * pt.arange(2 * x.shape[0])).sum(),
+            r"Join along axis 0 \(the rows\): each rank would join or split its own rows",
+        ),
+        (
+            lambda x, y, w: ((pt.dot(x, w) - y) ** 2).mean() * pt.unique(pt.round(y)).sum(),
+            r"Unique.* \(not known to keep the rows apart\): each rank would compute it from "
+            r"its own rows only",
+        ),
     ],
-    ids=["clip", "cumsum", "sort", "argsort", "reversed", "difference"],
+    ids=[
+        "clip",
+        "cumsum",
+        "sort",
+        "argsort",
+        "reversed",
+        "difference",
+        "pairwise",
+        "join",
+        "unknown_op",
+    ],  # fmt: skip
 )
 def test_rows_mixed_are_said(loss_of, said):
-    """An op whose result mixes rows other than by a sum: each rank would see its own
-    rows only (and the phases differ from one process: the words are needed)."""
+    """An op whose result mixes rows other than by a sum, or an op not known to keep them
+    apart: each rank would see its own rows only (and the phases differ from one
+    process: the words are needed)."""
     sources, outputs, updates, arrays = regression(loss_of)
     split = split_of(sources, outputs, updates)
     assert any(re.search(said, line) for line in split.inexact), split.inexact
     with pytest.raises(AssertionError):
         assert_one_process(sources, outputs, updates, arrays, split)
+
+
+def test_inner_graphs_are_judged_by_their_ops():
+    """An op of an inner graph (OpFromGraph) is judged by the ops of its graph: one that
+    keeps the rows apart says nothing, one with a cumulative sum over them is said."""
+    a = pt.vector("a", dtype=FLOAT)
+    keeps = OpFromGraph([a], [pt.tanh(a) * a])
+    mixes = OpFromGraph([a], [pt.cumsum(a)])
+    sources, outputs, updates, arrays = regression(
+        lambda x, y, w: ((keeps(pt.dot(x, w)) - y) ** 2).mean()
+    )
+    split = split_of(sources, outputs, updates)
+    assert not split.inexact, split.inexact
+    assert_one_process(sources, outputs, updates, arrays, split)
+    sources, outputs, updates, arrays = regression(lambda x, y, w: (mixes(pt.dot(x, w)) * y).sum())
+    (said,) = split_of(sources, outputs, updates).inexact
+    assert re.search(r"OpFromGraph.*'s graph: a cumulative add over axis 0 \(the rows\)", said)
 
 
 #: Listwise losses: a softmax over the batch (its maximum and sum over the rows in rounds).
@@ -311,7 +377,7 @@ OVER_THE_BATCH = {
 def test_softmax_over_the_batch_is_exact(loss_of):
     sources, outputs, updates, arrays = regression(loss_of)
     split = split_of(sources, outputs, updates)
-    assert not split.inexact and True in split.rounds[0].maxima
+    assert not split.inexact and "max" in split.rounds[0].reductions
     assert_one_process(sources, outputs, updates, arrays, split)
 
 
@@ -348,11 +414,28 @@ def _recurrent(x, y, w):
     return pt.mean((hs[-1].sum(axis=1) - y) ** 2)
 
 
-@pytest.mark.parametrize(
-    "loss_of, x_shape",
-    [(_mlp, (3,)), (_classifier, (3,)), (_recurrent, (4, 3))],
-    ids=["mlp", "softmax_classifier", "lstm_like"],
-)
+def _transformer(x, y, w):
+    """A spatial transformer's grid: each row's image read at points its own affine
+    transform moves (the gradient runs through the sampling's weights)."""
+    from synkhronos.extensions.lasagne import layers as L
+
+    image = L.InputLayer((None, 1, 4, 4), x)
+    identity = pt.as_tensor(np.array([1, 0, 0, 0, 1, 0], FLOAT))
+    theta = identity + 0.1 * pt.tanh(pt.dot(x.flatten(2), w))[:, None]
+    warped = L.TransformerLayer(image, L.InputLayer((None, 6), theta)).get_output_for([x, theta])
+    return pt.mean((pt.dot(warped.flatten(2), w) - y) ** 2)
+
+
+#: Exact models that draw no warning: (loss, the shape of a row of x).
+EXACT = {
+    "mlp": (_mlp, (3,)),
+    "softmax_classifier": (_classifier, (3,)),
+    "lstm_like": (_recurrent, (4, 3)),
+    "spatial_transformer": (_transformer, (1, 4, 4)),
+}
+
+
+@pytest.mark.parametrize("loss_of, x_shape", EXACT.values(), ids=EXACT.keys())
 def test_exact_graphs_say_nothing(loss_of, x_shape):
     sources, outputs, updates, arrays = regression(loss_of, x_shape)
     with warnings.catch_warnings():  # the split says nothing (nor does PyTensor to it)
@@ -374,4 +457,4 @@ def test_too_many_rounds_are_said(monkeypatch):
     split = split_of([x, y], [loss], [(v, v - 0.1 * pt.grad(loss, v))])
     assert not split.rounds
     assert "each rank computes them from its own rows" in split.inexact[0]
-    assert "rounds, over 1)" in split.inexact[0]
+    assert "would take 2 rounds, over MAX_ROUNDS (1;" in split.inexact[0]

@@ -22,7 +22,7 @@ from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
 from synkhronos.extensions.lasagne.updates import adam
-from tests.test_split import NAMED_COUNTS, OVER_THE_BATCH, clip_loss
+from tests.test_split import MINIMA, NAMED_COUNTS, OVER_THE_BATCH, clip_loss
 
 ROWS = 9  # 2 ranks: 5/4
 MODE = "FAST_COMPILE"
@@ -139,6 +139,16 @@ def test_row_count_named_by_the_loss(ranks, loss_of):
 def test_softmax_over_the_batch(ranks, loss_of):
     """A listwise loss normalizes over the batch: its maximum over the rows all-reduced
     with "max", its sum with "sum", in rounds."""
+    words, losses, ref_losses, trained, ref_trained = _trained(loss_of)
+    assert not words, words
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-9)
+    np.testing.assert_allclose(trained, ref_trained, rtol=1e-9)
+
+
+@pytest.mark.parametrize("loss_of", MINIMA.values(), ids=MINIMA.keys())
+def test_min_over_the_batch(ranks, loss_of):
+    """A minimum over the rows that the rows read back: all-reduced with "min" (the Min
+    op's) or "max" (PyTensor's min, a negated maximum), in rounds."""
     words, losses, ref_losses, trained, ref_trained = _trained(loss_of)
     assert not words, words
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-9)

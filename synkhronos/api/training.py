@@ -202,10 +202,10 @@ class TrainingFunction(BaseFunction):
         self._entries: list = [self.row_function]
         for (statistics, _), stage, function in zip(
             holders.rounds, split.rounds, self.round_functions, strict=True
-        ):  # a round's sums, then its maxima (a softmax's over the rows)
-            held = list(zip(statistics.values(), stage.maxima, strict=True))
-            for op, maximum in (("sum", False), ("max", True)):
-                chosen = [v for (v, _), m in held if m == maximum]
+        ):  # a round's sums, then its maxima (a softmax's over the rows), then minima
+            held = list(zip(statistics.values(), stage.reductions, strict=True))
+            for op in ("sum", "max", "min"):
+                chosen = [v for (v, _), reduction in held if reduction == op]
                 self._entries += [("all_reduce", chosen, op)] if chosen else []
             self._entries.append(function)
         self._entries += [("all_reduce", [v for v, _ in holders.reduced], "sum")]

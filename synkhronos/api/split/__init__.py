@@ -29,16 +29,21 @@ the next round reads the sums, divided by the whole count where the graph divide
 a later round reads of an earlier one's rows (a layer's output, the inputs, a dropout
 mask) the earlier one keeps, on its rank, so nothing is computed twice.
 
-A maximum over rows that the rows read back is a statistic too, all-reduced with "max";
-a softmax or log-softmax over the rows is rewritten as its maximum and sum over them
-before the analysis, so that a listwise loss is exact.
+A maximum or a minimum over rows that the rows read back is a statistic too, all-reduced
+with "max" or "min"; a softmax or log-softmax over the rows is rewritten as its maximum and
+sum over them before the analysis, so that a listwise loss is exact.
 
-What cannot be exact this way is said
-(:attr:`~synkhronos.api.split.phases.PhaseSplit.inexact`): a reduction over rows that is
-neither a sum nor a maximum (``prod``), an op that mixes rows other than by a reduction (a
-matrix product of two values of the rows, as ``z1 @ z2.T``; a cumulative op, a sort over
-the rows; indexing the rows by position, as ``x[1:]``), a statistic read by an output the
-ranks compute on their own rows (then every statistic is each rank's own, and the frontier
+Between the rows and their reductions, every op must be one known to keep the rows apart
+(:mod:`~synkhronos.api.split.keeping`: elementwise ops, transposes, reductions over other
+axes, a matrix product with one operand of the rows, convolutions over the batch, a scan
+along another axis, ...). What cannot be exact this way is said
+(:attr:`~synkhronos.api.split.phases.PhaseSplit.inexact`, naming the op and why): a
+reduction over rows that is neither a sum, a maximum nor a minimum (``prod``), an op that
+mixes rows other than by a reduction (a matrix product of two values of the rows, as
+``z1 @ z2.T``; a cumulative op, a sort over the rows; indexing the rows by position, as
+``x[1:]``), an op not on the list, statistics that would take more than
+:data:`~synkhronos.api.split.phases.MAX_ROUNDS` rounds or that an output the ranks compute
+on their own rows reads (then every statistic is each rank's own, and the frontier
 averages them, weighted by rows), and random draws per row where no row's position can be
 known (no scattered input) or the draw's parameters vary by row (elsewhere every rank
 draws the whole batch's numbers and keeps its rows').
@@ -51,6 +56,7 @@ cross the all-reduce as each rank's lengths times its rows, divided by the whole
 Its modules, lowest first: :mod:`~synkhronos.api.split.walk` (the one graph walk),
 :mod:`~synkhronos.api.split.lengths` (which axes have the rows' length),
 :mod:`~synkhronos.api.split.analysis` (which values depend on the rows),
+:mod:`~synkhronos.api.split.keeping` (which ops keep them apart),
 :mod:`~synkhronos.api.split.rounds` (the rounds' plan), :mod:`~synkhronos.api.split.rebuild`
 (the phases' graphs), :mod:`~synkhronos.api.split.phases` (the split) and
 :mod:`~synkhronos.api.split.stored` (the split kept on disk).

@@ -12,18 +12,15 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-import numpy as np
 from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import graph_inputs
-from pytensor.scalar.basic import Add, Maximum, Second
+from pytensor.scalar.basic import Add, Maximum, Minimum, Second
 from pytensor.tensor.basic import Alloc, AllocEmpty, ARange, Eye
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
-from pytensor.tensor.subtensor import indices_from_subtensor
-from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.api.split.lengths import Lengths, is_shape
 
@@ -66,10 +63,10 @@ def structural(node: Apply) -> set[int]:
         return set(range(len(node.inputs)))
     if isinstance(op, RandomVariable):
         return {0, 1}  # the generator and the size
-    return _indices(node) | ({0} if type(op).__name__ in ("Join", "Scan") else set())
+    return index_positions(node) | ({0} if type(op).__name__ in ("Join", "Scan") else set())
 
 
-def _indices(node: Apply) -> set[int]:
+def index_positions(node: Apply) -> set[int]:
     """Positions of a subtensor's indices (an increment's value is input 1)."""
     name = type(node.op).__name__
     if "Subtensor" not in name:
@@ -86,92 +83,17 @@ def sums_rows(node: Apply) -> bool:
     return type(core).__name__ in _ROW_SUMS
 
 
-def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
-    """Why ``node`` mixes the rows of its inputs into rows of its result in a way the
-    split cannot make exact (each rank would see only its own rows), or None."""
-    row_inputs = [
-        i
-        for i in node.inputs
-        if isinstance(i, TensorVariable) and graph.has(i, Fact.ROW) and graph.has(i, Fact.DATA)
-    ]
-    if not row_inputs:
+#: The reductions whose ranks' results, all-reduced with an op of the same name, are the
+#: whole batch's (a sum's too, but a sum is a term per row: :func:`sums_rows`).
+_EXTREMA = {Maximum: "max", Minimum: "min"}
+
+
+def extremum(node: Apply | None) -> str | None:
+    """The all-reduce op ("max" or "min") that finishes ``node``'s maximum or minimum
+    (over the rows, where its input is theirs), or None for another op."""
+    if node is None or not isinstance(node.op, CAReduce):
         return None
-    op, first = node.op, row_inputs[0]
-    name = type(op).__name__
-    if name in ("Softmax", "LogSoftmax", "CumOp", "SortOp", "ArgSortOp"):
-        if first is not node.inputs[0]:  # the rows are not what it orders or normalizes
-            return None
-        axes = getattr(op, "axis", None)
-        if name in ("SortOp", "ArgSortOp"):
-            axis = node.inputs[1]
-            axes = None if not isinstance(axis, Constant) or axis.data is None else axis.data
-        if axes is None:  # over every axis (a cumulative op or a sort flattens first)
-            along = graph.lengths.row_axes(first)
-        else:
-            normal = [int(k) % first.ndim for k in np.atleast_1d(axes)]
-            along = [k for k in normal if k in graph.lengths.row_axes(first)]
-        if not along:
-            return None
-        what = {
-            "Softmax": ("softmax", "normalize over its own rows"),
-            "LogSoftmax": ("log_softmax", "normalize over its own rows"),
-            "CumOp": (f"a cumulative {getattr(op, 'mode', '')}", "accumulate its own rows"),
-            "SortOp": ("sort", "sort its own rows"),
-            "ArgSortOp": ("argsort", "sort its own rows"),
-        }[name]
-        where = "every axis" if axes is None else f"axis {along[0]}"
-        return f"{what[0]} over {where} (the rows): each rank would {what[1]}"
-    if name in ("Subtensor", "AdvancedSubtensor", "AdvancedSubtensor1"):
-        return _picks_rows(graph, node) if first is node.inputs[0] else None
-    core = getattr(op, "core_op", op)
-    if type(core).__name__ in ("Dot", "Dot22") and len(row_inputs) > 1:
-        # A batched product whose rows' axes are all batch axes pairs row i with row i.
-        core_ndim = 2 if core is not op else 0
-        in_core = [
-            k
-            for i in row_inputs
-            for k in graph.lengths.row_axes(i)
-            if k >= i.ndim - core_ndim or core_ndim == 0
-        ]
-        if in_core and any(graph.has(o, Fact.ROW) for o in node.outputs):
-            return (
-                f"a matrix product ({core}) of two values of the rows, as z1 @ z2.T, pairs "
-                f"rows with rows: each rank would pair its own rows only"
-            )
-    return None
-
-
-def _picks_rows(graph: RowGraph, node: Apply) -> str | None:
-    """Why indexing the rows' axis of a value of the rows (``x[::-1]``, ``x[1:]``,
-    ``x[perm]``) mixes rows, or None: a whole slice, or the rows' own positions
-    (``arange(n)``, pairing each row with itself), do not."""
-    x = node.inputs[0]
-    if not any(graph.has(o, Fact.ROW) for o in node.outputs):
-        return None  # a row picked out of the rows: a reduction, said as one
-    indices = indices_from_subtensor(node.inputs[1:], node.op.idx_list)
-    for k in graph.lengths.row_axes(x):
-        index = indices[k] if k < len(indices) else slice(None)
-        if isinstance(index, slice):
-            if index == slice(None):
-                continue
-        elif index.owner is not None and isinstance(index.owner.op, ARange):
-            if graph.has(index, Fact.PURE):
-                continue
-        return (
-            f"indexing axis {k} (the rows) by position ({node.op}): each rank would index "
-            f"its own rows"
-        )
-    return None
-
-
-def is_maximum(node: Apply | None) -> bool:
-    """Whether ``node`` takes a maximum (over the rows, where its input is theirs): the
-    ranks' maxima all-reduced with "max" are the whole batch's."""
-    return (
-        node is not None
-        and isinstance(node.op, CAReduce)
-        and isinstance(node.op.scalar_op, Maximum)
-    )
+    return _EXTREMA.get(type(node.op.scalar_op))
 
 
 class RowGraph:
@@ -209,7 +131,7 @@ class RowGraph:
 
     def _classify(self, node: Apply) -> None:
         # Indices are values: an embedding's rows depend on the indices' rows.
-        shapes = structural(node) - _indices(node)
+        shapes = structural(node) - index_positions(node)
         pure = is_shape(node.outputs[0]) or all(
             isinstance(i, Constant) or self.has(i, Fact.PURE) for i in node.inputs
         )
@@ -258,4 +180,4 @@ class RowGraph:
         return repr(v.name) if v.name else str(v)
 
 
-__all__ = ["Fact", "RowGraph", "is_maximum", "mixes_rows", "structural", "sums_rows"]
+__all__ = ["Fact", "RowGraph", "extremum", "index_positions", "structural", "sums_rows"]

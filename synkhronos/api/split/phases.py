@@ -15,7 +15,8 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.variable import TensorVariable
 
-from synkhronos.api.split.analysis import Fact, RowGraph, is_maximum, mixes_rows, sums_rows
+from synkhronos.api.split.analysis import Fact, RowGraph, extremum, sums_rows
+from synkhronos.api.split.keeping import mixes_rows, mixing_said
 from synkhronos.api.split.rebuild import Substitution, drawn_whole, lengths_read, with_lengths
 from synkhronos.api.split.rounds import RoundsPlan, plan_rounds, statistics_read
 
@@ -45,8 +46,9 @@ class Round:
     generators : list of (SharedVariable, Variable)
         The random generators this round draws from for the whole batch (as
         :attr:`PhaseSplit.generators`), and their states after the draw.
-    maxima : list of bool
-        Per statistic: a maximum over the rows (all-reduced with "max"), else a sum.
+    reductions : list of str
+        Per statistic, the all-reduce that finishes it: "sum", or "max" or "min" (a
+        maximum or minimum over the rows).
     """
 
     statistics: list
@@ -54,7 +56,7 @@ class Round:
     kept: list
     kept_placeholders: list
     generators: list = field(default_factory=list)
-    maxima: list = field(default_factory=list)
+    reductions: list = field(default_factory=list)
 
 
 @dataclass
@@ -172,14 +174,13 @@ def split_phases(
     targets = [outputs[k] for k in moved] + values
     frontier = _frontier(graph, row_nodes, targets)
     kept_outputs = [o for k, o in enumerate(outputs) if k not in moved]
-    plan = None
+    plan, why = None, "no rounds could be cut for them"
     if exact_statistics:
-        plan = plan_rounds(
+        plan, why = plan_rounds(
             graph, row_nodes, frontier, [graph.clone_of.get(o, o) for o in kept_outputs]
         )
-    inexact, weighted = _statistics_said(graph, frontier, plan, row_nodes)
-    mixing = [m for node in row_nodes if (m := mixes_rows(graph, node)) is not None]
-    inexact += list(dict.fromkeys(mixing))  # once each (a gradient repeats the forward's)
+    inexact, weighted = _statistics_said(graph, frontier, plan, row_nodes, why)
+    inexact += mixing_said(graph, row_nodes)
     if plan is not None and plan.final > MAX_ROUNDS:
         plan = None
     positions = _positions(graph, row_nodes, by_position, inexact)
@@ -263,40 +264,40 @@ def _frontier(graph: RowGraph, row_nodes: list, targets: list) -> list:
 
 
 def _statistics_said(
-    graph: RowGraph, frontier: list, plan: RoundsPlan | None, row_nodes: list
+    graph: RowGraph, frontier: list, plan: RoundsPlan | None, row_nodes: list, why: str
 ) -> tuple[list[str], list[bool]]:
-    """Why the statistics are not one device's, if they are not; and per frontier entry,
-    whether it is a batch statistic (averaged over the ranks by their rows)."""
-    inexact: list[str] = []
-    too_many = ""
+    """Why the statistics are not one device's, if they are not (``why``: why there are
+    no rounds); and per frontier entry, whether it is a batch statistic (averaged over
+    the ranks by their rows)."""
     if plan is not None and plan.final > MAX_ROUNDS:
-        too_many = f" (the whole batch's would take {plan.final} rounds, over {MAX_ROUNDS})"
-    elif plan is not None:
-        inexact += [
-            f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum, and "
-            f"their computation reads it: each rank computes it from its own rows"
-            for v in plan.not_sums
-        ]
-    weighted = [graph.has(v, Fact.FEEDS_ROWS) for v in frontier]
+        why = (
+            f"the whole batch's would take {plan.final} rounds, over MAX_ROUNDS "
+            f"({MAX_ROUNDS}; synkhronos.api.split.phases)"
+        )
     sums, others = statistics_read(graph, row_nodes)
-    # The frontier's statistics, and those the rows read that no entry of it is.
-    read_back = [v for v in graph.nodes_outputs() if v in sums or v in others]
-    statistics = [v for v, w in zip(frontier, weighted, strict=True) if w]
-    statistics = [
-        graph.label(v) for v in statistics + [v for v in read_back if v not in statistics]
+    inexact = [
+        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
+        f"maximum or minimum), and their computation reads it: each rank computes it from "
+        f"its own rows"
+        for v in others
     ]
+    weighted = [graph.has(v, Fact.FEEDS_ROWS) for v in frontier]
     inexact += [
-        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum"
+        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum: each "
+        f"rank's result is added to the others'"
         for v, w in zip(frontier, weighted, strict=True)
         if not w and not sums_rows(v.owner)
     ]
-    if statistics and (plan is None or too_many):  # one line for all (ResNet-50: hundreds)
-        named = ", ".join(statistics[:3]) + (", ..." if len(statistics) > 3 else "")
+    # The frontier's statistics, and those the rows read that no entry of it is.
+    statistics = [v for v, w in zip(frontier, weighted, strict=True) if w and v not in others]
+    statistics += [v for v in graph.nodes_outputs() if v in sums and v not in statistics]
+    if statistics and (plan is None or plan.final > MAX_ROUNDS):  # one line for all
+        named = [graph.label(v) for v in statistics[:3]] + ["..."] * (len(statistics) > 3)
         inexact.insert(
             0,
             f"{len(statistics)} statistic(s) of the rows that their computation reads "
-            f"(batch normalization's, say; {named}): each rank computes them from its own "
-            f"rows{too_many}",
+            f"({', '.join(named)}): each rank computes them from its own rows, as "
+            f"{why}",
         )
     return inexact, weighted
 
@@ -375,7 +376,7 @@ class _RowPhase:
             build.rebuild_all(kept),
             [v.type() for v in kept],
             list(build.generators.items()),
-            [is_maximum(v.owner) for v in sums],
+            [extremum(v.owner) or "sum" for v in sums],
         )
         self.earlier.update(zip(sums, made.statistic_placeholders, strict=True))
         self.earlier.update(zip(kept, made.kept_placeholders, strict=True))

@@ -9,7 +9,7 @@ from pytensor.graph.basic import Variable
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.type import TensorType
 
-from synkhronos.api.split.analysis import Fact, RowGraph, is_maximum, sums_rows
+from synkhronos.api.split.analysis import Fact, RowGraph, extremum, sums_rows
 from synkhronos.api.split.walk import owner_inputs, walk_up
 
 
@@ -24,28 +24,30 @@ class RoundsPlan:
     not_sums: list = field(default_factory=list)
 
 
-def plan_rounds(graph: RowGraph, row_nodes: list, frontier: list, kept_outputs: list):
+def plan_rounds(
+    graph: RowGraph, row_nodes: list, frontier: list, kept_outputs: list
+) -> tuple[RoundsPlan | None, str]:
     """The rounds that make the rows' statistics exact, or None where the row phase needs
-    no more than one (no statistic), or cannot be cut (an output left to the ranks reads
-    a statistic; a draw that is no tensor would be kept). The variables are the analysed
-    graph's."""
+    no more than one (no statistic), or cannot be cut: then, why (an output left to the
+    ranks reads a statistic; a draw that is no tensor would be kept). The variables are
+    the analysed graph's."""
     sums, not_sums = statistics_read(graph, row_nodes)
     if not sums:
-        return None
+        return None, ""
     depth, drawn = _depths(graph, sums)
     if any(depth.get(o, 0) for o in kept_outputs):
-        return None
+        return None, "an output the ranks compute on their own rows reads them"
     try:
         plan = _assign(graph, sums, depth, drawn, frontier)
-    except ValueError:
-        return None
+    except ValueError as error:
+        return None, str(error)
     plan.not_sums = not_sums
-    return plan if plan.final else None
+    return (plan, "") if plan.final else (None, "")
 
 
 def statistics_read(graph: RowGraph, row_nodes: list) -> tuple[set, list]:
     """The reductions of rows that the rows' computation reads back: the sums (batch
-    normalization's) and maxima (a softmax's over the rows), which a round makes exact,
+    normalization's), maxima (a softmax's over the rows) and minima, which a round makes exact,
     and the others (which no round can)."""
     sums, others = set(), []
     for node in row_nodes:
@@ -57,7 +59,7 @@ def statistics_read(graph: RowGraph, row_nodes: list) -> tuple[set, list]:
                 and not graph.has(o, Fact.ROW)
                 and graph.has(o, Fact.FEEDS_ROWS)
             ):
-                if sums_rows(node) or is_maximum(node):
+                if sums_rows(node) or extremum(node):
                     sums.add(o)
                 else:
                     others.append(o)
@@ -103,7 +105,7 @@ def _assign(graph: RowGraph, sums: set, depth: dict, drawn: set, frontier: list)
         for u in walk_up(targets, inputs):
             where = read(u)
             if where == "kept" and not isinstance(u.type, TensorType):
-                raise ValueError(f"{graph.label(u)} cannot be kept")
+                raise ValueError(f"{graph.label(u)} would be kept between rounds, and cannot")
             found = {"statistic": plan.statistics, "kept": plan.kept}.get(where)
             if found is not None and u not in found[depth.get(u, 0)]:
                 found[depth.get(u, 0)].append(u)

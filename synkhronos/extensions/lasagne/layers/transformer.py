@@ -2,7 +2,7 @@
 
 Both layers map a regular output grid in normalized coordinates ([-1, 1] on each axis)
 to source coordinates given by a localization network, and read the input there with
-bilinear interpolation (plain PyTensor ops: floor, border handling, a flat gather).
+bilinear interpolation (plain PyTensor ops: floor, border handling, a gather per sample).
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,6 @@ from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne.layers.base import Layer, MergeLayer, Shape
 from synkhronos.extensions.lasagne.utils import as_tuple
-from synkhronos.ops.conv import FoldLeading, UnfoldLeading
 
 __all__ = ["TPSTransformerLayer", "TransformerLayer"]
 
@@ -78,19 +77,18 @@ def _bilinear_sample(
     x0, y0 = pt.floor(x), pt.floor(y)
     cols = [_source_index(pt.cast(c, "int64"), width, border_mode) for c in (x0, x0 + 1)]
     rows = [_source_index(pt.cast(r, "int64"), height, border_mode) for r in (y0, y0 + 1)]
-    # Folds with FoldLeading, not reshape: JAX cannot trace a gradient's reshape to
-    # a size computed from the batch's.
-    pixels = FoldLeading(3)(image.dimshuffle(0, 2, 3, 1))
-    offset = (pt.arange(batch, dtype="int64") * height * width)[:, None]
+    pixels = image.dimshuffle(0, 2, 3, 1)  # (batch, rows, cols, channels)
+    # Each sample reads its own image, indexed by its position in the batch: a gather
+    # that keeps the samples apart as such (synk.function's split knows it), where
+    # offsets into the batch flattened would hide it.
+    own = pt.arange(batch, dtype="int64")[:, None]
     wx = [x0 + 1 - x, x - x0]
     wy = [y0 + 1 - y, y - y0]
     out = 0
     for i in range(2):
         for j in range(2):
-            values = pixels[FoldLeading(2)(offset + rows[i] * width + cols[j])]
-            weight = FoldLeading(2)(wy[i] * wx[j])[:, None]
-            out = out + weight * values
-    return UnfoldLeading(2)(out, x).dimshuffle(0, 2, 1)
+            out = out + (wy[i] * wx[j])[:, :, None] * pixels[own, rows[i], cols[j]]
+    return out.dimshuffle(0, 2, 1)
 
 
 class _SpatialTransformer(MergeLayer):
