@@ -192,14 +192,6 @@ def test_batch_norm_averages_are_read_by_the_users_variable(session):
     synk.broadcast(params + averages)  # every rank takes the reference's values
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the split's lengths miss the rows of the softmax after the transformer (its "
-    "length's expression, a Switch of a reshape, evaluates alike for both row counts): "
-    "the softmax is taken for a statistic of the rows, all-reduced whatever the ranks' "
-    "shapes (issue #50's misleading warning), and the predictions for no value of the "
-    "rows, averaged (12 rows on 2 ranks: 6 come back)",
-)
 def test_spatial_transformer_returns_its_predictions(session):
     """As the Recipes' spatial transformer program asks: its training function's
     predictions, for the program's own accuracy, every row of the batch."""
@@ -207,7 +199,8 @@ def test_spatial_transformer_returns_its_predictions(session):
     lasagne.random.set_rng(np.random.RandomState(4))
     x, y = pt.tensor4("x"), pt.ivector("y")
     l_in = L.InputLayer((None, 1, 8, 8), x)
-    loc = L.DenseLayer(l_in, 6, W=lasagne.init.Constant(0.0), b=np.eye(2, 3).ravel())
+    b = np.eye(2, 3).ravel().astype(pytensor.config.floatX)  # as the Recipes write it
+    loc = L.DenseLayer(l_in, 6, W=lasagne.init.Constant(0.0), b=b)
     net = L.TransformerLayer(l_in, loc, downsample_factor=2)
     net = L.DenseLayer(net, 3, nonlinearity=lasagne.nonlinearities.softmax)
     prediction = L.get_output(net)
