@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from synkhronos.api.collectives import check_tensor, registered
+from synkhronos.api.collectives import check_tensor, registered, send_changes
 from synkhronos.api.functions import BaseFunction, Function
 from synkhronos.rank.chain_part import (
     CHAINABLE,
@@ -78,6 +78,7 @@ class Chain:
         self._members: list[tuple[BaseFunction, int]] = []
         written: dict = {}
         touched: list = []  # per step, its spec or its collective's variables
+        reads: dict = {}  # what rank 0 broadcasts first where the program changed it
         for member in entries:
             if isinstance(member, BaseFunction):
                 self._check_member(member)
@@ -90,7 +91,8 @@ class Chain:
                     steps.append(entry._spec.fid)
                     functions.append(entry)
                     touched.append(entry._spec)
-                    written.update((id(v), v) for v, _ in entry._spec.updates)
+                    written.update((id(v), v) for v in entry._writes)
+                    reads.update((id(v), v) for v in entry._reads)
                 else:
                     step, variables = _collective_step(session, entry)
                     steps.append(step)
@@ -107,6 +109,7 @@ class Chain:
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._table = encode_table(steps, fuse)
         self._touched = set(written)
+        self._reads, self._written = list(reads.values()), list(written.values())
         # Written as a step runs (the others apply on every rank or on none); what a
         # training function hands between its phases is written anew by the next call.
         handed = {id(v) for f in functions for v in f._handover}
@@ -188,6 +191,7 @@ class Chain:
                 arrays += plan.encode()
         elif args or kwargs:
             raise TypeError("this chain has no function to take arguments")
+        send_changes(session, self._reads)
         try:
             results = session.execute(
                 Command.CHAIN,
@@ -198,6 +202,7 @@ class Chain:
             if self._may_differ:
                 error.add_note(self._may_differ)
             raise
+        session.agreed.agree(self._written)  # as the call left them
         if not self._touched.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         return self._outputs(session, plan, results, output_subset)
