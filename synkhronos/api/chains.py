@@ -78,7 +78,6 @@ class Chain:
         self._members: list[tuple[BaseFunction, int]] = []
         written: dict = {}
         touched: list = []  # per step, its spec or its collective's variables
-        reads: dict = {}  # what rank 0 broadcasts first where the program changed it
         for member in entries:
             if isinstance(member, BaseFunction):
                 self._check_member(member)
@@ -92,7 +91,6 @@ class Chain:
                     functions.append(entry)
                     touched.append(entry._spec)
                     written.update((id(v), v) for v in entry._writes)
-                    reads.update((id(v), v) for v in entry._reads)
                 else:
                     step, variables = _collective_step(session, entry)
                     steps.append(step)
@@ -108,8 +106,9 @@ class Chain:
         self._steps, self._functions = steps, functions
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._table = encode_table(steps, fuse)
-        self._touched = set(written)
-        self._reads, self._written = list(reads.values()), list(written.values())
+        self._written = written  # by id()
+        # What rank 0 broadcasts first where the program changed it (send_changes).
+        self._reads = list({id(v): v for f in functions for v in f._reads}.values())
         # Written as a step runs (the others apply on every rank or on none); what a
         # training function hands between its phases is written anew by the next call.
         handed = {id(v) for f in functions for v in f._handover}
@@ -202,8 +201,8 @@ class Chain:
             if self._may_differ:
                 error.add_note(self._may_differ)
             raise
-        session.agreed.agree(self._written)  # as the call left them
-        if not self._touched.isdisjoint(session.sliceable_ids):
+        session.agreed.agree(self._written.values())  # as the call left them
+        if not self._written.keys().isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         return self._outputs(session, plan, results, output_subset)
 
