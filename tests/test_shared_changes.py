@@ -21,6 +21,7 @@ import synkhronos as synk
 from synkhronos.api import collectives
 from synkhronos.rank.backends import gpu
 from synkhronos.session.agreed import SAMPLES, WHOLE_BYTES
+from synkhronos.transport.partition import split_bounds
 from synkhronos.transport.protocol import Collective
 
 ROWS = 11  # 2 ranks: 6/5, 3 ranks: 4/4/3
@@ -190,16 +191,23 @@ def test_values_the_ranks_hold_alike_are_not_sent_again(session, rng, broadcasts
     assert [[v.name for v in b] for b in broadcasts] == [["big"]]
 
 
-def test_per_rank_values_set_by_synkhronos_stay(session):
-    """A value a collective gave one rank (``synk.set_value(rank, ...)``) is no change of
-    rank 0's: the next call leaves it."""
+def test_each_ranks_own_values_stay(session):
+    """A value a collective gave one rank (``synk.set_value(rank, ...)``, ``synk.scatter``)
+    is no change of rank 0's, and a sliceable shared variable (each rank's own rows) is not
+    watched: the next call leaves them."""
     v = pytensor.shared(np.zeros(2), name="own")
-    f = synk.function([], v.sum(), mode=mode(session))
+    rows = pytensor.shared(np.zeros((1, 3)), name="rows")
+    f = synk.function([], v.sum() + rows.sum(), sliceable_shareds=[rows], mode=mode(session))
     f()
     synk.set_value(1, v, np.ones(2))
+    table = np.arange(21.0).reshape(7, 3)
+    synk.scatter(rows, table)
+    rows.set_value(np.full((2, 3), -1.0))  # rank 0's own rows, by the program
     f()
     np.testing.assert_array_equal(synk.get_value(1, v), np.ones(2))
     np.testing.assert_array_equal(synk.get_value(0, v), np.zeros(2))
+    bounds = split_bounds(len(table), len(synk.get_shapes(rows)))
+    np.testing.assert_array_equal(synk.get_value(1, rows), table[bounds[1] : bounds[2]])
     synk.broadcast(v)
 
 

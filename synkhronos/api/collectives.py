@@ -193,9 +193,14 @@ def send_changes(session, variables: list) -> None:
     rank-0 value the program changed since synkhronos last left it there
     (:mod:`synkhronos.session.agreed`): a ``set_value``, a plain PyTensor function's
     update."""
-    if current_nodes().n_global == 1:
+    world = current_nodes()
+    if world.n_global == 1:
         return
     changed = session.agreed.changed(variables)
+    if world.mpi is not None:  # every node sends the same broadcasts, of node 0's values
+        ids = {id(v) for v in changed}
+        mine = [i for i, v in enumerate(variables) if id(v) in ids]
+        changed = [variables[i] for i in sorted(set().union(*world.mpi.allgather(mine)))]
     for start in range(0, len(changed), MAX_ARRAYS // 2):
         chunk = changed[start : start + MAX_ARRAYS // 2]
         logger.debug("synkhronos: rank 0 changed %s; broadcasting them", chunk)
