@@ -55,7 +55,7 @@ def watch_seconds(chain, repeats: int = 2000) -> float:
         start = time.perf_counter()
         for _ in range(repeats):
             send_changes(session, chain._reads)
-            session.agreed.agree(chain._written.values())
+            session.agreed.agree(chain._leaves)
         times.append((time.perf_counter() - start) / repeats)
     return float(np.median(times))
 
@@ -115,7 +115,7 @@ def main() -> None:
             watch = watch_seconds(one_line.chain)
             print(
                 f"{rule:<6} watch of rank 0's shared variables: {watch * 1e6:.1f} us/call "
-                f"({len(one_line.chain._reads)} read, {len(one_line.chain._written)} written), "
+                f"({len(one_line.chain._reads)} read, {len(one_line.chain._leaves)} written), "
                 f"{100 * watch / times['one-line']:.2f} % of a step"
             )
     finally:

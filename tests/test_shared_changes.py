@@ -20,7 +20,7 @@ import pytest
 import synkhronos as synk
 from synkhronos.api import collectives
 from synkhronos.rank.backends import gpu
-from synkhronos.session.agreed import SAMPLES, WHOLE_BYTES
+from synkhronos.session.agreed import SAMPLES, WHOLE_BYTES, AgreedValues
 from synkhronos.transport.partition import split_bounds
 from synkhronos.transport.protocol import Collective
 
@@ -252,3 +252,16 @@ def test_changes_in_place_through_the_borrowed_buffer(session, rng):
         synk.verify()
     synk.broadcast(large)
     synk.verify()
+
+
+def test_a_large_value_is_sampled_whatever_its_strides():
+    """The record of a value held as a transposed view samples it in place, as a C-ordered
+    one."""
+    agreed = AgreedValues()
+    base = np.ones((300, 100))
+    var = pytensor.shared(base.T, borrow=True)
+    assert not var.get_value(borrow=True).flags.c_contiguous
+    agreed.agree([var])
+    assert agreed.changed([var]) == []
+    base[-1, -1] = 2.0  # the last element, sampled
+    assert agreed.changed([var]) == [var]

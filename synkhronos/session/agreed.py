@@ -47,11 +47,16 @@ SAMPLES = 256
 
 
 @functools.lru_cache(maxsize=256)
-def _sampled(shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """The indices of the sampled elements of an array of ``shape`` (any strides)."""
-    size = int(np.prod(shape))
-    flat = np.unique(np.linspace(0, size - 1, min(SAMPLES, size)).round().astype(np.intp))
-    return np.unravel_index(flat, shape)
+def _positions(size: int) -> np.ndarray:
+    """The sampled elements' positions in an array of ``size`` elements, in C order."""
+    return np.unique(np.linspace(0, size - 1, min(SAMPLES, size)).round().astype(np.intp))
+
+
+def _samples(value: np.ndarray) -> bytes:
+    positions = _positions(value.size)
+    if value.flags.c_contiguous:
+        return value.take(positions).tobytes()  # twice as fast as by index tuples
+    return value[np.unravel_index(positions, value.shape)].tobytes()  # without a copy
 
 
 def _weak(value) -> Callable[[], object]:
@@ -74,7 +79,7 @@ class _Record:
             return cls(_weak(value), None, None, None)
         if value.nbytes <= WHOLE_BYTES:
             return cls(None, value.shape, value.dtype, value.tobytes())
-        return cls(_weak(value), value.shape, value.dtype, value[_sampled(value.shape)].tobytes())
+        return cls(_weak(value), value.shape, value.dtype, _samples(value))
 
     def holds(self, value: Any) -> bool:
         """Whether ``value`` is the value recorded."""
@@ -87,8 +92,7 @@ class _Record:
             )
         same = self.held() is value
         return same and (
-            self.probe is None
-            or (value.shape == self.shape and value[_sampled(self.shape)].tobytes() == self.probe)
+            self.probe is None or (value.shape == self.shape and _samples(value) == self.probe)
         )
 
 
