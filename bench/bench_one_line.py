@@ -1,7 +1,7 @@
 """A training step ported by its function line, against ``make_step_function``.
 
-The 784-512-512-10 MLP of ``run.py`` (float32, SGD lr 0.01 and Adam) on 2 CPU ranks, its
-step built two ways in one session:
+The 784-512-512-10 MLP of ``run.py`` (``--sizes``: other layers; float32, SGD lr 0.01 and
+Adam) on 2 CPU ranks, its step built two ways in one session:
 
 1. ``synk.function([x, y], loss, updates=rule(loss, params))``: the natural port of a
    Theano script (a :class:`~synkhronos.api.training.TrainingFunction`);
