@@ -20,11 +20,13 @@ import pytest
 import synkhronos as synk
 from synkhronos.api import collectives
 from synkhronos.rank.backends import gpu
+from synkhronos.session import launch
 from synkhronos.session.agreed import SAMPLES, WHOLE_BYTES, AgreedValues
 from synkhronos.transport.partition import split_bounds
 from synkhronos.transport.protocol import Collective
 
 ROWS = 11  # 2 ranks: 6/5, 3 ranks: 4/4/3
+EVEN = 12  # every rank's rows of one shape: GPU ranks fuse a chain into one XLA program
 RTOL = 1e-9
 
 
@@ -74,8 +76,8 @@ def mode(backend: str):
     return None if backend == "gpu" else "FAST_COMPILE"  # GPU ranks: JAX, their mode
 
 
-def data(rng):
-    return rng.normal(size=(ROWS, 3)), rng.normal(size=ROWS)
+def data(rng, rows: int = ROWS):
+    return rng.normal(size=(rows, 3)), rng.normal(size=rows)
 
 
 def least_squares(lr):
@@ -107,8 +109,9 @@ def equal_everywhere(var, want) -> None:
     synk.verify()
 
 
-def test_learning_rate_decayed_between_steps_equals_one_process(session, rng, broadcasts):
-    X, Y = data(rng)
+@pytest.mark.parametrize("rows", [ROWS, EVEN])
+def test_learning_rate_decayed_between_steps_equals_one_process(session, rng, broadcasts, rows):
+    X, Y = data(rng, rows)
     w0 = rng.normal(size=3)
     lr = pytensor.shared(np.float64(0.1), name="lr")
     x, y, w, loss, updates = least_squares(lr)
@@ -157,8 +160,9 @@ def test_plain_pytensor_update_on_rank_0_reaches_the_next_call(session, rng):
     equal_everywhere(total, 2.5)
 
 
-def test_chain_reads_the_changed_rate(session, rng):
-    X, Y = data(rng)
+@pytest.mark.parametrize("rows", [ROWS, EVEN])
+def test_chain_reads_the_changed_rate(session, rng, rows):
+    X, Y = data(rng, rows)
     x, y = pt.matrix("x"), pt.vector("y")
     lr = pytensor.shared(np.float64(0.2), name="lr_chain")
     w = pytensor.shared(np.zeros(3), name="w_chain")
@@ -166,12 +170,16 @@ def test_chain_reads_the_changed_rate(session, rng):
     grad = synk.function([x, y], updates=[(g, x.T @ (x @ w - y))], mode=mode(session))
     update = synk.function([], updates=[(w, w - lr * g)], mode=mode(session))
     step = synk.chain(grad, ("all_reduce", g, "sum"), update)
+    programs = launch.current().state.fused.values  # GPU ranks' chains as one program
+    runs_before = sum(p.calls for p in programs())
     want = np.zeros(3)
     for rate in (0.2, 0.02, 0.002):
         lr.set_value(np.float64(rate))
         step(X, Y)
         want = want - rate * X.T @ (X @ want - Y)
     equal_everywhere(w, want)
+    fused = session == "gpu" and rows == EVEN
+    assert sum(p.calls for p in programs()) - runs_before == (3 if fused else 0)
 
 
 def test_values_the_ranks_hold_alike_are_not_sent_again(session, rng, broadcasts):
