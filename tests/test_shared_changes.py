@@ -143,21 +143,30 @@ def test_rate_set_before_the_first_step(session, rng):
 
 
 def test_plain_pytensor_update_on_rank_0_reaches_the_next_call(session, rng):
-    """A plain function on rank 0 updates the rate (in place, as PyTensor does); a plain
-    synkhronos function reads it in its output and in an update every rank applies."""
+    """A plain function on rank 0 updates the rate and a weight matrix over WHOLE_BYTES (in
+    place, as PyTensor does on CPU); a plain synkhronos function reads them in its output
+    and in an update every rank applies."""
     X, _ = data(rng)
     x = pt.matrix("x")
     rate = pytensor.shared(np.float64(2.0), name="rate")
     total = pytensor.shared(np.float64(0.0), name="total")
+    weights = pytensor.shared(np.ones((3, WHOLE_BYTES // 8)), name="weights")
     f = synk.function(
-        [x], ((x * rate).sum(), "sum"), updates=[(total, total + rate)], mode=mode(session)
+        [x],
+        ((x * rate).sum() + (x @ weights).sum(), "sum"),
+        updates=[(total, total + rate)],
+        mode=mode(session),
     )
-    decay = pytensor.function([], [], updates={rate: rate * 0.25}, mode=mode(session))
-    np.testing.assert_allclose(f(X), X.sum() * 2.0, rtol=RTOL)
+    decay = pytensor.function([], [], updates={rate: rate * 0.25, weights: weights * 0.5})
+    columns = WHOLE_BYTES // 8
+    np.testing.assert_allclose(f(X), X.sum() * (2.0 + columns), rtol=RTOL)
+    held = weights.get_value(borrow=True)
     decay()
-    np.testing.assert_allclose(f(X), X.sum() * 0.5, rtol=RTOL)
+    assert (weights.get_value(borrow=True) is held) == (session == "cpu")  # in place on CPU
+    np.testing.assert_allclose(f(X), X.sum() * (0.5 + 0.5 * columns), rtol=RTOL)
     equal_everywhere(rate, 0.5)
     equal_everywhere(total, 2.5)
+    equal_everywhere(weights, np.full((3, columns), 0.5))
 
 
 @pytest.mark.parametrize("rows", [ROWS, EVEN])
