@@ -1,7 +1,7 @@
 """A training step ported by its function line, against ``make_step_function``.
 
-The 784-512-512-10 MLP of ``run.py`` (float32, SGD lr 0.01 and Adam) on 2 CPU ranks, its
-step built two ways in one session:
+The 784-512-512-10 MLP of ``run.py`` (``--sizes``: other layers; float32, SGD lr 0.01 and
+Adam) on 2 CPU ranks, its step built two ways in one session:
 
 1. ``synk.function([x, y], loss, updates=rule(loss, params))``: the natural port of a
    Theano script (a :class:`~synkhronos.api.training.TrainingFunction`);
@@ -12,9 +12,14 @@ after the warm-up steps. The two step in turns, block by block (``--blocks`` blo
 ``--steps`` steps each), so that load drifts hit both alike; the figure is each form's
 median seconds per step, and the ratio one-line / make_step_function.
 
+Then, per rule, the per-call cost of watching rank 0's shared variables for changes a
+program made between calls (:mod:`synkhronos.session.agreed`): the one-line step's check
+before the call and its record after it, timed alone (no variable changed, as in a step
+of a run), against the step.
+
 Usage::
 
-    python bench/bench_one_line.py [--batch 256] [--steps 20] [--blocks 7]
+    python bench/bench_one_line.py [--batch 256] [--steps 20] [--blocks 7] [--sizes 784 512 512 10]
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import argparse
 import time
 
 import numpy as np
-from run import data, mlp
+from run import SIZES, data, mlp
 
 
 def timed_blocks(steps: dict, n_steps: int, blocks: int) -> dict:
@@ -38,11 +43,29 @@ def timed_blocks(steps: dict, n_steps: int, blocks: int) -> dict:
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
+def watch_seconds(chain, repeats: int = 2000) -> float:
+    """Median seconds of a call's watch of ``chain``: its check of the variables it reads
+    (nothing changed) and its record of those it writes, in blocks of ``repeats``."""
+    from synkhronos.api.collectives import send_changes
+    from synkhronos.session import launch
+
+    session = launch.current()
+    times = []
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            send_changes(session, chain._reads)
+            session.agreed.agree(chain._leaves)
+        times.append((time.perf_counter() - start) / repeats)
+    return float(np.median(times))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--blocks", type=int, default=7)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="MLP layers")
     args = parser.parse_args()
 
     import synkhronos as synk
@@ -52,11 +75,12 @@ def main() -> None:
     try:
         xs, ys = data(args.batch * 4)
         xd, yd = synk.data(xs), synk.data(ys)
-        print(f"2 CPU ranks, MLP 784-512-512-10, global batch {args.batch}")
+        sizes = tuple(args.sizes)
+        print(f"2 CPU ranks, MLP {'-'.join(map(str, sizes))}, global batch {args.batch}")
         print(f"{'rule':<6} {'one-line s/step':>16} {'make_step s/step':>17} {'ratio':>7}")
         for rule, kwargs in (("sgd", {"learning_rate": 0.01}), ("adam", {})):
-            x, y, loss, params = mlp()
-            x2, y2, loss2, params2 = mlp()
+            x, y, loss, params = mlp(sizes)
+            x2, y2, loss2, params2 = mlp(sizes)
             one_line = synk.function(
                 [x, y], loss, updates=getattr(lasagne.updates, rule)(loss, params, **kwargs)
             )
@@ -88,6 +112,12 @@ def main() -> None:
             )
             ratio = times["one-line"] / times["make_step"]
             print(f"{rule:<6} {times['one-line']:>16.5f} {times['make_step']:>17.5f} {ratio:>7.3f}")
+            watch = watch_seconds(one_line.chain)
+            print(
+                f"{rule:<6} watch of rank 0's shared variables: {watch * 1e6:.1f} us/call "
+                f"({len(one_line.chain._reads)} read, {len(one_line.chain._leaves)} written), "
+                f"{100 * watch / times['one-line']:.2f} % of a step"
+            )
     finally:
         synk.close()
 

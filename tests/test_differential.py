@@ -573,6 +573,46 @@ def test_losses_whose_rows_meet(pool, name, data, seed):
             np.testing.assert_allclose(got, w.get_value(), rtol=tol, atol=tol, err_msg=name)
 
 
+# ---- a learning rate set between calls ------------------------------------------------------
+@functools.cache
+def _decayed_step(pool) -> tuple:
+    """(the one-line SGD step of a least-squares model at a shared rate, w, the rate), in
+    ``pool``'s session: a Lasagne program's decay is ``lr.set_value(...)`` on rank 0."""
+    fx = pytensor.config.floatX  # JAX mode's own width
+    xs, ys = pt.matrix("xs_lr"), pt.vector("ys_lr")
+    w = pytensor.shared(np.zeros(3, fx), name="w_lr")
+    lr = pytensor.shared(np.asarray(0.1, fx), name="lr")
+    loss = pt.mean((xs @ w - ys) ** 2)
+    return synk.function([xs, ys], loss, updates=[(w, w - lr * pytensor.grad(loss, w))]), w, lr
+
+
+@SETTINGS
+@given(
+    seed=st.integers(0, 2**16),
+    n_rows=st.integers(3, 12),
+    rates=st.lists(st.sampled_from([0.3, 0.1, 0.03, 0.01]), min_size=1, max_size=3),
+)
+def test_learning_rate_set_between_calls_reaches_every_rank(pool, seed, n_rows, rates):
+    """Every call after ``lr.set_value`` on rank 0 alone steps at the new rate, on every rank."""
+    rng = np.random.default_rng(seed)
+    fx = pytensor.config.floatX
+    X, y, w0 = (rng.normal(size=size).astype(fx) for size in ((n_rows, 3), n_rows, 3))
+    step, w, lr = _decayed_step(pool)
+    synk.broadcast(w, w0)
+    # A training step needs rows on every rank: as many rows as ranks at least.
+    rows = slice(0, n_rows) if n_rows >= pool.n else np.arange(pool.n) % n_rows
+    Xs, ys = X[rows], y[rows]
+    want = w0.astype("float64")
+    for rate in rates:
+        lr.set_value(np.asarray(rate, fx))
+        step(X, y, batch=rows)
+        want = want - rate * (2.0 / len(Xs)) * Xs.T @ (Xs @ want - ys)
+    tol = _tol(pool, fx)
+    np.testing.assert_allclose(synk.get_value(pool.n - 1, lr), rates[-1], rtol=tol)
+    np.testing.assert_allclose(synk.get_value(pool.n - 1, w), want, rtol=tol, atol=1e-5)
+    synk.verify()
+
+
 # ---- the long profile's other topologies and caches -----------------------------------------
 def _run_module(command: list[str], env: dict, backend: str, timeout: float):
     """Run this module's tests of ``backend`` as ``command`` (``pytest`` or ``mpiexec`` of

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from synkhronos.api.collectives import check_tensor, registered
+from synkhronos.api.collectives import check_tensor, registered, send_changes
 from synkhronos.api.functions import BaseFunction, Function
 from synkhronos.rank.chain_part import (
     CHAINABLE,
@@ -63,6 +63,19 @@ def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
     return CollectiveStep(CHAINABLE[name], indices, op, True), variables
 
 
+def _watched(functions: list, written: dict) -> tuple[list, list]:
+    """What a chain of ``functions`` reads that rank 0 broadcasts first where the program
+    changed it (:func:`~synkhronos.api.collectives.send_changes`), and what it leaves as
+    synkhronos' own (``written``, by id), less what a training function hands between its
+    phases: written anew by every call before it is read."""
+    handed = {id(v) for f in functions for v in f._handover}
+    reads = {id(v): v for f in functions for v in f._reads}
+    return (
+        [v for k, v in reads.items() if k not in handed],
+        [v for k, v in written.items() if k not in handed],
+    )
+
+
 class Chain:
     """Functions and collectives run on every rank by one command; build it with
     :func:`chain`."""
@@ -90,7 +103,7 @@ class Chain:
                     steps.append(entry._spec.fid)
                     functions.append(entry)
                     touched.append(entry._spec)
-                    written.update((id(v), v) for v, _ in entry._spec.updates)
+                    written.update((id(v), v) for v in entry._writes)
                 else:
                     step, variables = _collective_step(session, entry)
                     steps.append(step)
@@ -106,7 +119,8 @@ class Chain:
         self._steps, self._functions = steps, functions
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._table = encode_table(steps, fuse)
-        self._touched = set(written)
+        self._written = written  # by id()
+        self._reads, self._leaves = _watched(functions, written)
         # Written as a step runs (the others apply on every rank or on none); what a
         # training function hands between its phases is written anew by the next call.
         handed = {id(v) for f in functions for v in f._handover}
@@ -188,6 +202,7 @@ class Chain:
                 arrays += plan.encode()
         elif args or kwargs:
             raise TypeError("this chain has no function to take arguments")
+        send_changes(session, self._reads)
         try:
             results = session.execute(
                 Command.CHAIN,
@@ -198,7 +213,8 @@ class Chain:
             if self._may_differ:
                 error.add_note(self._may_differ)
             raise
-        if not self._touched.isdisjoint(session.sliceable_ids):
+        session.agreed.agree(self._leaves)  # as the call left them
+        if not self._written.keys().isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         return self._outputs(session, plan, results, output_subset)
 

@@ -314,6 +314,7 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
         routines.run(
             checkpoint_part.set_local, np.array(chunk, np.int64), np.array([n], np.int64), *values
         )
+    session.agreed.agree(variables[i] for i in separate)  # each rank's own, as loaded
     session.forget_lengths()
     if "generator" in kinds and session.backend.mode == "JAX":
         logger.warning(

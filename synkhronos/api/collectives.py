@@ -13,18 +13,22 @@ variable or value.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 
 from synkhronos.rank import collective_part
 from synkhronos.session import launch
-from synkhronos.transport.channel import check_count
+from synkhronos.transport.channel import MAX_ARRAYS, check_count
 from synkhronos.transport.nodes import abort_on_error
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import resolve_rows
 from synkhronos.transport.protocol import Collective, Command
 from synkhronos.transport.reduction import COLLECTIVE_OPS, check_collective_op, join_rows
 from synkhronos.transport.shm import check_travels
+
+logger = logging.getLogger(__name__)
 
 _WRITES = {
     Collective.BROADCAST,
@@ -140,6 +144,8 @@ def _collective(
     )
     if kind in _WRITES:
         session.forget_lengths()
+        if kind != Collective.SET_VALUE or rank == session.state.comm.rank:
+            session.agreed.agree(variables)  # rank 0's values, as this collective left them
     out = _returned(kind, result, len(variables), rank, nd_up)
     if out is None:
         return None
@@ -182,6 +188,25 @@ def _returned(kind: Collective, result, n_vars: int, rank: int, nd_up: int) -> l
     if kind in (Collective.REDUCE, Collective.REDUCE_RESULT):
         return [np.asarray(v) for v in result]
     return None
+
+
+def send_changes(session, variables: list) -> None:
+    """Broadcast from rank 0, before a call that reads them, those of ``variables`` whose
+    rank-0 value the program changed since synkhronos last left it there
+    (:mod:`synkhronos.session.agreed`): a ``set_value``, a plain PyTensor function's
+    update."""
+    world = current_nodes()
+    if world.n_global == 1:
+        return
+    changed = session.agreed.changed(variables)
+    if world.mpi is not None:  # every node sends the same broadcasts, of node 0's values
+        ids = {id(v) for v in changed}
+        mine = [i for i, v in enumerate(variables) if id(v) in ids]
+        changed = [variables[i] for i in sorted(set().union(*world.mpi.allgather(mine)))]
+    for start in range(0, len(changed), MAX_ARRAYS // 2):
+        chunk = changed[start : start + MAX_ARRAYS // 2]
+        logger.debug("synkhronos: rank 0 changed %s; broadcasting them", chunk)
+        _collective(Collective.BROADCAST, chunk)
 
 
 def sliceable_lengths(session, variables: list) -> list[int]:

@@ -24,9 +24,14 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api import mode_choice
-from synkhronos.api.collectives import check_tensor, checked_value, sliceable_lengths
+from synkhronos.api.collectives import (
+    check_tensor,
+    checked_value,
+    send_changes,
+    sliceable_lengths,
+)
 from synkhronos.rank.compiled import is_jax
-from synkhronos.rank.graphs import GraphSpec, check_shippable
+from synkhronos.rank.graphs import GraphSpec, check_shippable, with_default_updates
 from synkhronos.rank.outputs import collect_outputs
 from synkhronos.rank.rewritten_graphs import graph_key, mark_checked, was_checked
 from synkhronos.rank.state import run_share_of, share_of
@@ -40,6 +45,7 @@ from synkhronos.transport.partition import Selection, resolve_rows, selection_le
 from synkhronos.transport.protocol import Arg, Command
 from synkhronos.transport.reduction import check_output_op, check_update_op
 from synkhronos.transport.shared_arrays import Data
+from synkhronos.transport.shm import check_travels
 
 
 def pairs_of(mapping, what: str) -> list[tuple]:
@@ -165,6 +171,28 @@ def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
             f"where JAX mode measured faster; SYNK_CPU_BACKEND=cpu keeps the default mode)",
             stacklevel=4,
         )
+
+
+def _travels(var) -> bool:
+    try:
+        check_travels(var.type.dtype, var.type.ndim, str(var))
+    except (AttributeError, TypeError):  # a random generator, say: not broadcast
+        return False
+    return True
+
+
+def shared_reads_writes(parts: FunctionParts, sliceable_ids: set[int]) -> tuple[list, list]:
+    """The shared variables a call of ``parts`` reads that rank 0 broadcasts when the
+    program changed them (tensors, less the sliceable ones, each rank's own rows, and what
+    the call hands over between its phases), and those a call writes (its updates' and
+    the default updates' targets)."""
+    roots = [*parts.outputs, *(u for _, u in parts.updates), *(g for _, g in parts.givens)]
+    shared = [v for v in graph_inputs(with_default_updates(roots)) if isinstance(v, SharedVariable)]
+    own = sliceable_ids | {id(v) for v in [*parts.sliceable, *parts.handover]}
+    reads = [v for v in shared if id(v) not in own and _travels(v)]
+    writes = [v for v, _ in parts.updates]
+    writes += [v for v in shared if getattr(v, "default_update", None) is not None]
+    return reads, writes
 
 
 @dataclass(kw_only=True)
@@ -480,6 +508,7 @@ class Function(BaseFunction):
         self._update_targets = {id(v) for v, _ in self._spec.updates}
         self._handover = list(parts.handover)
         session.sliceable_ids.update(id(s) for s in parts.sliceable)
+        self._reads, self._writes = shared_reads_writes(parts, session.sliceable_ids)
         session.functions.append(self)
 
     def __repr__(self) -> str:
@@ -599,7 +628,9 @@ class Function(BaseFunction):
                     self._last = _LastCall(key, arrays, fn, share, len(self._spec.inputs))
                 return run_share_of(state, fn, share, state.pending)
 
+        send_changes(session, self._reads)
         weight, host, reduced = session.execute(Command.CALL, arrays, local)
+        session.agreed.agree(self._writes)
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
         single = self._single if output_subset is None else len(subset) == 1

@@ -108,12 +108,17 @@ def run(routine: Callable[..., list], *args: np.ndarray | Data) -> list[list[np.
             local_error.append(error)
             raise
 
+    # What the routine leaves on rank 0 is each rank's own (an asynchronous trainer's
+    # parameters); the program's changes from before it stay to be broadcast.
+    variables = session.state.registry.variables
+    pending = {id(v) for v in session.agreed.changed(variables)}
     try:
         mine = session.execute(Command.ROUTINE, message, local)
     except WorkerDied as died:
         if local_error:
             raise local_error[0] from died  # rank 0's account of what the death did
         raise
+    session.agreed.agree(v for v in variables if id(v) not in pending)
     theirs = [
         [np.array(a) for a in session.channel.reply_arrays(r)] for r in range(1, session.n_ranks)
     ]

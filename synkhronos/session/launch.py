@@ -38,6 +38,7 @@ from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import pack
 from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
+from synkhronos.session.agreed import AgreedValues
 from synkhronos.session.liveness import Watchdog
 from synkhronos.session.worker_output import WorkerOutput, prefix_wanted
 from synkhronos.transport import names, trace
@@ -314,6 +315,9 @@ class Session:
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
         # by forget_lengths() whenever a call or collective may have changed them.
         self.lengths_cache: dict[tuple, list[int]] = {}
+        # Rank 0's shared values as synkhronos last left them: a call first broadcasts
+        # those the program changed since (collectives.send_changes).
+        self.agreed = AgreedValues()
         self.output = WorkerOutput(rank_prefix, current_nodes().offset)
         try:
             self.thread_limits = _limit_threads(
@@ -426,12 +430,14 @@ class Session:
         if not pending:
             return
         specs = [f._spec for f in pending]
+        shipped = len(self.state.registry)
         payload = np.frombuffer(pack(specs, self.state.registry), np.uint8)
         try:
             self.execute(Command.DISTRIBUTE, [payload], lambda: self.state.add_functions(specs))
         except BaseException:
             self.broken = True  # the ranks' registries may now disagree
             raise
+        self.agreed.agree(self.state.registry.variables[shipped:])  # the values shipped
         for f in pending:
             f._shipped = True
 
