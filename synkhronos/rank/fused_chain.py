@@ -9,7 +9,7 @@ the mesh, and dispatches it once per call. What fusion saves is the dispatches, 
 host round trips between the steps; and the all-reduce of a flat gradient larger than a
 bucket (:data:`~synkhronos.transport.comm.xla.BUCKET_VAR`) runs as one all-reduce per
 bucket, each waiting only for the gradients it holds, which XLA can overlap with the rest
-of the backward pass (the schedule: ``tests/test_gpu_buckets.py``). Shared variables
+of the backward pass (the schedule: ``tests/test_gpu_step.py``). Shared variables
 pass through the program as its inputs and outputs, updated as each step would update
 them (their old buffers are donated to the new values: updated in place, and deleted),
 and outputs that the communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced
@@ -135,10 +135,11 @@ class FusedChain:
                     for v in state.shared(step.indices)
                 )
         self.cells = list(cells.values())
+        self.bucket_bytes = comm.bucket_bytes  # this program's, whatever comes later
         bucketed = any(
             step.kind == Collective.ALL_REDUCE
             and np.ndim(v.container.storage[0]) == 1
-            and v.container.storage[0].nbytes > comm.bucket_bytes
+            and v.container.storage[0].nbytes > self.bucket_bytes
             for step in steps
             if not isinstance(step, int)
             for v in state.shared(step.indices)
@@ -169,7 +170,7 @@ class FusedChain:
                 traced = _TRACED[step.kind]
                 for var in self.state.shared(step.indices):
                     key = id(var.container.storage)
-                    env[key] = traced(env[key], step.op, n, self.comm.bucket_bytes)
+                    env[key] = traced(env[key], step.op, n, self.bucket_bytes)
         return [*outputs, *(env[id(c)] for c in self.cells)]
 
     def inputs(self, args: list) -> list:

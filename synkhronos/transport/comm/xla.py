@@ -74,10 +74,14 @@ COORDINATOR_VAR = "SYNK_COORDINATOR"
 
 BUCKET_VAR = "SYNK_BUCKET_MB"
 """Megabytes per bucket of a fused step's gradient all-reduce (read by every rank as it
-joins; default :data:`BUCKET_MB`); "0" all-reduces the whole vector at once."""
+joins; default :data:`BUCKET_MB` on GPUs, 0 on CPU devices); "0" all-reduces the whole
+vector at once."""
 
 BUCKET_MB = 25.0
-"""The default bucket: ResNet-50's 102 MB float32 gradient goes in 5 all-reduces."""
+"""The default bucket on GPUs: ResNet-50's 102 MB float32 gradient goes in 5 all-reduces.
+On CPU devices buckets are off by default: there gloo's all-reduce runs on the rank's
+own cores, which the backward pass needs too, and a step took 1.25x as long with 25 MB
+buckets (bench/RESULTS.md)."""
 
 AXIS = "ranks"  # the mesh axis: one device per rank
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's results
@@ -173,8 +177,9 @@ def reduce_buckets_traced(x, op: str, n_ranks: int, bucket_bytes: int):
     return jnp.concatenate(pieces)
 
 
-def bucket_bytes_from_env() -> int:
-    """:data:`BUCKET_VAR` in bytes (:data:`BUCKET_MB` where unset).
+def bucket_bytes_from_env(platform: str = "gpu") -> int:
+    """:data:`BUCKET_VAR` in bytes; where unset, :data:`BUCKET_MB` on GPUs and 0 on CPU
+    devices (``platform`` "cpu").
 
     Raises
     ------
@@ -182,7 +187,7 @@ def bucket_bytes_from_env() -> int:
         If the variable is not a number of megabytes, at least 0.
     """
     text = os.environ.get(BUCKET_VAR, "").strip()
-    megabytes = float(text) if text else BUCKET_MB
+    megabytes = float(text) if text else (0.0 if platform == "cpu" else BUCKET_MB)
     if not megabytes >= 0:
         raise ValueError(f"{BUCKET_VAR}={text!r}: a number of megabytes, at least 0")
     return int(megabytes * 1e6)
@@ -256,7 +261,7 @@ class XlaCommunicator(ShmCommunicator):
         XLA programs this rank has run (counted for the tests).
     bucket_bytes : int
         The size of a fused step's all-reduce buckets (see the module docstring), from
-        :data:`BUCKET_VAR` as this rank joined; 0: none.
+        :data:`BUCKET_VAR` as this rank joined (:func:`bucket_bytes_from_env`); 0: none.
     """
 
     span: Span | None = None
@@ -290,7 +295,6 @@ class XlaCommunicator(ShmCommunicator):
 
         span = self._span()
         rank, n_ranks = span.rank, span.n_ranks
-        self.bucket_bytes = bucket_bytes_from_env()  # every rank joins with fork's environment
         self.barrier()  # every rank of this node started: none can leave rank 0 waiting below
         address = os.environ[COORDINATOR_VAR]
         local = address.startswith("127.0.0.1:")
@@ -325,6 +329,8 @@ class XlaCommunicator(ShmCommunicator):
             )
         self.mesh = Mesh(np.array(devices), (AXIS,))
         self.device = jax.local_devices()[0]
+        # Every rank joins with the environment fork gave it: the same buckets everywhere.
+        self.bucket_bytes = bucket_bytes_from_env(self.device.platform)
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
         self._programs: dict = {}
 

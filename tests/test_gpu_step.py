@@ -1,8 +1,12 @@
-"""A fused training step's gradient all-reduce in buckets (issue 51): on 2 GPU ranks on CPU
-devices, the compiled XLA program holds one all-reduce per bucket, scheduled between the
-backward pass's matrix products, where the unbucketed program holds one all-reduce after
-all of them; and the bucketed step's trajectory is bit for bit the unbucketed one's, and
-that of single-process PyTensor within float32 rounding.
+"""A fused training step on GPU ranks (issue 51), on 2 CPU devices where no GPU is visible.
+
+Buckets: the compiled XLA program holds one all-reduce per bucket of the flat gradient,
+scheduled between the backward pass's matrix products, where the unbucketed program holds
+one all-reduce after all of them; the bucketed step's trajectory is bit for bit the
+unbucketed one's, and that of single-process PyTensor within float32 rounding.
+
+Memory: after the first step, rank 0's device holds the shared variables' values and
+nothing more (PyTensor's JAX functions kept a compile-time copy of each).
 """
 
 from __future__ import annotations
@@ -147,3 +151,66 @@ def test_bucketed_steps_are_bit_identical_to_one_all_reduce(gpu_ranks, rng):
     for part in (0, 1):  # losses, then parameters
         np.testing.assert_array_equal(got[4000][part], got[0][part])
         np.testing.assert_allclose(got[4000][part], one[part], rtol=2e-5, atol=1e-6)
+
+
+def _device_bytes() -> tuple[int, int]:
+    """(bytes of the distinct device buffers alive in this process, of them those that are
+    rank 0's shared variables' values)."""
+    import jax
+
+    buffers = {
+        shard.data.unsafe_buffer_pointer(): shard.data.nbytes
+        for a in jax.live_arrays()
+        for shard in a.addressable_shards
+    }
+    values = {id(v): v.container.storage[0] for v in launch.current().state.registry.variables}
+    shared = {
+        a.unsafe_buffer_pointer(): a.nbytes for a in values.values() if isinstance(a, jax.Array)
+    }
+    return sum(buffers.values()), sum(shared.values())
+
+
+@pytest.mark.gpu
+def test_the_first_step_holds_no_second_copy(gpu_ranks, rng):
+    """After a fused Adam step, rank 0's device holds the parameters, Adam's state and the
+    flat gradient once (issue 51: 3.6x the shared variables on an H200), besides the
+    batch."""
+    from synkhronos.extensions import train
+    from synkhronos.extensions.lasagne import updates
+
+    float_x, rows = pytensor.config.floatX, ROWS * gpu_ranks
+    x = synk.data(rng.normal(size=(rows, 256)).astype(float_x))
+    y = synk.data(rng.normal(size=rows).astype(float_x))
+    inputs = [pt.matrix("x"), pt.vector("y")]
+    w = pytensor.shared((0.05 * rng.normal(size=(256, 512))).astype(float_x), "w")
+    v = pytensor.shared((0.05 * rng.normal(size=512)).astype(float_x), "v")
+    loss = pt.mean((pt.tanh(inputs[0] @ w) @ v - inputs[1]) ** 2)
+    step = train.make_step_function(loss, [w, v], inputs, updates.adam, learning_rate=0.01)
+    step(x, y)
+    live, shared = _device_bytes()
+    assert shared >= 4 * w.get_value().nbytes  # w, Adam's two moments, the flat gradient
+    batch = x.data.nbytes + y.data.nbytes
+    assert live <= shared + batch, (live, shared)
+
+
+def test_compile_time_copies_are_dropped_and_the_function_still_reads_its_variables():
+    """A ``pytensor.function`` in JAX mode holds a device copy of each shared variable it
+    reads until :func:`drop_compile_time_copies`; then it still computes with the
+    variables' current values."""
+    import jax
+
+    from synkhronos.rank.backends.jax_compat import drop_compile_time_copies
+
+    x = pt.vector("x", dtype="float32")
+    w = pytensor.shared(np.arange(4, dtype="float32"), "w")
+    fn = pytensor.function([x], (x * w).sum(), updates=[(w, w + 1)], mode="JAX")
+    held = [a for a in jax.live_arrays() if a.shape == (4,) and a.dtype == np.float32]
+    assert any(np.array_equal(a, np.arange(4)) for a in held)  # PyTensor's copy
+    assert drop_compile_time_copies(fn) == 1
+    del held
+    assert not [a for a in jax.live_arrays() if a.shape == (4,) and a.dtype == np.float32]
+    ones = np.ones(4, "float32")
+    assert float(fn(ones)) == 6.0 and float(fn(ones)) == 10.0
+    w.set_value(np.zeros(4, "float32"))
+    assert float(fn(ones)) == 0.0
+    assert drop_compile_time_copies(pytensor.function([x], x + 1, mode="FAST_RUN")) == 0
