@@ -128,10 +128,10 @@ def drop_compile_time_copies(fn) -> int:
     generated = getattr(jit_fn, "__wrapped__", None)
     for cell in getattr(jit_fn, "__closure__", None) or ():  # scalar shape inputs' wrapper
         generated = generated or getattr(cell.cell_contents, "__wrapped__", None)
-    code = getattr(generated, "__code__", None)
-    if code is None:
+    code, env = getattr(generated, "__code__", None), getattr(generated, "__globals__", None)
+    if code is None or env is None:
         return 0
-    names = set(code.co_varnames[: code.co_argcount]) & set(generated.__globals__)
+    names = set(code.co_varnames[: code.co_argcount]) & set(env)
     for name in names:
-        del generated.__globals__[name]
+        del env[name]
     return len(names)
