@@ -56,8 +56,9 @@ def set_buckets(state, size) -> list[np.ndarray]:
 
 def schedule(state, rows, features) -> list[np.ndarray]:
     """(A routine) The compiled order of this rank's latest fused program: n for each
-    all-reduce of an n-element vector, -1 for each matrix product (a dot, or on CPU
-    devices a fusion of XNNPACK's kind around one), as "A<n>" and "D" in the test."""
+    all-reduce of an n-element vector, -1 for each matrix product (a dot; a custom call,
+    as cuBLAS's on GPUs; or a fusion of the custom kind, as XNNPACK's on CPU devices), as
+    "A<n>" and "D" in the test."""
     import jax
 
     sharding = jax.sharding.NamedSharding(state.comm.mesh, jax.sharding.PartitionSpec())
@@ -74,7 +75,7 @@ def schedule(state, rows, features) -> list[np.ndarray]:
         reduced = re.search(r"= (.*) all-reduce(?:-start)?\(", line)
         if reduced:  # one mark per vector it reduces (XLA may combine them in a tuple)
             marks += [int(n) for n in re.findall(r"f32\[(\d+)\]", reduced.group(1))]
-        elif re.search(r"= f32\[\d+,\d+\]\S* (dot\(|fusion\(.*kind=kCustom)", line):
+        elif re.search(r"= f32\[\d+,\d+\]\S* (dot\(|custom-call\(|fusion\(.*kind=kCustom)", line):
             marks.append(-1)
     return [np.array(marks, np.int64)]
 
@@ -109,6 +110,8 @@ def _steps(bucket_bytes: int, data, batches, make):
 def test_buckets_are_all_reduced_between_the_backward_products(gpu_ranks, rng):
     from synkhronos.extensions import train
 
+    if gpu_ranks < 2:
+        pytest.skip("one rank: XLA leaves out an all-reduce over one device")
     joined = [int(r[0][0]) for r in routines.run(set_buckets, np.array([4000]))]
     assert joined == [4000] * gpu_ranks  # SYNK_BUCKET_MB at the fork, on every rank
     float_x, rows = pytensor.config.floatX, ROWS * gpu_ranks
