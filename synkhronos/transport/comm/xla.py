@@ -80,7 +80,7 @@ vector at once."""
 BUCKET_MB = 25.0
 """The default bucket on GPUs: ResNet-50's 102 MB float32 gradient goes in 5 all-reduces.
 On CPU devices buckets are off by default: there gloo's all-reduce runs on the rank's
-own cores, which the backward pass needs too, and a step took 1.25x as long with 25 MB
+own cores, which the backward pass needs too, and a step took 1.14-1.25x as long with 25 MB
 buckets (bench/RESULTS.md)."""
 
 AXIS = "ranks"  # the mesh axis: one device per rank
