@@ -152,7 +152,10 @@ def test_bucketed_steps_are_bit_identical_to_one_all_reduce(gpu_ranks, rng):
     one = _steps(0, data, batches, train.make_pytensor_step_function)
     routines.run(set_buckets, np.array([4000]))
     for part in (0, 1):  # losses, then parameters
-        np.testing.assert_array_equal(got[4000][part], got[0][part])
+        if gpu_ranks == 2:  # a + b: the same bits in any pieces
+            np.testing.assert_array_equal(got[4000][part], got[0][part])
+        else:  # NCCL's order of additions may follow the vector's length (xla.py)
+            np.testing.assert_allclose(got[4000][part], got[0][part], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(got[4000][part], one[part], rtol=2e-5, atol=1e-6)
 
 
