@@ -160,14 +160,16 @@ def test_bucketed_steps_are_bit_identical_to_one_all_reduce(gpu_ranks, rng):
 
 
 def _device_bytes() -> tuple[int, int]:
-    """(bytes of the distinct device buffers alive in this process, of them those that are
-    rank 0's shared variables' values)."""
+    """(bytes of the distinct buffers alive in this process on rank 0's device, of them
+    those that are rank 0's shared variables' values)."""
     import jax
 
+    device = launch.current().state.comm.device  # not an earlier session's
     buffers = {
         shard.data.unsafe_buffer_pointer(): shard.data.nbytes
         for a in jax.live_arrays()
         for shard in a.addressable_shards
+        if shard.device == device
     }
     values = {id(v): v.container.storage[0] for v in launch.current().state.registry.variables}
     shared = {
