@@ -13,14 +13,18 @@ jax_first
 nvidia_smi
     nvidia-smi's real table parsed; with a PATH without it, ``CUDA_VISIBLE_DEVICES`` decides.
 memory
-    a fused training step (an embedding and an MLP, Adam): its buffers donated (the old
-    parameters deleted), its peak device memory (``memory_stats``) against the bytes of
-    every shared variable (parameters, optimizer state, flat gradient), and JAX's memory
-    cap against the GPU's memory.
+    a fused training step (an MLP, Adam): its buffers donated (the old parameters
+    deleted), the device memory in use after its first step against that of the same
+    model trained by a ``jax.jit`` Adam step written by hand (at most 1.2x, issue 51) and
+    against the bytes of every shared variable (parameters, optimizer state, flat
+    gradient), its peak, and JAX's memory cap against the GPU's memory.
 determinism
     the same 20 steps (a scatter-add gradient, reductions) in two fresh processes with
-    the deterministic flags give bit-identical parameters; one process without them, and
-    the time per step with and without.
+    the deterministic flags give bit-identical parameters; two processes without them,
+    and one with ``--xla_gpu_exclude_nondeterministic_ops`` alone; the time per step of
+    each; whether the update phase alone (what every rank computes from the same
+    all-reduced sums) gives the same bits in two processes without the flags; and, with
+    2 or more GPUs, whether the ranks' parameters are identical without them.
 training_function
     the one-line port of a training function (``synk.function`` with Adam's updates,
     embedding lookups: a scatter-add gradient) against ``pytensor.function`` in JAX mode.
@@ -74,7 +78,9 @@ def _args(argv=None):
         "--resnet", action="store_true", help="also ResNet-50 against a JAX loop (minutes)"
     )
     parser.add_argument("--check", help=argparse.SUPPRESS)  # run one check, in a child
-    parser.add_argument("--deterministic", default="1", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--deterministic", default="1", choices=["1", "0", "exclude"], help=argparse.SUPPRESS
+    )
     return parser.parse_args(argv)
 
 
@@ -211,50 +217,122 @@ def _train(sizes: tuple, rows: int, n: int, embed: bool):
     return step, params, (ids, y)
 
 
+def _in_use(device) -> int:
+    """Bytes in use on ``device``: its allocator's figure (GPUs), else the distinct buffers
+    of the arrays alive in this process there (CPU devices have no ``memory_stats``)."""
+    import jax
+
+    stats = device.memory_stats() or {}
+    if "bytes_in_use" in stats:
+        return int(stats["bytes_in_use"])
+    return sum(
+        {
+            s.data.unsafe_buffer_pointer(): s.data.nbytes
+            for a in jax.live_arrays()
+            for s in a.addressable_shards
+            if s.device == device
+        }.values()
+    )
+
+
+def _memory_sizes(args) -> tuple:
+    return (256, 512, 128) if args.quick else (4096, 4096, 4096)
+
+
+def check_memory_hand(args) -> tuple[str, str]:
+    """(One process) The memory check's model and batch trained by a ``jax.jit`` Adam
+    step written by hand, its buffers donated: bytes in use after the first step."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    sizes, rows = _memory_sizes(args), 64
+    rng = np.random.default_rng(0)
+    shapes = list(zip(sizes[:-1], sizes[1:], strict=True)) + [(sizes[-1], 10)]
+    params = [jnp.asarray((0.1 * rng.normal(size=s)).astype("float32")) for s in shapes]
+    moments = [jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params]
+    x = jnp.asarray(rng.random((rows, sizes[0]), dtype=np.float32))
+    y = jnp.asarray(rng.integers(0, 10, rows).astype("int32"))
+
+    def loss(params, x, y):
+        h = x @ params[0]
+        for w in params[1:]:
+            h = jnp.tanh(h) @ w
+        return -jnp.mean(jax.nn.log_softmax(h)[jnp.arange(rows), y])
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1, 2))
+    def step(params, m, v, t, x, y):
+        grads = jax.grad(loss)(params, x, y)
+        m = [0.9 * a + 0.1 * g for a, g in zip(m, grads, strict=True)]
+        v = [0.999 * a + 0.001 * g * g for a, g in zip(v, grads, strict=True)]
+        rate = 1e-3 * jnp.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+        params = [p - rate * a / (jnp.sqrt(b) + 1e-8) for p, a, b in zip(params, m, v, strict=True)]
+        return params, m, v
+
+    device = jax.devices()[0]
+    params, m, v = step(params, *moments, 1.0, x, y)
+    jax.block_until_ready(params)
+    first = _in_use(device)
+    for t in range(2, 5):
+        params, m, v = step(params, m, v, float(t), x, y)
+    jax.block_until_ready(params)
+    return "PASS", json.dumps({"first": first, "steps": _in_use(device)})
+
+
 def check_memory(args) -> tuple[str, str]:
     import synkhronos as synk
     from synkhronos.session import launch
 
+    status, hand = _child("memory_hand", args, 120)
+    if status != "PASS":
+        return "FAIL", f"the hand-written loop: {hand}"
+    hand_first = json.loads(hand)["first"]
     n = synk.fork(1 if _n_gpus() == 0 else None, backend="gpu")  # as on one GPU
     try:
-        sizes = (256, 512, 128) if args.quick else (4096, 4096, 4096)
-        step, params, data = _train(sizes, 64, n, embed=False)
+        step, params, data = _train(_memory_sizes(args), 64, n, embed=False)
         session = launch.current()
         comm = session.state.comm
 
         def in_use() -> float:  # MB on rank 0's device now
-            return (comm.device.memory_stats() or {}).get("bytes_in_use", 0) / 1e6
+            return _in_use(comm.device) / 1e6
 
         stages = [f"built {in_use():.0f}"]
         step(*data)  # compiled
-        stages.append(f"first step {in_use():.0f}")
+        first = _in_use(comm.device)
+        stages.append(f"first step {first / 1e6:.0f}")
         old = [p.get_value(borrow=True) for p in params]
         fused = session.state.fused
         for _ in range(3):
             step(*data)
         stages.append(f"4 steps {in_use():.0f}")
         donated = all(o.is_deleted() for o in old)
-        shared = sum(np.asarray(v.get_value()).nbytes for v in session.state.registry.variables)
+        variables = session.state.registry.variables
+        shared = sum(np.asarray(v.get_value()).nbytes for v in variables)
+        flat = step.phases.flat_grad.get_value().nbytes
         stats = comm.device.memory_stats() or {}
         ran_fused = sum(f.calls for f in fused.values())
     finally:
         synk.close()
+    # The goal (issue 51): what a loop written by hand holds, 1.2x at most. A fused step
+    # keeps the flat gradient vector between steps (a shared variable the hand loop has
+    # not), so its floor is (parameters + 2 moments + gradient) / (parameters + 2 moments).
+    ok = donated and ran_fused > 0 and first <= 1.2 * hand_first
     figures = (
-        f"fused calls {ran_fused}, old buffers deleted: {donated}; shared {shared / 1e6:.1f} MB"
+        f"fused calls {ran_fused}, old buffers deleted: {donated}; shared {shared / 1e6:.1f} "
+        f"MB, of which the flat gradient {flat / 1e6:.1f}; in use (MB) {', '.join(stages)}; "
+        f"after the first step {first / hand_first:.2f} x the hand loop's "
+        f"{hand_first / 1e6:.1f} MB (<=1.2), {first / shared:.2f} x shared"
     )
-    if not stats:
-        ok = donated and ran_fused > 0
+    if "bytes_limit" not in stats:
         return ("PASS" if ok else "FAIL"), figures + "; no memory_stats on this device"
-    peak, limit = stats.get("peak_bytes_in_use", 0), stats.get("bytes_limit", 0)
-    live = stats.get("bytes_in_use", 0)
+    peak, limit = stats.get("peak_bytes_in_use", 0), stats["bytes_limit"]
     total = _gpu_memory_bytes()
     # The peak counts the compile too (XLA tries GEMM algorithms in scratch memory): the
     # steps' own footprint is what stays in use after them.
-    ok = donated and ran_fused > 0 and live < 1.75 * shared and limit >= 0.85 * total
+    ok = ok and limit >= 0.85 * total
     return ("PASS" if ok else "FAIL"), (
-        f"{figures}; in use (MB) {', '.join(stages)}; "
-        f"after the steps {live / 1e6:.1f} MB = {live / shared:.2f} x "
-        f"shared (<1.75); peak {peak / 1e6:.1f} MB = {peak / shared:.2f} x shared; "
+        f"{figures}; peak {peak / 1e6:.1f} MB = {peak / shared:.2f} x shared; "
         f"JAX's cap {limit / 1e9:.1f} of {total / 1e9:.1f} GB ({limit / max(total, 1):.2f}, >=0.85)"
     )
 
@@ -268,9 +346,25 @@ def _gpu_memory_bytes() -> int:
         return 0
 
 
+EXCLUDE_FLAG = "--xla_gpu_exclude_nondeterministic_ops=true"
+"""XLA's deterministic scatters and reductions without ``--xla_gpu_deterministic_ops``'
+other restrictions (the determinism check's third setting)."""
+
+
+def _digest(values) -> str:
+    return hashlib.sha256(b"".join(np.asarray(v).tobytes() for v in values)).hexdigest()[:16]
+
+
 def check_determinism_child(args) -> tuple[str, str]:
-    """(One process) 20 steps; the digest of the parameters and the median step time."""
-    os.environ["SYNK_GPU_DETERMINISTIC"] = args.deterministic
+    """(One process) 20 steps: the digest of the parameters, the median step time, whether
+    the ranks' parameters are identical, and the digest of 10 update phases alone run
+    from the same seeded values in every process (what the ranks run on the same sums).
+    ``--deterministic``: "1" (the default flags), "0" (none), "exclude" (EXCLUDE_FLAG)."""
+    from synkhronos.rank.backends import gpu
+
+    os.environ["SYNK_GPU_DETERMINISTIC"] = "1" if args.deterministic == "1" else "0"
+    if args.deterministic == "exclude":
+        os.environ["XLA_FLAGS"] = gpu.with_flags(os.environ.get("XLA_FLAGS", ""), [EXCLUDE_FLAG])
     import synkhronos as synk
 
     n = synk.fork(_n_ranks(), backend="gpu")
@@ -282,25 +376,57 @@ def check_determinism_child(args) -> tuple[str, str]:
             start = time.perf_counter()
             step(*data)
             times.append(time.perf_counter() - start)
-        digest = hashlib.sha256(b"".join(p.get_value().tobytes() for p in params)).hexdigest()
+        digest = _digest(p.get_value() for p in params)
+        agree = all(
+            _digest(synk.get_value(r, params)) == _digest(synk.get_value(0, params))
+            for r in range(1, n)
+        )
+        # The update phase alone, from values every process sets alike.
+        state = [v for v in step.phases.param_updates if v is not step.phases.flat_grad]
+        state.append(step.phases.flat_grad)
+        rng = np.random.default_rng(7)
+        values = [np.asarray(0.1 * rng.random(np.shape(v.get_value())), v.dtype) for v in state]
+        values[-1][-1] = 256 * n  # the row count closes the flat gradient
+        synk.broadcast(state, values)
+        for _ in range(10):
+            step.update_function()
+        update = _digest(p.get_value() for p in params)
     finally:
         synk.close()
-    return "PASS", json.dumps({"digest": digest[:16], "ms": 1e3 * float(np.median(times[5:]))})
+    return "PASS", json.dumps(
+        {
+            "digest": digest,
+            "ms": 1e3 * float(np.median(times[5:])),
+            "ranks_agree": agree,
+            "update": update,
+        }
+    )
 
 
 def check_determinism(args) -> tuple[str, str]:
     runs = []
-    for flag in ("1", "1", "0"):
+    for flag in ("1", "1", "0", "0", "exclude"):
         status, figures = _child("determinism_child", args, 150, ["--deterministic", flag])
         if status != "PASS":
-            return "FAIL", f"a run with SYNK_GPU_DETERMINISTIC={flag}: {figures}"
+            return "FAIL", f"a run with --deterministic {flag}: {figures}"
         runs.append(json.loads(figures))
-    same = runs[0]["digest"] == runs[1]["digest"]
-    return ("PASS" if same else "FAIL"), (
-        f"on, on: digests {'equal' if same else 'DIFFER'}; off: "
-        f"{'equal' if runs[2]['digest'] == runs[0]['digest'] else 'differs'}; ms per step "
-        f"on {runs[0]['ms']:.2f}, {runs[1]['ms']:.2f}, off {runs[2]['ms']:.2f} "
-        f"(on/off {min(runs[0]['ms'], runs[1]['ms']) / runs[2]['ms']:.2f})"
+    on, off = runs[:2], runs[2:4]
+    same = on[0]["digest"] == on[1]["digest"]
+
+    def verdict(pair, key):
+        return "equal" if pair[0][key] == pair[1][key] else "DIFFER"
+
+    agree = "; ranks identical on, off: " + ", ".join(
+        str(all(r["ranks_agree"] for r in pair)) for pair in (on, off)
+    )
+    best_on = min(r["ms"] for r in on)
+    return ("PASS" if same and on[0]["ranks_agree"] else "FAIL"), (
+        f"on, on: digests {verdict(on, 'digest')}; off, off: {verdict(off, 'digest')}; "
+        f"update phase alone on, on: {verdict(on, 'update')}, off, off: "
+        f"{verdict(off, 'update')}{agree if _n_gpus() > 1 else ''}; ms per step on "
+        f"{on[0]['ms']:.2f}, {on[1]['ms']:.2f}, off {off[0]['ms']:.2f}, {off[1]['ms']:.2f}, "
+        f"exclude-only {runs[4]['ms']:.2f} (on/off {best_on / min(r['ms'] for r in off):.2f}, "
+        f"exclude-only/off {runs[4]['ms'] / min(r['ms'] for r in off):.2f})"
     )
 
 
@@ -518,16 +644,19 @@ CHECKS = {  # name: (function, time limit in seconds)
     "refork": (check_refork, 90),
     "jax_first": (check_jax_first, 90),
     "nvidia_smi": (check_nvidia_smi, 30),
-    "memory": (check_memory, 120),
+    "memory": (check_memory, 240),
     "training_function": (check_training_function, 120),
-    "determinism": (check_determinism, 420),
+    "determinism": (check_determinism, 600),
     "close_after_kill": (check_close_after_kill, 90),
     "nccl_dead_peer": (check_nccl_dead_peer, 120),
     "stale_communicators": (check_stale_communicators, 120),
     "figures": (check_figures, 150),
     "resnet": (check_resnet, 400),
 }
-HIDDEN = {"determinism_child": (check_determinism_child, 150)}
+HIDDEN = {
+    "determinism_child": (check_determinism_child, 150),
+    "memory_hand": (check_memory_hand, 120),
+}
 
 
 def _child(name: str, args, limit: float, extra: tuple | list = ()) -> tuple[str, str]:

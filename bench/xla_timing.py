@@ -105,3 +105,11 @@ def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - start)
     return [np.array([first, float(np.median(times))])]
+
+
+def set_bucket_bytes(state, size) -> list[np.ndarray]:
+    """Fused programs built from now on all-reduce their gradient in buckets of ``size``
+    bytes (0: whole); returns the size before."""
+    before = state.comm.bucket_bytes
+    state.comm.bucket_bytes = int(size[0])
+    return [np.array([before])]

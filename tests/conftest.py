@@ -41,6 +41,7 @@ SLOW_FILES = {
     "test_faults.py",
     "test_first_calls.py",
     "test_gpu.py",
+    "test_gpu_step.py",
     "test_gpu_check.py",
     "test_gpu_session.py",
     "test_gpu_faults.py",

@@ -19,6 +19,7 @@ PAGES = (
     "porting",
     "api",
     "benchmarks",
+    "scaling",
     "limitations",
     "lasagne",
     "asynchronous",

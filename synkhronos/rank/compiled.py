@@ -235,6 +235,10 @@ class RankFunction:
                         "JAX mode faster)"
                     )
                 raise
+            if is_jax(self.mode):
+                from synkhronos.rank.backends.jax_compat import drop_compile_time_copies
+
+                drop_compile_time_copies(fn)
             fn.trust_input = True  # rank 0 checked every argument before the call was sent
             self._compiled[(variant, updates_as_outputs)] = fn
         return fn

@@ -5,9 +5,11 @@ runs, step by step, as a call of one jitted function, an XLA all-reduce and a ca
 another: three programs, each waited for. Fused, each rank composes the functions' JAX
 callables (PyTensor's JAX mode compiles each graph into one) with the collectives
 (:func:`~synkhronos.transport.comm.xla.reduce_traced` and its kin) into one program over
-the mesh, and dispatches it once per call. The all-reduce of a flat gradient needs the
-whole backward pass first, so it does not overlap the step's computation; what fusion
-saves is the dispatches, waits and host round trips between the steps. Shared variables
+the mesh, and dispatches it once per call. What fusion saves is the dispatches, waits and
+host round trips between the steps; and the all-reduce of a flat gradient larger than a
+bucket (:data:`~synkhronos.transport.comm.xla.BUCKET_VAR`) runs as one all-reduce per
+bucket, each waiting only for the gradients it holds, which XLA can overlap with the rest
+of the backward pass (the schedule: ``tests/test_gpu_step.py``). Shared variables
 pass through the program as its inputs and outputs, updated as each step would update
 them (their old buffers are donated to the new values: updated in place, and deleted),
 and outputs that the communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced
@@ -31,16 +33,22 @@ import numpy as np
 from synkhronos.rank.outputs import host_outputs
 from synkhronos.rank.state import RankState, bare_plan, share_of
 from synkhronos.transport.callplan import CallPlan
-from synkhronos.transport.comm.xla import XlaCommunicator, broadcast_traced, reduce_traced
+from synkhronos.transport.comm.xla import (
+    XlaCommunicator,
+    broadcast_traced,
+    reduce_buckets_traced,
+    reduce_traced,
+)
 from synkhronos.transport.protocol import Collective
 from synkhronos.transport.reduction import IN_PLACE_DTYPES
 
 _TRACED = {
-    Collective.ALL_REDUCE: lambda x, op, n: reduce_traced(x, op, n),
-    Collective.BROADCAST: lambda x, op, n: broadcast_traced(x, 0),
+    Collective.ALL_REDUCE: lambda x, op, n, bucket: reduce_buckets_traced(x, op, n, bucket),
+    Collective.BROADCAST: lambda x, op, n, bucket: broadcast_traced(x, 0),
 }
-"""The collectives a fused chain runs inside its program: ``(value, op, ranks) -> value``.
-"reduce" (into rank 0 only) and "all_gather" (the shape changes) run step by step."""
+"""The collectives a fused chain runs inside its program: ``(value, op, ranks, bucket
+bytes) -> value``. "reduce" (into rank 0 only) and "all_gather" (the shape changes) run
+step by step."""
 
 
 class _Call:
@@ -127,9 +135,18 @@ class FusedChain:
                     for v in state.shared(step.indices)
                 )
         self.cells = list(cells.values())
+        self.bucket_bytes = comm.bucket_bytes  # this program's, whatever comes later
+        bucketed = any(
+            step.kind == Collective.ALL_REDUCE
+            and np.ndim(v.container.storage[0]) == 1
+            and v.container.storage[0].nbytes > self.bucket_bytes
+            for step in steps
+            if not isinstance(step, int)
+            for v in state.shared(step.indices)
+        )
         # The cells' values are donated: XLA writes the new values over the old ones (the
         # old arrays are deleted), so parameters and optimizer state are not held twice.
-        self.program = comm.program(self._body, donate=True)
+        self.program = comm.program(self._body, donate=True, buckets=bucketed)
 
     def _body(self, xs: list) -> list:
         """(Traced) every step on this rank's values: the functions' outputs (reduced
@@ -153,7 +170,7 @@ class FusedChain:
                 traced = _TRACED[step.kind]
                 for var in self.state.shared(step.indices):
                     key = id(var.container.storage)
-                    env[key] = traced(env[key], step.op, n)
+                    env[key] = traced(env[key], step.op, n, self.bucket_bytes)
         return [*outputs, *(env[id(c)] for c in self.cells)]
 
     def inputs(self, args: list) -> list:

@@ -19,6 +19,11 @@ Imported on every rank before a function is compiled in JAX mode.
   for JAX. JAX still rejects incompatible shapes; what is lost is only PyTensor's refusal
   to broadcast a length-1 axis not declared broadcastable (docs/limitations.rst says so),
   so the warnings, one per compile, are silenced.
+* PyTensor's JAX linker keeps, in the globals of the Python function it generates for a
+  graph, a device copy of every shared variable's value at compile time, under the name
+  of that function's parameter for the same variable, which shadows it: never read, and
+  on a GPU a second copy of the parameters and optimizer state for each compiled
+  function (issue 51). :func:`drop_compile_time_copies` drops them.
 * XLA's compiled programs are kept on disk (JAX's persistent compilation cache), in
   :data:`JAX_FOLDER` of PyTensor's compile folder unless the user set a folder
   (``JAX_COMPILATION_CACHE_DIR``): a second run of a script, or another rank, loads a
@@ -113,3 +118,20 @@ def _jax_composite(op, node=None, **kwargs):
         return outs[0] if single else tuple(outs)
 
     return composite
+
+
+def drop_compile_time_copies(fn) -> int:
+    """Drop, from the globals of ``fn``'s generated JAX function (a ``pytensor.function``
+    in JAX mode), the values named like the function's parameters (see the module
+    docstring); returns how many. Other functions are left as they are (0)."""
+    jit_fn = getattr(getattr(fn, "vm", None), "jit_fn", None)
+    generated = getattr(jit_fn, "__wrapped__", None)
+    for cell in getattr(jit_fn, "__closure__", None) or ():  # scalar shape inputs' wrapper
+        generated = generated or getattr(cell.cell_contents, "__wrapped__", None)
+    code, env = getattr(generated, "__code__", None), getattr(generated, "__globals__", None)
+    if code is None or env is None:
+        return 0
+    names = set(code.co_varnames[: code.co_argcount]) & set(env)
+    for name in names:
+        del env[name]
+    return len(names)

@@ -36,6 +36,16 @@ On CPU devices gloo ends a collective whose peer died with an error at once; a p
 abandoned while a peer still waits in it would leave the ranks out of step, so after one
 this communicator refuses further programs (close and fork again).
 
+**Buckets.** A training step's flat gradient, all-reduced inside a fused program
+(:mod:`synkhronos.rank.fused_chain`), is reduced in pieces of :data:`BUCKET_VAR` megabytes
+(:func:`reduce_buckets_traced`): each piece's all-reduce waits only for the gradients it
+holds, so XLA can run it while the rest of the backward pass computes. The program is
+compiled so that XLA keeps the pieces apart (:meth:`XlaCommunicator.program`). Every rank
+gets the same sums either way; with 2 ranks they are bit for bit those of one all-reduce
+of the whole vector (each element is ``a + b``), while with more an all-reduce's order of
+additions can depend on the vector's length (NCCL's rings cut it into chunks), so the last
+bits of a sum may differ from the unbucketed one's.
+
 Across several nodes (:mod:`synkhronos.transport.comm.node`) the mesh spans every rank of
 every node (:attr:`XlaCommunicator.span`), the coordinator address travels by MPI, and
 gathers and scatters go through the host.
@@ -61,6 +71,17 @@ from synkhronos.transport.shm import DTYPES, dtype_code
 COORDINATOR_VAR = "SYNK_COORDINATOR"
 """``host:port`` of JAX's coordination service, which global rank 0 runs; set by
 :func:`synkhronos.fork` for every rank."""
+
+BUCKET_VAR = "SYNK_BUCKET_MB"
+"""Megabytes per bucket of a fused step's gradient all-reduce (read by every rank as it
+joins; default :data:`BUCKET_MB` on GPUs, 0 on CPU devices); "0" all-reduces the whole
+vector at once."""
+
+BUCKET_MB = 25.0
+"""The default bucket on GPUs: ResNet-50's 102 MB float32 gradient goes in 5 all-reduces.
+On CPU devices buckets are off by default: there gloo's all-reduce runs on the rank's
+own cores, which the backward pass needs too, and a step took 1.14-1.25x as long with 25 MB
+buckets (bench/RESULTS.md)."""
 
 AXIS = "ranks"  # the mesh axis: one device per rank
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's results
@@ -143,6 +164,35 @@ def reduce_traced(x, op: str, n_ranks: int):
     return lax.div(total, np.asarray(n_ranks, x.dtype))
 
 
+def reduce_buckets_traced(x, op: str, n_ranks: int, bucket_bytes: int):
+    """(Traced) :func:`reduce_traced` of ``x``, a vector longer than ``bucket_bytes`` in
+    pieces of that size, each its own all-reduce, concatenated: element by element the
+    same reduction. Other arrays, and ``bucket_bytes`` 0, in one all-reduce."""
+    import jax.numpy as jnp
+
+    step = bucket_bytes // x.dtype.itemsize
+    if x.ndim != 1 or step <= 0 or x.shape[0] <= step:
+        return reduce_traced(x, op, n_ranks)
+    pieces = [reduce_traced(x[i : i + step], op, n_ranks) for i in range(0, x.shape[0], step)]
+    return jnp.concatenate(pieces)
+
+
+def bucket_bytes_from_env(platform: str = "gpu") -> int:
+    """:data:`BUCKET_VAR` in bytes; where unset, :data:`BUCKET_MB` on GPUs and 0 on CPU
+    devices (``platform`` "cpu").
+
+    Raises
+    ------
+    ValueError
+        If the variable is not a number of megabytes, at least 0.
+    """
+    text = os.environ.get(BUCKET_VAR, "").strip()
+    megabytes = float(text) if text else (0.0 if platform == "cpu" else BUCKET_MB)
+    if not megabytes >= 0:
+        raise ValueError(f"{BUCKET_VAR}={text!r}: a number of megabytes, at least 0")
+    return int(megabytes * 1e6)
+
+
 def broadcast_traced(x, root: int):
     """(Traced) ``root``'s ``x`` on every rank."""
     from jax import lax
@@ -209,9 +259,13 @@ class XlaCommunicator(ShmCommunicator):
         collectives this class extends.
     dispatches : int
         XLA programs this rank has run (counted for the tests).
+    bucket_bytes : int
+        The size of a fused step's all-reduce buckets (see the module docstring), from
+        :data:`BUCKET_VAR` as this rank joined (:func:`bucket_bytes_from_env`); 0: none.
     """
 
     span: Span | None = None
+    bucket_bytes = 0
     mesh = None
     _config = None  # JAX's settings before start() changed them
     device = None
@@ -275,6 +329,8 @@ class XlaCommunicator(ShmCommunicator):
             )
         self.mesh = Mesh(np.array(devices), (AXIS,))
         self.device = jax.local_devices()[0]
+        # Every rank joins with the environment fork gave it: the same buckets everywhere.
+        self.bucket_bytes = bucket_bytes_from_env(self.device.platform)
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
         self._programs: dict = {}
 
@@ -324,14 +380,27 @@ class XlaCommunicator(ShmCommunicator):
             raise failed[0]
 
     # ---- programs ---------------------------------------------------------------------------
-    def program(self, body, donate: bool = False):
+    def program(self, body, donate: bool = False, buckets: bool = False):
         """``body(list of arrays) -> list of arrays`` as a jitted program over the mesh, in
         which each rank's body sees its own arrays (collectives over the axis :data:`AXIS`).
         With ``donate``, the arrays :meth:`run` passes as ``donated`` give their buffers to
-        the results (XLA updates them in place) and are deleted."""
+        the results (XLA updates them in place) and are deleted. With ``buckets`` (where
+        :attr:`bucket_bytes` is not 0), compiled so that XLA keeps the separate
+        all-reduces of :func:`reduce_buckets_traced` apart: XLA's all-reduce combiner would
+        merge them back into one (on CPU devices whatever their size, on GPUs up to its
+        threshold), which would wait for the whole backward pass again."""
         import jax
         from jax.sharding import PartitionSpec
 
+        options: dict[str, str | int | bool] = {}
+        if buckets and self.bucket_bytes:
+            if getattr(self.device, "platform", "cpu") == "cpu":
+                options = {"xla_disable_hlo_passes": "cpu-all-reduce-combiner"}
+            else:
+                options = {
+                    "xla_gpu_all_reduce_combine_threshold_bytes": self.bucket_bytes,
+                    "xla_gpu_enable_latency_hiding_scheduler": True,
+                }
         return jax.jit(
             jax.shard_map(
                 lambda kept, donated: body([*kept, *donated]),
@@ -341,6 +410,7 @@ class XlaCommunicator(ShmCommunicator):
                 check_vma=False,
             ),
             donate_argnums=(1,) if donate else (),
+            compiler_options=options or None,
         )
 
     def to_device(self, arrays) -> list:
@@ -534,12 +604,16 @@ def _sender(root: int, to: int):
 
 
 __all__ = [
+    "BUCKET_MB",
+    "BUCKET_VAR",
     "COORDINATOR_VAR",
     "Span",
     "XlaCommunicator",
     "broadcast_traced",
     "check_not_leaving",
+    "bucket_bytes_from_env",
     "free_address",
+    "reduce_buckets_traced",
     "reduce_traced",
     "signature",
 ]
