@@ -22,6 +22,7 @@ from synkhronos.rank.compiled import RankFunction
 from synkhronos.session import launch
 from synkhronos.transport.comm.xla import XlaCommunicator
 from tests.graphs import check_ops, ops_function, random_xy, record_reduce_ops
+from tests.test_split_training import assert_extrema_step_exact
 
 pytest.importorskip("jax")
 
@@ -291,6 +292,15 @@ def test_a_training_step_is_one_xla_program(gpu_ranks, rng, monkeypatch):
     np.testing.assert_allclose(
         _flat(params["fused"]), _flat(params["pytensor"]), rtol=2e-5, atol=1e-6
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_slices", [1, 2])
+def test_extrema_only_the_update_and_outputs_read(gpu_ranks, num_slices):
+    """A maximum and a minimum over the rows that only the update or an output reads
+    cross to the reduced phase by XLA all-reduces with "max" and "min": one device's
+    step on 5/4 rows (float32)."""
+    assert_extrema_step_exact(None, rtol=1e-5, num_slices=num_slices)
 
 
 def _flat(params) -> np.ndarray:

@@ -64,12 +64,12 @@ def run_split(split, sources, arrays):
             values.update(zip(stage.kept_placeholders, result[n:], strict=True))
     frontier = [evaluate(split.frontier, values) for values in known]
     reduced = []
-    for k, weighted in enumerate(split.weighted):
+    for k, (weighted, op) in enumerate(zip(split.weighted, split.reductions, strict=True)):
         terms = [
             f[k] * ((p.stop - p.start) / ROWS if weighted else 1)
             for f, p in zip(frontier, parts, strict=True)
         ]
-        reduced.append(sum(terms))
+        reduced.append(REDUCE[op](terms))
     targets = evaluate(
         split.targets, {**dict(zip(split.placeholders, reduced, strict=True)), split.rows: whole}
     )
@@ -184,6 +184,25 @@ def test_max_over_rows_is_exact():
     sources, outputs, updates, arrays = regression(lambda x, y, w: pt.max(pt.dot(x, w) - y))
     split = split_of(sources, outputs, updates)
     assert not split.inexact and split.rounds and split.rounds[0].reductions == ["max"]
+    assert_one_process(sources, outputs, updates, arrays, split)
+
+
+def test_extrema_only_the_update_and_outputs_read_are_exact():
+    """A maximum and a minimum over the rows that only the update reads (a step scaled by
+    the batch's largest and smallest gradient contributions), and an output ``x.max()``:
+    each crosses to the reduced phase by its own all-reduce, "max" or "min"."""
+
+    def step_of(x, y, w):
+        contributions = x * (pt.dot(x, w) - y)[:, None]
+        return pt.max(pt.abs(contributions)) - Min(axis=None)(contributions)
+
+    sources, outputs, updates, arrays = regression(lambda x, y, w: pt.mean((pt.dot(x, w) - y) ** 2))
+    (w, value), (x, y) = updates[0], sources
+    updates = [(w, value / step_of(x, y, w))]
+    outputs = [*outputs, x.max(), pt.min(y)]
+    split = split_of(sources, outputs, updates)
+    assert not split.inexact and not split.rounds and split.outputs == [0, 1, 2]
+    assert sorted(split.reductions) == ["max", "max", "max", "min", "sum", "sum"]
     assert_one_process(sources, outputs, updates, arrays, split)
 
 

@@ -132,11 +132,11 @@ def function(
         gradients per call; the ranks stay bit-identical). Its outputs whose op is left
         to the default are then computed as one device would (a mean or a sum over rows
         alike). A warning names what cannot be made exact (batch statistics, random
-        draws per row, a reduction over rows that is not a sum). Other updates are
-        applied on every rank to its own copy. With ``num_slices > 1`` every slice
-        computes from the same values, and the update's values are combined over the
-        slices with ``op`` ("avg", row-weighted, for pairs; "sum", "prod", "max", "min")
-        and applied once at the end of the call.
+        draws per row, a reduction over rows that is neither a sum, a maximum nor a
+        minimum). Other updates are applied on every rank to its own copy. With
+        ``num_slices > 1`` every slice computes from the same values, and the update's
+        values are combined over the slices with ``op`` ("avg", row-weighted, for
+        pairs; "sum", "prod", "max", "min") and applied once at the end of the call.
     givens : dict or list of pairs
         As for :func:`pytensor.function`.
     sliceable_shareds : list of SharedVariable

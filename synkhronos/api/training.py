@@ -9,7 +9,8 @@ command (:class:`~synkhronos.api.chains.Chain`):
 1. the row phase, on each rank's rows: the values where the rows are summed away (the
    gradients, the loss's sum; :mod:`synkhronos.api.split`), each written into a
    shared variable of its own, and the call's broadcast inputs kept for step 3;
-2. one all-reduce ("sum") of all those variables, in one collective;
+2. one all-reduce ("sum") of all those variables, in one collective (a maximum or
+   minimum over the rows that only step 3 reads in one "max" or "min" of its own);
 3. the reduced phase, on the same values on every rank: the updates, and the outputs
    whose reduce op was left to the default, computed from the reduced variables.
 
@@ -202,13 +203,10 @@ class TrainingFunction(BaseFunction):
         self._entries: list = [self.row_function]
         for (statistics, _), stage, function in zip(
             holders.rounds, split.rounds, self.round_functions, strict=True
-        ):  # a round's sums, then its maxima (a softmax's over the rows), then minima
-            held = list(zip(statistics.values(), stage.reductions, strict=True))
-            for op in ("sum", "max", "min"):
-                chosen = [v for (v, _), reduction in held if reduction == op]
-                self._entries += [("all_reduce", chosen, op)] if chosen else []
+        ):
+            self._entries += _all_reduces(statistics.values(), stage.reductions)
             self._entries.append(function)
-        self._entries += [("all_reduce", [v for v, _ in holders.reduced], "sum")]
+        self._entries += _all_reduces(holders.reduced, split.reductions)
         self._entries += [self.reduced_function]
         self.chain = Chain(session, [self])
 
@@ -307,6 +305,18 @@ class TrainingFunction(BaseFunction):
         return self._positions_data
 
 
+def _all_reduces(held, reductions: list) -> list[tuple]:
+    """The chain's all-reduces of the ``(shared variable, value)`` pairs ``held``, each
+    finished by its op of ``reductions``: one collective per op (the sums, then the
+    maxima, then the minima), not one per variable."""
+    held = list(zip(held, reductions, strict=True))
+    entries = []
+    for op in ("sum", "max", "min"):
+        chosen = [v for (v, _), reduction in held if reduction == op]
+        entries += [("all_reduce", chosen, op)] if chosen else []
+    return entries
+
+
 def _drawn_alike(split: PhaseSplit) -> list:
     """The random generators every rank draws the whole batch's numbers from, with rank
     0's state (it takes its rows' by their positions)."""
@@ -371,7 +381,7 @@ class _Holders:
         """Per round of the rows, its ``(variable, value, op)`` updates: the statistics it
         computes (summed over the ranks after it), what it keeps of its rows for later
         rounds, its generators moved past its draw; the last round's, the frontier
-        (summed before the reduced phase)."""
+        (all-reduced before the reduced phase, each entry with its op)."""
         made = [
             [(v, value, "sum") for v, value in statistics.values()]
             + [(v, value, "max") for v, value in kept_rows.values()]
@@ -379,7 +389,10 @@ class _Holders:
             for (statistics, kept_rows), stage in zip(self.rounds, split.rounds, strict=True)
         ]
         made.append(
-            [(var, value, "sum") for var, value in self.reduced]
+            [
+                (var, value, op)
+                for (var, value), op in zip(self.reduced, split.reductions, strict=True)
+            ]
             + [(generator, state, "avg") for generator, state in split.last_generators]
         )
         return made

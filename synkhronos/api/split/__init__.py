@@ -30,8 +30,10 @@ a later round reads of an earlier one's rows (a layer's output, the inputs, a dr
 mask) the earlier one keeps, on its rank, so nothing is computed twice.
 
 A maximum or a minimum over rows that the rows read back is a statistic too, all-reduced
-with "max" or "min"; a softmax or log-softmax over the rows is rewritten as its maximum and
-sum over them before the analysis, so that a listwise loss is exact.
+with "max" or "min"; one that only the updates or the outputs read crosses to the reduced
+phase by a "max" or "min" all-reduce of its own. A softmax or log-softmax over the rows
+is rewritten as its maximum and sum over them before the analysis, so that a listwise
+loss is exact.
 
 Between the rows and their reductions, every op must be one known to keep the rows apart
 (:mod:`~synkhronos.api.split.keeping`: elementwise ops, transposes, reductions over other

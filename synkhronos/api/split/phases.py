@@ -88,7 +88,7 @@ class PhaseSplit:
         The rank's own row count (weights a batch statistic).
     weighted : list of bool
         Per frontier entry: a batch statistic, averaged over the ranks with their rows
-        as weights (True), or a sum (False).
+        as weights (True), or a reduction over the rows (False).
     positions : Variable or None
         A hidden scattered input, each row's position in the call's selection, where
         the row phase draws random numbers per row: every rank draws for the whole
@@ -105,6 +105,9 @@ class PhaseSplit:
         ``generators``.
     last_generators : list of (SharedVariable, Variable)
         The generators the last of several rounds draws from, and their states after.
+    reductions : list of str
+        Per frontier entry, the all-reduce that finishes it: "sum", or "max" or "min"
+        (a maximum or minimum over the rows that only the reduced phase reads).
     """
 
     frontier: list
@@ -120,6 +123,7 @@ class PhaseSplit:
     inexact: list = field(default_factory=list)
     rounds: list = field(default_factory=list)
     last_generators: list = field(default_factory=list)
+    reductions: list = field(default_factory=list)
 
 
 def split_phases(
@@ -190,6 +194,11 @@ def split_phases(
     originals = [graph.original.get(v, v) for v in frontier]
     placeholders = [v.type() for v in originals]
     reduced = Substitution(graph, rows, dict(zip(originals, placeholders, strict=True)))
+    # A statistic's weighted terms are summed; a maximum or minimum over the rows is
+    # finished by its own op.
+    reductions = [
+        "sum" if w else extremum(v.owner) or "sum" for v, w in zip(frontier, weighted, strict=True)
+    ]
     split = PhaseSplit(
         row_phase.frontier,
         row_phase.row_outputs,
@@ -204,6 +213,7 @@ def split_phases(
         inexact,
         row_phase.rounds,
         row_phase.last_generators,
+        reductions,
     )
     for source in lengths_read(split.targets, sources):
         _read_lengths_reduced(split, source)
@@ -283,10 +293,10 @@ def _statistics_said(
     ]
     weighted = [graph.has(v, Fact.FEEDS_ROWS) for v in frontier]
     inexact += [
-        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum: each "
-        f"rank's result is added to the others'"
+        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
+        f"maximum or minimum): each rank's result is added to the others'"
         for v, w in zip(frontier, weighted, strict=True)
-        if not w and not sums_rows(v.owner)
+        if not w and not sums_rows(v.owner) and not extremum(v.owner)
     ]
     # The frontier's statistics, and those the rows read that no entry of it is.
     statistics = [v for v, w in zip(frontier, weighted, strict=True) if w and v not in others]
@@ -402,6 +412,7 @@ def _read_lengths_reduced(split: PhaseSplit, source: Variable) -> None:
         lengths = split.rounds[0].kept_placeholders[-1]
     split.frontier.append(lengths * lengths[0])
     split.weighted.append(False)
+    split.reductions.append("sum")
     split.placeholders.append(split.frontier[-1].type())
     rows = pt.cast(split.rows.shape[0], dtype)
     whole = pt.cast(pt.concatenate([rows[None], (split.placeholders[-1] // rows)[1:]]), "int64")
