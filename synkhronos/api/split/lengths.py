@@ -40,6 +40,22 @@ def _expression_inputs(v: Variable) -> list:
     return [] if isinstance(v, Constant) or is_shape(v) else owner_inputs(v)
 
 
+class _Shapes:
+    """The shape expressions of a graph's own variables (None for any other): PyTensor 3.0's
+    ``ShapeFeature`` holds them in a dict, 3.3's infers them when asked, for any variable."""
+
+    def __init__(self, fg: FunctionGraph):
+        self._variables = fg.variables
+        feature = fg.shape_feature
+        self._infer = getattr(feature, "shape_tuple", None) or feature.shape_of.get
+
+    def get(self, v: Variable) -> tuple | None:
+        return self._infer(v) if v in self._variables else None
+
+    def __contains__(self, v: Variable) -> bool:
+        return v in self._variables
+
+
 class Lengths:
     """The rows' axes of a graph's variables (the graph ``fg``, a copy with shape
     inference; ``copy`` maps the original's variables to the copy's)."""
@@ -47,7 +63,7 @@ class Lengths:
     def __init__(self, fg: FunctionGraph, copy: dict, sources: set, roots: set):
         self.sources = sources
         self.roots = roots
-        self._shape_of = fg.shape_feature.shape_of
+        self._shape_of = _Shapes(fg)
         self._clients = fg.clients
         # Shape inference can reach the original graph's variables (an op's own shape
         # expressions): read them as their copies.
