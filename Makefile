@@ -1,5 +1,8 @@
 # Quick start: `make demo` and `make test` each set up .venv on first use.
-PYTHON ?= python3
+# Python 3.12 where the machine has one (PyMC 6 needs it: the pymc extra and its tests), on
+# PATH or in pyenv's versions (its shim fails where no 3.12 is selected), else python3.
+PYTHON ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),\
+	$(shell $(p) -c 'import sys; print(sys.executable)' 2>/dev/null)) python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -9,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,docs,demo,lint]"
+	$(PY) -m pip install -q -e ".[test,docs,demo,lint,pymc]"
 	touch $(STAMP)
 
 test: lint

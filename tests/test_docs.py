@@ -22,6 +22,7 @@ PAGES = (
     "limitations",
     "lasagne",
     "asynchronous",
+    "pymc",
     "nodes",
     "internals",
     "logging",

@@ -38,13 +38,26 @@ def hierarchical(rng, n=ROWS, groups=4):
     return model
 
 
-def with_data(rng, n=ROWS):
+def centered(rng, n=ROWS):
+    """A statistic of the data (the covariate's mean) is the whole data's on every rank."""
+    x, y = rng.normal(size=n), rng.normal(size=n)
+    with pm.Model() as model:
+        slope = pm.Normal("slope", 0, 1)
+        pm.Normal("y", slope * (x - x.mean()), 1.0, observed=y)
+    return model
+
+
+def with_data(rng, n=ROWS, groups=3):
+    """Rows in pm.Data (covariates, a group index, the observed values) and a group-level
+    pm.Data that is not the rows'."""
     with pm.Model() as model:
         x = pm.Data("x", rng.normal(size=(n, 2)))
+        g = pm.Data("g", rng.integers(0, groups, n))
+        level = pm.Data("level", rng.normal(size=groups))
         y = pm.Data("y_obs", rng.normal(size=n))
         b = pm.Normal("b", 0, 1, shape=2)
         sigma = pm.HalfNormal("sigma", 1)
-        pm.StudentT("y", nu=4, mu=x @ b, sigma=sigma, observed=y)
+        pm.StudentT("y", nu=4, mu=x @ b + level[g], sigma=sigma, observed=y)
     return model
 
 
@@ -61,7 +74,7 @@ def assert_same(model, split, rng, points=3):
 
 
 @pytest.mark.parametrize("ranks", [2, 3], indirect=True)
-@pytest.mark.parametrize("build", [logistic, hierarchical, with_data])
+@pytest.mark.parametrize("build", [logistic, hierarchical, centered, with_data])
 def test_logp_and_gradient_equal_pymc(ranks, build, rng):
     model = build(rng)
     split = synk_pymc.logp_dlogp_function(model)
@@ -75,7 +88,12 @@ def test_set_data_reaches_the_ranks(ranks, rng):
     split = synk_pymc.logp_dlogp_function(model)
     assert_same(model, split, rng, points=1)
     for n in (17, 41):  # fewer rows, then more than shared memory held
-        pm.set_data({"x": rng.normal(size=(n, 2)), "y_obs": rng.normal(size=n)}, model=model)
+        new = {
+            "x": rng.normal(size=(n, 2)),
+            "g": rng.integers(0, 3, n),
+            "y_obs": rng.normal(size=n),
+        }
+        pm.set_data(new | {"level": rng.normal(size=3)}, model=model)
         assert_same(model, split, rng, points=2)
 
 
@@ -87,6 +105,9 @@ def refused(kind):
             pm.MvNormal("y", mu=np.zeros(ROWS), cov=np.eye(ROWS), observed=y)
         elif kind == "walk":
             pm.GaussianRandomWalk("y", sigma=1.0, init_dist=pm.Normal.dist(), observed=y)
+        elif kind == "lengths":
+            pm.Normal("y", observed=y)
+            pm.Normal("z", observed=y[:-2])
         else:
             b = pm.Normal("b")
             pm.Normal("y", pt.cumsum(b * rng.normal(size=ROWS)), 1.0, observed=y)
@@ -99,6 +120,7 @@ def refused(kind):
         ("covariance", "'y' (multivariate_normal) is one term of all 29 rows"),
         ("walk", "'y' (RandomWalkRV) is one term of all 29 rows"),
         ("mixing", "'y' (normal) does not factor over the rows: a cumulative add"),
+        ("lengths", "the observed values have different numbers of rows ({'y': 29, 'z': 27})"),
     ],
 )
 def test_refused_models_name_the_term(kind, says):

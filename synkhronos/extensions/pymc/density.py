@@ -30,7 +30,10 @@ def _with_checks_rewritten(model: Any, outputs: list) -> list:
     """``outputs`` with PyMC's parameter checks made as its own compiled functions make
     them: a log-density of -inf where a check fails (or no check, where the model says
     ``check_bounds=False``)."""
-    from pymc.logprob.utils import local_check_parameter_to_ninf_switch, local_remove_check_parameter
+    from pymc.logprob.utils import (
+        local_check_parameter_to_ninf_switch,
+        local_remove_check_parameter,
+    )
 
     rewrite = local_check_parameter_to_ninf_switch if model.check_bounds else None
     rewrite = rewrite or local_remove_check_parameter

@@ -131,7 +131,9 @@ def _why_not_rows(graph: RowGraph) -> str | None:
             for k, i in enumerate(node.inputs)
             if k not in positions
         )
-        reduced = [o for o in node.outputs if graph.has(o, Fact.DATA) and not graph.has(o, Fact.ROW)]
+        reduced = [
+            o for o in node.outputs if graph.has(o, Fact.DATA) and not graph.has(o, Fact.ROW)
+        ]
         if not reads_rows or not reduced:
             continue
         if isinstance(node.op, CAReduce) and isinstance(node.op.scalar_op, AND):
