@@ -102,8 +102,8 @@ def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
         if first is not node.inputs[0]:  # the rows are not what it orders or normalizes
             return None
         axes = getattr(op, "axis", None)
-        if name in ("SortOp", "ArgSortOp"):
-            axis = node.inputs[1]
+        if name in ("SortOp", "ArgSortOp") and len(node.inputs) > 1:
+            axis = node.inputs[1]  # PyTensor 3.0's: an input (3.3's is the op's own)
             axes = None if not isinstance(axis, Constant) or axis.data is None else axis.data
         if axes is None:  # over every axis (a cumulative op or a sort flattens first)
             along = graph.lengths.row_axes(first)
