@@ -2,10 +2,10 @@
 
 A logistic regression (6 coefficients, standard normal priors, ``N`` rows of float64 data),
 sampled by ``synk_pymc.sample`` on 2 CPU ranks and by ``pm.sample`` in one process, with
-the same seed and settings (one chain, ``cores=1``), the two taking turns; and the
-log-density-and-gradient evaluation alone (the median of many calls at one point), split
-and PyMC's own, against the physical limit of 2 cores (a ratio of 2). Every process
-uses one BLAS thread, so that one process uses one core and 2 ranks use two.
+the same seed and settings (one chain, ``cores=1``), one after the other; and the
+log-density-and-gradient evaluation alone (the median of many calls at one point, the two
+taking turns), split and PyMC's own, against the physical limit of 2 cores (a ratio of 2).
+Every process uses one BLAS thread, so that one process uses one core and 2 ranks use two.
 
 Usage::
 
@@ -42,15 +42,18 @@ def logistic(rows: int) -> pm.Model:
     return model
 
 
-def per_call(f, q, calls: int) -> float:
-    """The median seconds of one ``f(q)``, over ``calls`` calls after a first."""
-    f(q)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
+def per_call(functions, q, calls: int) -> list[float]:
+    """The median seconds of one call of each of ``functions`` at ``q``, over ``calls``
+    calls each after a first, the functions taking turns (the machine's load varies)."""
+    times: list[list[float]] = [[] for _ in functions]
+    for f in functions:
         f(q)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    for _ in range(calls):
+        for f, own in zip(functions, times, strict=True):
+            start = time.perf_counter()
+            f(q)
+            own.append(time.perf_counter() - start)
+    return [float(np.median(t)) for t in times]
 
 
 def sampling(sample, model, draws: int, tune: int) -> tuple[float, np.ndarray]:
@@ -76,8 +79,9 @@ def main() -> None:
             q = np.full(COEFFICIENTS, 0.1)
             split = synk_pymc.logp_dlogp_function(model)
             own = model.logp_dlogp_function(ravel_inputs=True)
-            t_split = per_call(split, q, args.calls)
-            t_own = per_call(lambda v, own=own: own([v], extra_vars={}), q, args.calls)
+            t_own, t_split = per_call(
+                [lambda v, own=own: own([v], extra_vars={}), split], q, args.calls
+            )
             print(
                 f"{rows:>9} rows  logp+grad: one process {t_own * 1e3:8.2f} ms, 2 ranks "
                 f"{t_split * 1e3:8.2f} ms, ratio {t_own / t_split:.2f} (limit 2.00)",

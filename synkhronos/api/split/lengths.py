@@ -41,13 +41,12 @@ def _expression_inputs(v: Variable) -> list:
 
 
 class _Shapes:
-    """The shape expressions of a graph's own variables (None for any other): PyTensor 3.0's
-    ``ShapeFeature`` holds them in a dict, 3.3's infers them when asked, for any variable."""
+    """PyTensor 3.3's shape inference read as 3.0's ``ShapeFeature.shape_of`` dict: 3.3's
+    infers a shape when asked, for any variable; 3.0's holds the graph's own only."""
 
     def __init__(self, fg: FunctionGraph):
         self._variables = fg.variables
-        feature = fg.shape_feature
-        self._infer = getattr(feature, "shape_tuple", None) or feature.shape_of.get
+        self._infer = fg.shape_feature.shape_tuple
 
     def get(self, v: Variable) -> tuple | None:
         return self._infer(v) if v in self._variables else None
@@ -63,7 +62,8 @@ class Lengths:
     def __init__(self, fg: FunctionGraph, copy: dict, sources: set, roots: set):
         self.sources = sources
         self.roots = roots
-        self._shape_of = _Shapes(fg)
+        held = vars(fg.shape_feature).get("shape_of")  # 3.0's dict (3.3's is a property)
+        self._shape_of = held if held is not None else _Shapes(fg)
         self._clients = fg.clients
         # Shape inference can reach the original graph's variables (an op's own shape
         # expressions): read them as their copies.
