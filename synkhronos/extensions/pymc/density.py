@@ -24,6 +24,7 @@ from pytensor.graph.rewriting.utils import rewrite_graph
 
 import synkhronos as synk
 from synkhronos.extensions.pymc.terms import ModelTerms, split_terms
+from synkhronos.session import launch
 
 
 def _with_checks_rewritten(model: Any, outputs: list) -> list:
@@ -66,6 +67,7 @@ class SplitDensity:
         **compile_kwargs,
     ):
         self.dtype = dtype
+        self.session = launch.current()  # the function runs in this session only
         self.terms: ModelTerms = split_terms(model)
         self._grad_vars = grad_vars
         self._shapes = [np.shape(initial_point[v.name]) for v in grad_vars]

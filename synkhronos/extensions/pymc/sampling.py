@@ -9,9 +9,16 @@ another in rank 0's process (``cores=1``), each evaluation on every rank.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
+from synkhronos.session import launch
+
+# Each model's split functions, by what they were built for: a later sampling of the
+# model in the same session reuses its function (its ranks' compiled code and the rows in
+# shared memory), as PyMC caches its own.
+_built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def sample(*args, model: Any = None, **kwargs) -> Any:
@@ -44,7 +51,18 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     ) -> SplitDensity:
         if tempered or ravel_inputs is False:
             raise ValueError("synk_pymc splits the raveled, untempered log-density only")
-        return logp_dlogp_function(model, grad_vars, initial_point=initial_point, **kw)
+        names = None if grad_vars is None else tuple(str(v) for v in grad_vars)
+        # A variable or potential added to the model since makes another function.
+        terms = (*model.basic_RVs, *model.potentials, *model.value_vars)
+        key = (terms, names, repr(sorted(kw.items())))
+        built = _built.setdefault(model, {})
+        split_fn = built.get(key)
+        if split_fn is None or split_fn.session is not launch.current():
+            split_fn = logp_dlogp_function(model, grad_vars, initial_point=initial_point, **kw)
+            built[key] = split_fn
+        if initial_point is not None:
+            split_fn.set_extra_values(initial_point)
+        return split_fn
 
     model.logp_dlogp_function = split  # the model's own, for this call only
     try:
