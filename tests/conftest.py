@@ -53,6 +53,7 @@ SLOW_FILES = {
     "test_node_reductions.py",
     "test_nodes.py",
     "test_one_program.py",
+    "test_pymc.py",
     "test_port_names.py",
     "test_porting.py",
     "test_reliability.py",

@@ -23,6 +23,7 @@ PAGES = (
     "limitations",
     "lasagne",
     "asynchronous",
+    "pymc",
     "nodes",
     "internals",
     "logging",

@@ -65,12 +65,12 @@ def test_compiled_with_the_fast_pass_the_step_computes_the_same(rng):
 def test_a_mode_without_the_pass_is_left_as_it_is():
     fast_compile = get_mode("FAST_COMPILE")
     assert inplace_rewrite.with_fast_inplace(fast_compile) is fast_compile
-    names = [getattr(r, "name", None) for r in get_mode("CVM").optimizer]
+    names = [getattr(r, "name", None) for r in get_mode("CVM").optimizer.data]
     swapped = [
         inplace_rewrite.PYTENSOR_PASS if name == inplace_rewrite.TAG else name
         for name in (
             getattr(r, "name", None)
-            for r in inplace_rewrite.with_fast_inplace(get_mode("CVM")).optimizer
+            for r in inplace_rewrite.with_fast_inplace(get_mode("CVM")).optimizer.data
         )
     ]
     assert swapped == names and inplace_rewrite.PYTENSOR_PASS in names

@@ -702,7 +702,7 @@ class Function(BaseFunction):
             subset = np.asarray(list(output_subset))
             if subset.ndim != 1 or (
                 subset.size
-                and (subset.dtype.kind not in "iu" or subset.min() < 0 or subset.max() >= n_out)
+                and (subset.dtype.kind not in "iu" or np.min(subset) < 0 or np.max(subset) >= n_out)
             ):
                 raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")
             subset = subset.astype(np.int64)

@@ -211,6 +211,8 @@ def with_fast_inplace(mode: Mode) -> Mode:
     """``mode`` with :class:`FastInplaceElemwise` in place of PyTensor's in-place pass
     for elemwise ops (the same rewritten graph, sooner); ``mode`` itself if it has no
     such pass."""
-    if not any(getattr(r, "name", None) == PYTENSOR_PASS for r in mode.optimizer):
+    # The query's passes (a list; PyTensor 3.3 wraps it in a rewriter that hands on ``data``).
+    passes = getattr(mode.optimizer, "data", ())
+    if not any(getattr(r, "name", None) == PYTENSOR_PASS for r in passes):
         return mode
     return mode.excluding(PYTENSOR_PASS).including(TAG)

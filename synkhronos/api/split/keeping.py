@@ -177,8 +177,8 @@ def _along_axis(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> s
     if first not in row_inputs:
         return None  # the rows are not what it orders or normalizes
     axes = getattr(op, "axis", None)
-    if name in ("SortOp", "ArgSortOp"):
-        axis = node.inputs[1]
+    if name in ("SortOp", "ArgSortOp") and len(node.inputs) > 1:
+        axis = node.inputs[1]  # PyTensor 3.0's: an input (3.3's is the op's own)
         axes = None if not isinstance(axis, Constant) or axis.data is None else axis.data
     if axes is None:  # over every axis (a cumulative op or a sort flattens first)
         along = graph.lengths.row_axes(first)

@@ -40,6 +40,21 @@ def _expression_inputs(v: Variable) -> list:
     return [] if isinstance(v, Constant) or is_shape(v) else owner_inputs(v)
 
 
+class _Shapes:
+    """PyTensor 3.3's shape inference read as 3.0's ``ShapeFeature.shape_of`` dict: 3.3's
+    infers a shape when asked, for any variable; 3.0's holds the graph's own only."""
+
+    def __init__(self, fg: FunctionGraph):
+        self._variables = fg.variables
+        self._infer = fg.shape_feature.shape_tuple
+
+    def get(self, v: Variable) -> tuple | None:
+        return self._infer(v) if v in self._variables else None
+
+    def __contains__(self, v: Variable) -> bool:
+        return v in self._variables
+
+
 class Lengths:
     """The rows' axes of a graph's variables (the graph ``fg``, a copy with shape
     inference; ``copy`` maps the original's variables to the copy's)."""
@@ -47,7 +62,8 @@ class Lengths:
     def __init__(self, fg: FunctionGraph, copy: dict, sources: set, roots: set):
         self.sources = sources
         self.roots = roots
-        self._shape_of = fg.shape_feature.shape_of
+        held = vars(fg.shape_feature).get("shape_of")  # 3.0's dict (3.3's is a property)
+        self._shape_of = held if held is not None else _Shapes(fg)
         self._clients = fg.clients
         # Shape inference can reach the original graph's variables (an op's own shape
         # expressions): read them as their copies.

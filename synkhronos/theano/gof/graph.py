@@ -12,8 +12,8 @@ Lasagne's ``get_all_params`` lists parameters in Theano's order.
 
 from collections.abc import Iterable
 
-from pytensor.graph.basic import Apply, Constant, Variable
-from pytensor.graph.rewriting.utils import is_same_graph
+from pytensor.graph.basic import Apply, Constant, Variable, equal_computations
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import walk
 
 
@@ -39,6 +39,25 @@ def inputs(
     """The inputs of the graphs of ``variable_list`` (their variables without an owner,
     the search going no further than ``blockers``), in :func:`ancestors`' order."""
     return [v for v in ancestors(variable_list, blockers) if v.owner is None]
+
+
+def is_same_graph(var1: Variable, var2: Variable, givens=None) -> bool:
+    """Whether ``var1`` and ``var2`` compute the same thing, once the substitutions
+    ``givens`` (a dict or pairs, as :func:`pytensor.function` takes) are made in both.
+
+    Written here: PyTensor 3.3 no longer has its own (``pytensor.graph.rewriting.utils``).
+
+    >>> import pytensor.tensor as pt
+    >>> x, y = pt.scalar("x"), pt.scalar("y")
+    >>> is_same_graph(x + 1, x + 1), is_same_graph(x + 1, y + 1)
+    (True, False)
+    >>> is_same_graph(x + 1, y + 1, givens={x: y})
+    True
+    """
+    if givens:
+        pairs = givens.items() if hasattr(givens, "items") else givens
+        var1, var2 = clone_replace([var1, var2], replace=dict(pairs))
+    return equal_computations([var1], [var2])
 
 
 __all__ = ["Apply", "Constant", "Variable", "ancestors", "inputs", "is_same_graph"]

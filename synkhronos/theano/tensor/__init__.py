@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 import pytensor.tensor as pt
+from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor import *  # noqa: F403 - theano.tensor is a superset of pytensor.tensor
 from pytensor.tensor import basic, extra_ops
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise  # noqa: F401 - Theano's T.Elemwise, ...
@@ -44,6 +45,24 @@ def _stay_where_it_is(var, target):
 # PyTensor's hook for transfer targets, not a patch of its function: importing Theano's
 # names adds Theano's None target, in this process.
 basic.register_transfer(_stay_where_it_is)
+
+
+def batched_dot(a, b) -> TensorVariable:
+    """Theano's ``batched_dot``: ``batched_dot(a, b)[i] == dot(a[i], b[i])`` (written here:
+    PyTensor 3.3 dropped its own).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a, b = np.ones((4, 2, 3)), np.ones((4, 3, 5))
+    >>> batched_dot(a, b).eval().shape
+    (4, 2, 5)
+    """
+    a, b = pt.as_tensor_variable(a), pt.as_tensor_variable(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise TypeError("batched_dot: a and b need a batch axis each")
+    core_a, core_b = a[0].type(), b[0].type()
+    return vectorize_graph(pt.dot(core_a, core_b), replace={core_a: a, core_b: b})
 
 
 def addbroadcast(x, *axes: int) -> TensorVariable:

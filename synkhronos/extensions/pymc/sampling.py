@@ -1,0 +1,74 @@
+"""``sample``: PyMC's ``pm.sample``, its gradient evaluations split over the ranks.
+
+``pm.sample`` builds its NUTS sampler's log-density-and-gradient function by calling the
+model's ``logp_dlogp_function``; for the call, :func:`sample` gives the model one that
+builds :class:`~synkhronos.extensions.pymc.density.SplitDensity` instead, so that the
+initialization, the adaptation and the draws are all PyMC's own. The chains run one after
+another in rank 0's process (``cores=1``), each evaluation on every rank.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
+from synkhronos.session import launch
+
+# Each model's split functions, by what they were built for: a later sampling of the
+# model in the same session reuses its function (its ranks' compiled code and the rows in
+# shared memory), as PyMC caches its own.
+_built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def sample(*args, model: Any = None, **kwargs) -> Any:
+    """``pm.sample(*args, **kwargs)`` with every evaluation of the model's log-density and
+    its gradient by NUTS (and HMC) split by rows over the ranks of the session.
+
+    Call :func:`synkhronos.fork` first. Takes what ``pm.sample`` takes, and returns what
+    it returns (``InferenceData``). ``cores`` must be 1 (the default here): the chains
+    run in this process, one after another, since every chain's evaluations use all the
+    ranks; ``nuts_sampler`` must be "pymc".
+
+    Raises
+    ------
+    ValueError
+        If ``cores`` is not 1 or ``nuts_sampler`` is not "pymc".
+    synkhronos.extensions.pymc.terms.RowsNotSplittable
+        If a term of the rows does not factor over them, naming the term.
+    """
+    import pymc as pm
+
+    model = pm.modelcontext(model)
+    kwargs.setdefault("cores", 1)
+    if kwargs["cores"] != 1:
+        raise ValueError("synk_pymc.sample runs its chains in rank 0's process: cores=1")
+    if kwargs.get("nuts_sampler", "pymc") != "pymc":
+        raise ValueError("synk_pymc.sample splits PyMC's own NUTS: nuts_sampler='pymc'")
+
+    def split(
+        grad_vars=None, tempered: bool = False, initial_point=None, ravel_inputs=None, **kw
+    ) -> SplitDensity:
+        if tempered or ravel_inputs is False:
+            raise ValueError("synk_pymc splits the raveled, untempered log-density only")
+        names = None if grad_vars is None else tuple(str(v) for v in grad_vars)
+        # A variable or potential added to the model since makes another function.
+        terms = (*model.basic_RVs, *model.potentials, *model.value_vars)
+        key = (terms, names, repr(sorted(kw.items())))
+        built = _built.setdefault(model, {})
+        split_fn = built.get(key)
+        if split_fn is None or split_fn.session is not launch.current():
+            split_fn = logp_dlogp_function(model, grad_vars, initial_point=initial_point, **kw)
+            built[key] = split_fn
+        if initial_point is not None:
+            split_fn.set_extra_values(initial_point)
+        return split_fn
+
+    model.logp_dlogp_function = split  # the model's own, for this call only
+    try:
+        return pm.sample(*args, model=model, **kwargs)
+    finally:
+        del model.logp_dlogp_function
+
+
+__all__ = ["sample"]
