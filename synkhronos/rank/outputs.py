@@ -105,9 +105,7 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
         []
         if state.n_ranks == 1
         else [
-            j
-            for j, i in enumerate(subset)
-            if fn.on_device[i] and _static_bytes(outputs[i]) > limit
+            j for j, i in enumerate(subset) if fn.on_device[i] and _static_bytes(outputs[i]) > limit
         ]
     )
     if not device:
