@@ -6,7 +6,14 @@ is visible:
 call N
     a tiny function (``v.sum()`` of 8 floats) on N GPU ranks, given a ``Data`` and a numpy
     array, against the same graph as a plain ``pytensor.function(mode="JAX")``:
-    microseconds per call, best of rounds taken in turns, and the ratios.
+    microseconds per call, best of rounds taken in turns, and the ratios. On 2 ranks
+    also with ``SYNK_HOST_REDUCE_BYTES=0``: the scalar output reduced by an XLA program,
+    as before small outputs went through the host replies.
+reduce
+    on 2 GPU ranks, an output of ``2**k`` float32 (``x.sum() * c``, op "sum", ``c`` a
+    shared vector) reduced through the host replies and through XLA (the same call, in
+    two processes with ``SYNK_HOST_REDUCE_BYTES`` at its largest and at 0): the
+    microseconds per call at each size, to choose the threshold between the paths.
 mlp
     the one-line MLP step (784-1024-1024-10, Adam, batch 256) on one GPU rank,
     ``synk.function([x, y], loss, updates=adam(loss, params))``, against a hand-written
@@ -74,6 +81,32 @@ def part_call(args) -> dict:
     finally:
         synk.close()
     return {name: 1e6 * min(t) for name, t in times.items()}
+
+
+REDUCE_SIZES = (16, 1024, 16384, 262144, 1048576)  # float32 elements
+
+
+def part_reduce(args) -> dict:
+    import pytensor
+    import pytensor.tensor as pt
+    from timing import best_of
+
+    import synkhronos as synk
+
+    synk.fork(2, backend="gpu")
+    try:
+        x = pt.vector("x")
+        c = pytensor.shared(np.zeros(1, dtype=x.dtype), name="c")
+        f = synk.function([x], (x.sum() * c, "sum"))
+        d = synk.data(np.ones(27, dtype=x.dtype))
+        times = {}
+        for n in REDUCE_SIZES:
+            c.set_value(np.arange(n, dtype=x.dtype))
+            np.testing.assert_allclose(f(d), 27 * np.arange(n), rtol=1e-6)
+            times[n] = 1e6 * min(best_of(lambda: f(d), 1, 10) for _ in range(args.rounds))
+    finally:
+        synk.close()
+    return times
 
 
 SIZES = (784, 1024, 1024, 10)
@@ -177,11 +210,16 @@ def part_resnet(args) -> dict:
     )
 
 
-def _child(part: str, args, extra: tuple = ()) -> dict:
+def _child(part: str, args, extra: tuple = (), host_bytes: int | None = None) -> dict:
+    env = dict(os.environ)
+    if host_bytes is not None:
+        env["SYNK_HOST_REDUCE_BYTES"] = str(host_bytes)
     command = [sys.executable, str(Path(__file__).resolve()), "--part", part, *extra]
     command += ["--rounds", str(args.rounds), "--image-size", str(args.image_size)]
     command += ["--resnet-batch", str(args.resnet_batch)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=HERE.parent, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=HERE.parent, env=env, check=False
+    )
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(RESULT):
             return json.loads(line[len(RESULT) :])
@@ -196,18 +234,23 @@ def main(argv=None) -> None:
     if not visible_gpus():
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if args.part:
-        parts = {"call": part_call, "mlp": part_mlp, "resnet": part_resnet}
+        parts = {"call": part_call, "reduce": part_reduce, "mlp": part_mlp, "resnet": part_resnet}
         print(RESULT + json.dumps(parts[args.part](args)), flush=True)
         return
     device = "CPU devices" if os.environ.get("JAX_PLATFORMS") == "cpu" else "GPU"
     print(f"GPU ranks' overhead, {device}, {time.strftime('%Y-%m-%d %H:%M')}")
-    for n in (1, 2):
-        c = _child("call", args, ("--ranks", str(n)))
+    for n, host_bytes, how in ((1, None, ""), (2, 0, ", by XLA"), (2, None, ", by the host")):
+        c = _child("call", args, ("--ranks", str(n)), host_bytes)
         print(
-            f"tiny call, {n} rank(s): synk {c['synk']:.1f} us (a numpy argument "
+            f"tiny call, {n} rank(s){how}: synk {c['synk']:.1f} us (a numpy argument "
             f"{c['synk numpy']:.1f}), plain JAX mode {c['plain']:.1f} us, ratio "
             f"{c['synk'] / c['plain']:.2f} ({c['synk numpy'] / c['plain']:.2f})"
         )
+    by_host = _child("reduce", args, (), 2**62)
+    by_xla = _child("reduce", args, (), 0)
+    print("an output of 2 ranks reduced, us per call: bytes, by the host, by XLA")
+    for n in REDUCE_SIZES:
+        print(f"  {4 * n}: {by_host[str(n)]:.0f}, {by_xla[str(n)]:.0f}")
     m = _child("mlp", args)
     print(f"MLP {'-'.join(map(str, SIZES))} Adam, batch {BATCH}, 1 rank, ms per step:")
     print(

@@ -3,7 +3,9 @@ devices with ``JAX_PLATFORMS=cpu`` (``conftest.py`` sets it): the same code, XLA
 collectives between the ranks (NCCL between GPUs, gloo between CPU devices), shared
 variables kept on the devices, outputs reduced through the communicator, training steps
 as one XLA program. Results are checked against numpy and single-process PyTensor, with
-uneven splits. One session serves the module; ``tests/test_gpu_faults.py`` kills ranks.
+uneven splits. One session serves the module, with ``SYNK_HOST_REDUCE_BYTES=0`` so that
+even scalar outputs take the communicator path (small ones take the host replies by
+default: ``tests/test_gpu_host_outputs.py``); ``tests/test_gpu_faults.py`` kills ranks.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import synkhronos as synk
 from synkhronos.api import routines
 from synkhronos.rank.backends import gpu
 from synkhronos.rank.compiled import RankFunction
+from synkhronos.rank.outputs import HOST_BYTES_VAR
 from synkhronos.session import launch
 from synkhronos.transport.comm.xla import XlaCommunicator
 from tests.graphs import check_ops, ops_function, random_xy, record_reduce_ops
@@ -29,7 +32,9 @@ pytest.importorskip("jax")
 
 @pytest.fixture(scope="module")
 def gpu_ranks():
-    n = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(HOST_BYTES_VAR, "0")  # read at the fork, by every rank
+        n = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu")
     yield n
     synk.close()
 

@@ -16,6 +16,7 @@ from conftest import shm_entries
 import synkhronos as synk
 from synkhronos.api import routines, timeline_report
 from synkhronos.rank.backends import gpu
+from synkhronos.rank.outputs import HOST_BYTES_VAR
 from synkhronos.session import launch
 from synkhronos.transport import trace
 
@@ -194,9 +195,10 @@ def test_the_command_prints_the_table_and_writes_the_picture(tmp_path, rng, caps
 
 
 @pytest.mark.gpu
-def test_gpu_ranks_mark_the_reduction_of_their_outputs(tmp_path, rng):
+def test_gpu_ranks_mark_the_reduction_of_their_outputs(tmp_path, rng, monkeypatch):
     pytest.importorskip("jax")
     path = tmp_path / "gpu.json"
+    monkeypatch.setenv(HOST_BYTES_VAR, "0")  # 12 bytes would go through the host replies
     n_ranks = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu", timeline=path)
     try:
         xf = pt.matrix("xf", dtype="float32")

@@ -3,11 +3,11 @@
 Two paths, chosen per output, the same way on every rank (outputs of op None take
 neither: rank 0 returns its own result, and the workers send nothing):
 
-- **Host** (CPU ranks, and on every backend "gather", "per_rank", the ``c_*`` ops and
-  integer "avg"): each worker replies with its outputs as host arrays through the command
-  channel, and rank 0 combines them with
-  :func:`synkhronos.transport.reduction.combine`. Nothing here waits on another rank, so a
-  failed worker never blocks the others.
+- **Host** (CPU ranks, and on every backend "gather", "per_rank", the ``c_*`` ops,
+  integer "avg", and outputs of at most :func:`host_reduce_bytes` bytes): each worker
+  replies with its outputs as host arrays through the command channel, and rank 0
+  combines them in rank order with :func:`synkhronos.transport.reduction.combine`.
+  Nothing here waits on another rank, so a failed worker never blocks the others.
 - **Communicator** (backends with ``device_outputs``: "gpu"; CI runs it on CPU devices):
   the other reductions go through ``comm.reduce``, which on GPU ranks is an XLA program
   (:mod:`synkhronos.transport.comm.xla`), so values stay on the devices and only rank 0's
@@ -20,6 +20,13 @@ neither: rank 0 returns its own result, and the workers send nothing):
   "avg" values remains; a rank failing there (out of GPU memory, say) leaves the others'
   programs waiting, and after it the XLA communicator refuses further programs.
 
+Small outputs (a loss, an accuracy) take the host path on GPU ranks too: launching an
+XLA collective costs more than replying a few bytes (bench/RESULTS.md, "GPU rank
+by hand"). An output whose graph fixes its size (a scalar) is known small on every rank
+without the exchange; one whose size shows only in its shape is judged after it, where
+every rank has the same shapes. Only rank 0 uses the reduced values (a fused chain
+reduces its outputs inside its one program: :mod:`synkhronos.rank.fused_chain`).
+
 Across several nodes (:mod:`synkhronos.transport.nodes`) the communicator spans every node, and each
 node's rank 0 then combines its host-path results with the other nodes' over MPI
 (:meth:`World.combine_outputs <synkhronos.transport.nodes.World.combine_outputs>`).
@@ -31,6 +38,8 @@ ones more.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -39,6 +48,28 @@ import numpy as np
 from synkhronos.transport import trace
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.reduction import bare_op, combine
+
+HOST_BYTES_VAR = "SYNK_HOST_REDUCE_BYTES"
+"""Environment variable: the most bytes an output of GPU ranks may have to be reduced
+through the host (read at :func:`synkhronos.fork`; "0" sends every output the device path
+allows through the communicator)."""
+
+HOST_BYTES = 65536
+"""The default of :data:`HOST_BYTES_VAR` (bench/RESULTS.md, "A GPU rank against JAX by hand")."""
+
+
+def host_reduce_bytes() -> int:
+    """The most bytes of an output that GPU ranks reduce through the host
+    (:data:`HOST_BYTES_VAR`, else :data:`HOST_BYTES`)."""
+    return int(os.environ.get(HOST_BYTES_VAR, HOST_BYTES))
+
+
+def _static_bytes(var) -> float:
+    """The bytes of output ``var`` where its graph fixes its shape (a scalar), else inf."""
+    shape = var.type.shape
+    if any(d is None for d in shape):
+        return math.inf
+    return math.prod(shape) * np.dtype(var.dtype).itemsize
 
 
 def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[list, dict]:
@@ -68,7 +99,15 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
     """
     if not weight or outs is None:
         outs = []
-    device = [] if state.n_ranks == 1 else [j for j, i in enumerate(subset) if fn.on_device[i]]
+    limit = state.host_bytes
+    outputs = fn.spec.outputs
+    device = (
+        []
+        if state.n_ranks == 1
+        else [
+            j for j, i in enumerate(subset) if fn.on_device[i] and _static_bytes(outputs[i]) > limit
+        ]
+    )
     if not device:
         return host_outputs(state, fn, subset, outs), {}
     shapes = [np.shape(outs[j]) for j in device] if weight else []
@@ -85,6 +124,14 @@ def share_outputs(state, fn, subset, weight: int, outs: list | None) -> tuple[li
                 f"{state.rank} but not on rank {rank} ({theirs[1:].tolist()} as ndim, dims); "
                 f"outputs reduced with avg/sum/prod/max/min need the same shape on every rank"
             )
+    # Every rank has the same shapes here, so every rank leaves out the same small ones.
+    device = [
+        j
+        for j, s in zip(device, shapes, strict=True)
+        if math.prod(s) * np.dtype(outputs[subset[j]].dtype).itemsize > limit
+    ]
+    if not device:
+        return host_outputs(state, fn, subset, outs), {}
     total = sum(weights)
     ops = {j: fn.spec.output_ops[subset[j]] for j in device}
     # "avg" is a sum of values scaled by their share of the rows, so it goes with "sum".

@@ -8,7 +8,7 @@ from synkhronos.rank.backends import Backend
 from synkhronos.rank.compiled import RankFunction, assign
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec, SharedRegistry
-from synkhronos.rank.outputs import share_outputs
+from synkhronos.rank.outputs import host_reduce_bytes, share_outputs
 from synkhronos.transport import trace
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.comm import Communicator
@@ -38,6 +38,8 @@ class RankState:
         self.rank, self.n_ranks = rank, n_ranks
         self.comm, self.backend = comm, backend
         self.first_calls = first_calls
+        # Read once per session, by every rank alike (the workers inherit the variable).
+        self.host_bytes = host_reduce_bytes()
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
         self.fused: dict = {}  # chains run as one XLA program (rank.fused_chain), by key

@@ -25,7 +25,8 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.scalar.basic import AND
 from pytensor.tensor.elemwise import CAReduce
 
-from synkhronos.api.split.analysis import Fact, RowGraph, mixes_rows, structural, sums_rows
+from synkhronos.api.split.analysis import Fact, RowGraph, structural, sums_rows
+from synkhronos.api.split.keeping import mixes_rows
 
 
 class RowsNotSplittable(ValueError):
