@@ -13,6 +13,7 @@ from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
+from pytensor.raise_op import Assert
 from pytensor.tensor.math import Min
 
 from synkhronos.api.split.phases import split_phases
@@ -445,9 +446,21 @@ def _transformer(x, y, w):
     return pt.mean((pt.dot(warped.flatten(2), w) - y) ** 2)
 
 
+class _Checked(Assert):
+    """A subclass of PyTensor's checks, as PyMC's parameter checks are."""
+
+
+def _checked(x, y, w):
+    """A check of a parameter on a value of the rows (PyMC's ``Check{sigma > 0}``): its value
+    is its input's."""
+    h = _Checked("finite w")(pt.dot(x, w[:3]), pt.all(pt.isfinite(w)))
+    return pt.mean((h - y) ** 2)
+
+
 #: Exact models that draw no warning: (loss, the shape of a row of x).
 EXACT = {
     "mlp": (_mlp, (3,)),
+    "checked": (_checked, (3,)),
     "softmax_classifier": (_classifier, (3,)),
     "lstm_like": (_recurrent, (4, 3)),
     "spatial_transformer": (_transformer, (1, 4, 4)),

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.basic import Apply, Constant
+from pytensor.raise_op import CheckAndRaise
 from pytensor.scalar.basic import Add, Identity, Mul, Neg, Sub
 from pytensor.tensor.basic import ARange
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
@@ -37,8 +38,9 @@ from synkhronos.api.split.analysis import (
 #: Ops over a batch (rows on the first axis, in and out): the extensions' convolutions,
 #: poolings and their gradients with respect to their inputs, by class name (no import).
 _OVER_THE_BATCH = {"Conv2d", "Conv2dGradInputs", "Pool2d", "Pool2dGrad", "MaxPool2dGather"}
-#: Ops whose output is their first input's value (rows where it has them).
-_SAME = {"SpecifyShape", "ViewOp", "DeepCopyOp", "OutputGuard", "CheckAndRaise", "Assert"}
+#: Ops whose output is their first input's value (rows where it has them); also any
+#: CheckAndRaise (Assert, PyMC's parameter checks), by class.
+_SAME = {"SpecifyShape", "ViewOp", "DeepCopyOp", "OutputGuard"}
 #: The Lasagne port's folds of leading axes: what they fold is computed on row by row
 #: between them (the lengths know where they put the rows).
 _FOLDS = {"FoldLeading", "UnfoldLeading"}
@@ -101,7 +103,7 @@ def _checker(node: Apply) -> Callable[[RowGraph, Apply, list, list], str | None]
     core = getattr(op, "core_op", None)
     if name in _ALONG_AXIS:
         return _along_axis
-    if isinstance(op, Elemwise) or name in _SAME:
+    if isinstance(op, Elemwise | CheckAndRaise) or name in _SAME:
         return _same_axes
     if name in ("Dot", "Dot22") or type(core).__name__ == "Dot":
         return _product
@@ -349,7 +351,8 @@ def _linear(step: RowGraph, node: Apply) -> bool:
         return True
     if isinstance(scalar, Mul) or name in ("Dot", "Dot22"):
         return sum(step.has(i, Fact.DATA) for i in node.inputs) == 1
-    return name in _SAME or name in ("Reshape", "Alloc") or "Subtensor" in name
+    passes = name in _SAME or isinstance(op, CheckAndRaise)
+    return passes or name in ("Reshape", "Alloc") or "Subtensor" in name
 
 
 #: The ops judged by their class name alone.
