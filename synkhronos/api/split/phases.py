@@ -194,11 +194,6 @@ def split_phases(
     originals = [graph.original.get(v, v) for v in frontier]
     placeholders = [v.type() for v in originals]
     reduced = Substitution(graph, rows, dict(zip(originals, placeholders, strict=True)))
-    # A statistic's weighted terms are summed; a maximum or minimum over the rows is
-    # finished by its own op.
-    reductions = [
-        "sum" if w else extremum(v.owner) or "sum" for v, w in zip(frontier, weighted, strict=True)
-    ]
     split = PhaseSplit(
         row_phase.frontier,
         row_phase.row_outputs,
@@ -213,11 +208,19 @@ def split_phases(
         inexact,
         row_phase.rounds,
         row_phase.last_generators,
-        reductions,
+        _crossing_ops(frontier, weighted),
     )
     for source in lengths_read(split.targets, sources):
         _read_lengths_reduced(split, source)
     return split
+
+
+def _crossing_ops(frontier: list, weighted: list) -> list[str]:
+    """Each frontier value's all-reduce: a statistic's weighted terms are summed; a
+    maximum or minimum over the rows is finished by its own op."""
+    return [
+        "sum" if w else extremum(v.owner) or "sum" for v, w in zip(frontier, weighted, strict=True)
+    ]
 
 
 def _analysed(
