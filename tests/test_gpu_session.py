@@ -7,6 +7,11 @@ such functions, as it makes float32 floatX, and gives the old settings back at i
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -68,3 +73,40 @@ def test_plain_functions_read_what_gpu_ranks_trained(rng):
 
     # JAX's precision follows the restored floatX (a later CPU session's workers' does).
     assert jax.config.read("jax_enable_x64") == (float_x == "float64")
+
+
+#: A program's first function in a GPU session, before any synkhronos function compiled.
+FIRST_FUNCTION = """
+import numpy as np, pytensor, pytensor.tensor as pt
+import synkhronos as synk
+synk.fork(1, backend="gpu")
+try:
+    x, y = pt.matrix("x"), pt.ivector("y")
+    log_p = pt.special.log_softmax(x, axis=1)
+    f = pytensor.function([x, y], -log_p[pt.arange(y.shape[0]), y].mean())
+    rng = np.random.default_rng(0)
+    xv, yv = rng.normal(size=(300, 3)).astype("float32"), rng.integers(0, 3, 300).astype("int32")
+    shifted = xv - xv.max(axis=1, keepdims=True)
+    want = -(shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True)))[np.arange(300), yv]
+    np.testing.assert_allclose(f(xv, yv), want.mean(), rtol=1e-5)
+finally:
+    synk.close()
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_the_programs_first_jax_function_has_the_fixes():
+    """The session's JAX mode, before any synkhronos function compiled: PyTensor's JAX
+    ``arange`` of a constant int8 start overflowed once the rows passed 127 (a fresh
+    process: the fixes, once imported, stay)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(Path(__file__).parents[1]))
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_FUNCTION],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,  # a hang guard
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

@@ -318,6 +318,10 @@ def _gpu_defaults() -> None:
     if str(config.mode).upper() == "MODE" and config.linker == "auto":
         _replaced_settings.append(("mode", config.mode))
         config.mode = "JAX"
+    # The program's own JAX-mode functions get the fixes synkhronos' own compile with, from
+    # the start (pt.arange(y.shape[0]) failed for 128 rows or more before any synkhronos
+    # function had compiled).
+    from synkhronos.rank.backends import jax_compat  # noqa: F401
 
 
 class GpuBackend(Backend):
