@@ -159,6 +159,21 @@ def test_downcast_applies_to_data_inputs(session):
     synk.verify()
 
 
+def test_downcast_data_changed_in_place_is_read_anew(session):
+    """A call like the last one with ``Data`` cast by ``allow_input_downcast`` (scattered,
+    and broadcast) reads the Data's present values, not the cast of the first call's."""
+    n, tol = session
+    x, c = pt.matrix("x"), pt.vector("c")
+    f = synk.function([x], (x * c.sum()).sum(axis=1), bcast_inputs=[c], allow_input_downcast=True)
+    rng = np.random.default_rng(9)
+    wide, scale = synk.data(rng.normal(size=(ROWS, 3))), synk.data(np.array([1.0, 2.0]))
+    for _ in range(3):
+        want = (wide.data * scale.data.sum()).sum(axis=1).astype(pytensor.config.floatX)
+        np.testing.assert_allclose(f(wide, scale), want, rtol=tol, atol=tol)
+        wide.data[...] = rng.normal(size=wide.shape)  # in place: the same Data, layout
+        scale.data[...] += 1.0
+
+
 def test_batch_norm_averages_are_read_by_the_users_variable(session):
     """Its graph updates a clone of each running average; the user's variable reads it on
     every rank, and a function built later (shipped apart) reads the same storage."""

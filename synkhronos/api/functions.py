@@ -600,10 +600,11 @@ class Function(BaseFunction):
         state = session.state
         n_in = len(self._spec.inputs)
         if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
+            # Arrays, and Data cast by allow_input_downcast, into the scratch Data.
             args = (
                 *(
-                    a if isinstance(a, Data) else self._in_scratch(i, a)
-                    for i, a in enumerate(args[:n_in])
+                    a if isinstance(a, Data) and a.dtype == v.dtype else self._scattered(i, v, a)
+                    for i, (v, a) in enumerate(zip(self._spec.inputs, args[:n_in], strict=True))
                 ),
                 *args[n_in:],
             )
@@ -643,8 +644,18 @@ class Function(BaseFunction):
         ``Data`` (scattered numpy arrays are in the scratch Data by then), and their
         layouts; None where a call's plan depends on more (a broadcast input's value, the
         lengths of sliceable shared variables) or where its plan writes a broadcast input
-        (the row count of a training function's row phase)."""
-        if self._spec.sliceable or self._counts_rows or not all(isinstance(a, Data) for a in args):
+        (the row count of a training function's row phase). A broadcast Data of another
+        dtype travels as its values (allow_input_downcast): no reuse either."""
+        spec = self._spec
+        if (
+            spec.sliceable
+            or self._counts_rows
+            or len(args) != len(self.inputs)
+            or not all(isinstance(a, Data) for a in args)
+        ):
+            return None
+        bcast = args[len(spec.inputs) :]
+        if any(a.dtype != v.dtype for a, v in zip(bcast, spec.bcast_inputs, strict=True)):
             return None
         return tuple((weakref.ref(a), a.layout) for a in args)
 
