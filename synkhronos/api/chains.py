@@ -63,12 +63,11 @@ def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
     return CollectiveStep(CHAINABLE[name], indices, op, True), variables
 
 
-def _watched(functions: list, written: dict) -> tuple[list, list]:
+def _watched(functions: list, written: dict, handed: set[int]) -> tuple[list, list]:
     """What a chain of ``functions`` reads that rank 0 broadcasts first where the program
     changed it (:func:`~synkhronos.api.collectives.send_changes`), and what it leaves as
     synkhronos' own (``written``, by id), less what a training function hands between its
-    phases: written anew by every call before it is read."""
-    handed = {id(v) for f in functions for v in f._handover}
+    phases (``handed``, by id): written anew by every call before it is read."""
     reads = {id(v): v for f in functions for v in f._reads}
     return (
         [v for k, v in reads.items() if k not in handed],
@@ -120,10 +119,10 @@ class Chain:
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._table = encode_table(steps, fuse)
         self._written = written  # by id()
-        self._reads, self._leaves = _watched(functions, written)
+        handed = {id(v) for f in functions for v in f._handover}
+        self._reads, self._leaves = _watched(functions, written, handed)
         # Written as a step runs (the others apply on every rank or on none); what a
         # training function hands between its phases is written anew by the next call.
-        handed = {id(v) for f in functions for v in f._handover}
         applied = {
             v.name or str(v)
             for step, held in zip(
