@@ -1,19 +1,54 @@
 """PyMC models on N ranks: the split log-density and gradient equal PyMC's own, float64,
-on 2 and 3 ranks with uneven rows; refused models; sampling gives PyMC's posterior."""
+on 2 and 3 CPU ranks and 2 GPU ranks (JAX mode; CPU devices where there is no GPU) with
+uneven rows, and on 2 MPI nodes; refused models; sampling gives PyMC's posterior."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 import pytest
 
 pm = pytest.importorskip("pymc")  # PyMC 6 needs Python 3.12: skipped on 3.11
 
-from synkhronos.extensions import pymc as synk_pymc  # noqa: E402 - after the skip
+import synkhronos as synk  # noqa: E402 - after the skip
+from synkhronos.extensions import pymc as synk_pymc  # noqa: E402
+from synkhronos.rank.backends import gpu  # noqa: E402
+from synkhronos.session import launch  # noqa: E402
+from tests.test_nodes import MPIEXEC, _launch  # noqa: E402
 
 ROWS = 29  # uneven on 2 and on 3 ranks
+
+
+@pytest.fixture(scope="module")
+def ranks(request):
+    """2 or 3 CPU ranks, or "gpu": 2 GPU ranks in float64. PYTENSOR_FLAGS naming floatX
+    keeps the fork from making it float32 (its GPU default), and the fork then turns JAX's
+    64-bit mode on, on rank 0 and the workers."""
+    param = getattr(request, "param", 2)
+    if param != "gpu":
+        synk.fork(param, backend="cpu")
+        yield param
+        synk.close()
+        return
+    pytest.importorskip("jax")
+    if not gpu.on_cpu_devices() and len(gpu.visible_gpus()) < 2:
+        pytest.skip("needs 2 GPUs")
+    assert pytensor.config.floatX == "float64"
+    flags = [f for f in (os.environ.get("PYTENSOR_FLAGS"), "floatX=float64") if f]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTENSOR_FLAGS", ",".join(flags))
+        synk.fork(2, backend="gpu")
+        import jax
+
+        assert launch.current().backend.name == "gpu"
+        assert jax.config.read("jax_enable_x64")
+        yield 2
+        synk.close()
 
 
 def logistic(rng, n=ROWS, k=3):
@@ -73,7 +108,7 @@ def assert_same(model, split, rng, points=3):
         assert np.max(np.abs(grad - want_grad)) <= 1e-12 * np.max(np.abs(want_grad))
 
 
-@pytest.mark.parametrize("ranks", [2, 3], indirect=True)
+@pytest.mark.parametrize("ranks", [2, 3, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
 @pytest.mark.parametrize("build", [logistic, hierarchical, centered, with_data])
 def test_logp_and_gradient_equal_pymc(ranks, build, rng):
     model = build(rng)
@@ -82,7 +117,7 @@ def test_logp_and_gradient_equal_pymc(ranks, build, rng):
     assert_same(model, split, rng)
 
 
-@pytest.mark.parametrize("ranks", [2, 3], indirect=True)
+@pytest.mark.parametrize("ranks", [2, 3, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
 def test_set_data_reaches_the_ranks(ranks, rng):
     model = with_data(rng)
     split = synk_pymc.logp_dlogp_function(model)
@@ -108,6 +143,13 @@ def refused(kind):
         elif kind == "lengths":
             pm.Normal("y", observed=y)
             pm.Normal("z", observed=y[:-2])
+        elif kind == "per_row":  # a latent value per row
+            z = pm.Normal("z", 0, 1, shape=ROWS)
+            pm.Normal("y", z + rng.normal(size=ROWS), 1.0, observed=y)
+        elif kind == "per_row_scale":  # sized by a pm.Data's rows, on the log scale
+            x = pm.Data("x", rng.normal(size=ROWS))
+            s = pm.HalfNormal("s", shape=x.shape[0])
+            pm.Normal("y", x, s, observed=y)
         else:
             b = pm.Normal("b")
             pm.Normal("y", pt.cumsum(b * rng.normal(size=ROWS)), 1.0, observed=y)
@@ -121,6 +163,8 @@ def refused(kind):
         ("walk", "'y' (RandomWalkRV) is one term of all 29 rows"),
         ("mixing", "'y' (normal) does not factor over the rows: a cumulative add"),
         ("lengths", "the observed values have different numbers of rows ({'y': 29, 'z': 27})"),
+        ("per_row", "'y' (normal) reads the free variable 'z', which has one value per row (29)"),
+        ("per_row_scale", "reads the free variable 's', which has one value per row (29)"),
     ],
 )
 def test_refused_models_name_the_term(kind, says):
@@ -129,6 +173,13 @@ def test_refused_models_name_the_term(kind, says):
 
 
 @pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_as_many_groups_as_rows_is_not_a_variable_per_row(ranks, rng):
+    """A group-level variable of the rows' length that the rows index stays whole."""
+    model = hierarchical(rng, groups=ROWS)
+    assert_same(model, synk_pymc.logp_dlogp_function(model), rng)
+
+
+@pytest.mark.parametrize("ranks", [2, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
 def test_sample_gives_pymc_posterior(ranks):
     rng = np.random.default_rng(1)
     model = logistic(rng, n=101)
@@ -148,3 +199,60 @@ def test_sample_gives_pymc_posterior(ranks):
 def test_sample_refuses_parallel_chains():
     with pytest.raises(ValueError, match="cores=1"):
         synk_pymc.sample(model=logistic(np.random.default_rng(0)), cores=2)
+
+
+NODES = r"""
+import os
+import sys
+
+os.environ["PYTENSOR_FLAGS"] += ",floatX=float64"  # GPU ranks too (the fork keeps it)
+import arviz as az
+import numpy as np
+import pymc as pm
+
+import synkhronos as synk
+from synkhronos.extensions import pymc as synk_pymc
+from synkhronos.transport import nodes
+from tests.test_pymc import assert_same, hierarchical, logistic, with_data
+
+synk.fork(int(sys.argv[1]), backend=sys.argv[2])
+world = nodes.current()
+rng = np.random.default_rng(0)  # the same data and points on every node
+for build in (logistic, hierarchical):
+    model = build(rng)
+    assert_same(model, synk_pymc.logp_dlogp_function(model), rng)
+model = with_data(rng)
+split = synk_pymc.logp_dlogp_function(model)
+for n in (17, 41):
+    new = {"x": rng.normal(size=(n, 2)), "g": rng.integers(0, 3, n), "y_obs": rng.normal(size=n)}
+    pm.set_data(new | {"level": rng.normal(size=3)}, model=model)
+    assert_same(model, split, rng, points=2)
+settings = dict(draws=60, tune=60, chains=1, random_seed=7, progressbar=False)
+with logistic(np.random.default_rng(1), n=101):
+    mean = synk_pymc.sample(**settings).posterior["b"].mean(("chain", "draw")).values
+    own = pm.sample(cores=1, **settings)
+want = own.posterior["b"].mean(("chain", "draw")).values
+assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
+print(f"node {world.node} of {world.n_global} ranks: ok, means {mean.tobytes().hex()}", flush=True)
+synk.close()
+"""
+
+
+@pytest.mark.skipif(
+    not MPIEXEC.exists() or importlib.util.find_spec("mpi4py") is None,
+    reason="needs mpi4py and mpiexec next to the interpreter (pip install 'synkhronos[mpi]' mpich)",
+)
+@pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "gpu")])
+def test_nodes_give_pymc_own(tmp_path, local, backend):
+    """2 MPI nodes of ``local`` ranks (GPU ranks on CPU devices): the log-density and
+    gradient equal PyMC's own within 1e-12, also after ``pm.set_data``, and a short
+    sampling's posterior means are within 4 Monte-Carlo standard errors of ``pm.sample``'s
+    and bit-identical on both nodes (their NUTS took the same steps)."""
+    if backend == "gpu" and importlib.util.find_spec("jax") is None:
+        pytest.skip("needs jax")
+    proc, _ = _launch(tmp_path, NODES, str(local), backend, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    means = set(re.findall(rf"node [01] of {2 * local} ranks: ok, means (\w+)", out))
+    assert len(re.findall(rf"node [01] of {2 * local} ranks: ok", out)) == 2, out
+    assert len(means) == 1, out

@@ -150,6 +150,35 @@ def _why_not_rows(graph: RowGraph) -> str | None:
     return None
 
 
+def _value_length(model: Any, value: Variable, shapes: dict) -> int | None:
+    """The leading length of a free variable's value (``shapes``: the model's evaluated
+    shapes, filled the first time a length is not in the value's type)."""
+    if not value.ndim:
+        return None
+    if value.type.shape[0] is not None:
+        return value.type.shape[0]
+    if not shapes:
+        shapes.update(model.eval_rv_shapes())
+    return int(shapes[value.name][0])
+
+
+def _per_row_variable(model: Any, split: Variable, row_inputs: list, n_rows: int) -> Any:
+    """The free variable (its random variable) with one value per row that the split term
+    ``split`` reads with the rows, or None: the term would factor over the rows if that
+    variable's values were split with them, but the free variables go whole to every
+    rank. A variable of the rows' length that the rows index (as many groups as rows)
+    would mix the rows if split: it is not one, and stays whole."""
+    shapes: dict = {}
+    for value in graph_inputs([split]):
+        if value not in model.value_vars or _value_length(model, value, shapes) != n_rows:
+            continue
+        stand_in = value.type.clone(shape=(None, *value.type.shape[1:]))(value.name)
+        trial = clone_replace(split, replace={value: stand_in}, rebuild_strict=False)
+        if _why_not_rows(RowGraph([trial.sum()], [*row_inputs, stand_in])) is None:
+            return model.values_to_rvs[value]
+    return None
+
+
 def split_terms(model: Any) -> ModelTerms:
     """Cut ``model``'s log-density (with the transforms' Jacobians) into row terms and
     once terms.
@@ -188,8 +217,16 @@ def split_terms(model: Any) -> ModelTerms:
             v: others[v] for v in inputs if v in others
         }
         split = clone_replace(term, replace=stand_ins, rebuild_strict=False)
-        graph = RowGraph([split.sum()], [rows[v].input for v in found])
-        why = _why_not_rows(graph)
+        row_inputs = [rows[v].input for v in found]
+        per_row = _per_row_variable(model, split, row_inputs, n_rows)
+        if per_row is not None:
+            raise RowsNotSplittable(
+                f"{_label(model, term, index)} reads the free variable {per_row.name!r}, "
+                f"which has one value per row ({n_rows}): the free variables go whole to "
+                f"every rank and the rows in shares, so a variable of the rows cannot be "
+                f"split with them"
+            )
+        why = _why_not_rows(RowGraph([split.sum()], row_inputs))
         if why is not None:
             raise RowsNotSplittable(
                 f"{_label(model, term, index)} does not factor over the rows: {why}"
