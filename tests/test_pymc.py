@@ -167,7 +167,8 @@ def refused(kind):
         ("per_row_scale", "reads the free variable 's', which has one value per row (29)"),
     ],
 )
-def test_refused_models_name_the_term(kind, says):
+@pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_refused_models_name_the_term(ranks, kind, says):
     with pytest.raises(synk_pymc.RowsNotSplittable, match=re.escape(says)):
         synk_pymc.logp_dlogp_function(refused(kind))
 
