@@ -129,6 +129,12 @@ class RowGraph:
         """:meth:`has` of an original variable."""
         return self.has(self.clone_of.get(v, v), fact)
 
+    def row_axes_of(self, v: Variable) -> list[int]:
+        """The axes of the rows' length of an original variable; none for one computed
+        from shapes only (no rank's rows in it)."""
+        analysed = self.clone_of.get(v, v)
+        return [] if self.has(analysed, Fact.PURE) else self.lengths.row_axes(analysed)
+
     def _classify(self, node: Apply) -> None:
         # Indices are values: an embedding's rows depend on the indices' rows.
         shapes = structural(node) - index_positions(node)
