@@ -25,8 +25,9 @@ from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
 from synkhronos.api.split.lengths import Lengths, is_shape
 
 # Ops whose result, reduced over the rows, is a sum of one term per row (so summing the
-# ranks' results gives the whole batch's); by class name, so that the convolution
-# gradients of the extensions need no import here.
+# ranks' results gives the whole batch's); by class name, so that the convolutions' Ops
+# (synkhronos.ops.conv: conv3d's filter gradient is Conv2dGradWeights too) and their JAX
+# kernels need not be imported here.
 _ROW_SUMS = {
     "Dot",
     "Dot22",
@@ -34,8 +35,6 @@ _ROW_SUMS = {
     "IncSubtensor",
     "AdvancedIncSubtensor",
     "AdvancedIncSubtensor1",
-    "AbstractConv2d_gradWeights",
-    "AbstractConv3d_gradWeights",
     "Conv2dGradWeights",
 }
 
