@@ -165,6 +165,13 @@ def function(
         Passed to every underlying :func:`pytensor.function` (``allow_input_downcast``,
         ``on_unused_input``, ...).
 
+    Returns
+    -------
+    BaseFunction
+        A :class:`~synkhronos.Function`, or a
+        :class:`~synkhronos.api.training.TrainingFunction` where the updates train (no
+        ``Function``: both are ``synkhronos.BaseFunction``).
+
     Raises
     ------
     TypeError
