@@ -26,7 +26,7 @@ from synkhronos.api.collectives import (
     scatter,
     set_value,
 )
-from synkhronos.api.functions import Function
+from synkhronos.api.functions import BaseFunction, Function
 from synkhronos.api.verification import RanksDisagree, verify
 from synkhronos.session.launch import backend, close, distribute, fork, get_n_gpu, timeline
 from synkhronos.transport.channel import RemoteError, WorkerDied, WorkerHung
@@ -82,6 +82,7 @@ def data(
 
 
 __all__ = [
+    "BaseFunction",
     "Chain",
     "Data",
     "Function",

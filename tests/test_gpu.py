@@ -308,6 +308,58 @@ def test_extrema_only_the_update_and_outputs_read(gpu_ranks, num_slices):
     assert_extrema_step_exact(None, rtol=1e-5, num_slices=num_slices)
 
 
+def _embedding_step(float_x: str, mode=None):
+    """(one-line SGD step of a Lasagne embedding and a ``W[idx]`` read, its parameters)."""
+    from synkhronos.extensions.lasagne import layers
+
+    idx = pt.ivector("idx")
+    rng = np.random.default_rng(5)
+    table = layers.EmbeddingLayer(
+        layers.InputLayer((None,), idx), 7, 3, W=rng.normal(size=(7, 3)).astype(float_x)
+    )
+    W = pytensor.shared(rng.normal(size=(7, 3)).astype(float_x), name="W_rows")
+    loss = pt.mean((layers.get_output(table) * W[idx]).sum(axis=1) ** 2)
+    params = [table.W, W]
+    updates = [(p, p - 0.1 * g) for p, g in zip(params, pt.grad(loss, params), strict=True)]
+    make = synk.function if mode is None else lambda *a, **k: pytensor.function(*a, **k, mode=mode)
+    return make([idx], loss, updates=updates), params
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_rows", [1, 2, 3])
+def test_an_embedding_trains_on_one_row_per_rank(gpu_ranks, n_rows):
+    """An embedding's gradient adds one row into the table (``AdvancedIncSubtensor1``),
+    which PyTensor's JAX mode refused as runtime broadcasting: a rank given one row (2
+    rows on 2 ranks, 3 split 2 and 1) trains as one process does, in C mode; 1 row is
+    JAX mode in this process (a training step needs rows on every rank)."""
+    float_x = pytensor.config.floatX
+    (step, params), (ref, ref_params) = (
+        _embedding_step(float_x, mode="JAX" if n_rows < gpu_ranks else None),
+        _embedding_step(float_x, mode="FAST_RUN"),
+    )
+    idx = np.array([4, 1, 4][:n_rows], dtype="int32")
+    for _ in range(2):
+        np.testing.assert_allclose(step(idx), ref(idx), rtol=1e-5)
+    for p, want in zip(params, ref_params, strict=True):
+        np.testing.assert_allclose(p.get_value(), want.get_value(), rtol=1e-5, atol=1e-7)
+    if n_rows >= gpu_ranks:
+        for p in params:  # every rank's copy is rank 0's
+            np.testing.assert_array_equal(synk.get_value(gpu_ranks - 1, p), p.get_value())
+
+
+def test_a_one_row_embedding_gradient_still_refuses_undeclared_broadcasting():
+    """The fixed check still refuses what PyTensor refuses: a ``y`` of one row, its rows
+    not declared broadcastable, added at two indices."""
+    from synkhronos.rank.backends import jax_compat  # noqa: F401  (the fix)
+
+    W, y, idx = pt.matrix("W"), pt.matrix("y"), pt.ivector("idx")
+    f = pytensor.function([W, y, idx], pt.inc_subtensor(W[idx], y), mode="JAX")
+    zeros, ones = np.zeros((5, 3), pytensor.config.floatX), np.ones((1, 3), pytensor.config.floatX)
+    np.testing.assert_allclose(f(zeros, ones, np.array([2], "int32"))[2], 1.0)
+    with pytest.raises(ValueError, match="Runtime broadcasting not allowed"):
+        f(zeros, ones, np.array([1, 2], "int32"))
+
+
 def _flat(params) -> np.ndarray:
     return np.concatenate([np.ravel(p.get_value()) for p in params])
 

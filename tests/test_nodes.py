@@ -217,6 +217,77 @@ def test_calls_and_collectives_span_every_node(tmp_path, local, backend):
         assert f"node {node}: {2 * local} ranks, ok" in out, out
 
 
+CHANGES = r"""
+import sys
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+
+import synkhronos as synk
+from synkhronos.api import collectives
+from synkhronos.transport import nodes
+
+synk.fork(2, backend="cpu")
+world = nodes.current()
+N, node = world.n_global, world.node
+failed, sent = [], []
+broadcast = collectives._collective
+
+
+def counted(kind, *args, **kwargs):
+    sent.append(kind == collectives.Collective.BROADCAST)
+    return broadcast(kind, *args, **kwargs)
+
+
+collectives._collective = counted
+X = np.arange(22.0).reshape(11, 2)
+lr = pytensor.shared(np.float64(0.1), name="lr")
+x = pt.matrix("x")
+f = synk.function([x], (lr * x.sum(), "sum"))
+
+
+def call(name, rate):
+    sent.clear()
+    got = float(f(X))
+    everywhere = [float(synk.get_value(r, lr)) for r in range(N)]
+    if not np.isclose(got, rate * X.sum()) or everywhere != [rate] * N:
+        failed.append(f"{name}: {got} for {rate * X.sum()}; lr per rank {everywhere}")
+    if float(lr.get_value()) != rate:
+        failed.append(f"{name}: this node's lr {lr.get_value()}, not {rate}")
+    return sum(sent)
+
+
+call("first call", 0.1)
+if call("nothing changed", 0.1) != 0:
+    failed.append("a broadcast sent with nothing changed")
+lr.set_value(np.float64(0.05))  # on every node: the same script
+call("set on every node", 0.05)
+if node == 1:  # node 1 alone: node 0's value is every rank's again, node 1's own too
+    lr.set_value(np.float64(7.0))
+call("set on node 1 only", 0.05)
+if node == 0:  # node 0 alone: every node's ranks get it
+    lr.set_value(np.float64(0.2))
+call("set on node 0 only", 0.2)
+lr.get_value(borrow=True)[...] = 0.3  # in place, on every node
+call("changed in place", 0.3)
+print(f"node {node}: " + ("; ".join(failed) if failed else "ok"), flush=True)
+synk.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_changed_shared_value_reaches_every_nodes_ranks(tmp_path):
+    """2 nodes x 2 ranks: a ``set_value`` between calls (on every node, on node 1 only, on
+    node 0 only, in place) reaches all 4 ranks before the next call, node 0's value; with
+    nothing changed nothing is broadcast."""
+    proc, _ = _launch(tmp_path, CHANGES)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for node in (0, 1):
+        assert f"node {node}: ok" in out, out
+
+
 def _pids(folder: Path) -> dict[int, int]:
     """Node -> pid of its rank 0, from the files the script writes."""
     return {

@@ -490,3 +490,29 @@ def test_too_many_rounds_are_said(monkeypatch):
     assert not split.rounds
     assert "each rank computes them from its own rows" in split.inexact[0]
     assert "would take 2 rounds, over MAX_ROUNDS (1;" in split.inexact[0]
+
+
+def _op_classes(cls: type) -> set[str]:
+    """The names of ``cls`` and its subclasses, imported or not yet."""
+    return {cls.__name__}.union(*(_op_classes(sub) for sub in cls.__subclasses__()))
+
+
+@pytest.mark.parametrize(
+    "table",
+    ["analysis._ROW_SUMS", "keeping._OVER_THE_BATCH", "keeping._SAME", "keeping._FOLDS"]
+    + ["keeping._ALONG_AXIS", "keeping._BY_NAME"],
+)
+def test_every_op_name_of_the_analysis_is_an_op_class(table):
+    """The analysis knows ops by their class names (the ops whose result is a sum of a
+    term per row, those that keep rows apart): each must name an Op of PyTensor's or of
+    synkhronos.ops, for a name of no class would never match, silently."""
+    import pytensor.scan.op
+    import pytensor.tensor.blas  # noqa: F401 - Dot22's module
+    from pytensor.graph.op import Op
+
+    import synkhronos.ops.conv  # noqa: F401 - the convolutions' Ops
+    from synkhronos.api.split import analysis, keeping
+
+    module, name = table.split(".")
+    names = set(getattr({"analysis": analysis, "keeping": keeping}[module], name))
+    assert names <= _op_classes(Op), names - _op_classes(Op)

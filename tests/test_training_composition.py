@@ -104,7 +104,8 @@ def test_a_training_function_is_a_chain_first_step(ranks, rng):
 def test_every_method_of_a_function(ranks, rng):
     x, y = data(rng)
     train, _, state = synk_mlp(name="methods")
-    assert isinstance(train, BaseFunction)
+    assert isinstance(train, synk.BaseFunction) and synk.BaseFunction is BaseFunction
+    assert not isinstance(train, synk.Function)  # a chain of them (docs/api.rst)
     assert train.name == "methods" and repr(train) == "<synkhronos.TrainingFunction methods>"
     assert [v.name for v in train.inputs] == ["x", "y"]
     assert train.output_modes == ["avg", "gather"] and train.update_modes == ["avg"] * 3

@@ -123,6 +123,37 @@ def test_rows_on_another_axis_are_refused(session):
     assert synk.function([x], (x.T, "per_rank"), mode=_mode()).output_modes == ["per_rank"]
 
 
+def test_a_training_functions_outputs_are_analysed_by_its_split_alone(session, monkeypatch):
+    """Which outputs hold the rows, a training function takes from its split's analysis
+    of the graph: per-row outputs analyse it no more often than a loss alone does; an
+    output with the rows on another axis only is refused as a plain function's is."""
+    from synkhronos.api.split import analysis, stored
+
+    analyses = []
+    built = analysis.RowGraph.__init__
+
+    def counted(self, *args, **kwargs):
+        analyses.append(1)
+        built(self, *args, **kwargs)
+
+    monkeypatch.setattr(analysis.RowGraph, "__init__", counted)
+    monkeypatch.setattr(stored, "graph_key", lambda *_: None)  # analysed, never loaded
+    x, y, net, _ = classifier()
+    prediction = L.get_output(net)
+    ce = lasagne.objectives.categorical_crossentropy(prediction, y)
+    updates = lasagne.updates.sgd(ce.mean(), L.get_all_params(net, trainable=True), 0.1)
+    counts = {}
+    for name, outputs in (("loss", [ce.mean()]), ("rows", [ce.mean(), prediction, ce])):
+        analyses.clear()
+        f = synk.function([x, y], outputs, updates=updates, mode=_mode())
+        assert isinstance(f, TrainingFunction)
+        counts[name] = len(analyses)
+    assert f.output_modes == ["avg", "gather", "gather"]
+    assert counts["rows"] == counts["loss"] > 0
+    with pytest.raises(ValueError, match=r"output 1 \('p_t'\) has the rows on axis 1, not 0"):
+        synk.function([x, y], [ce.mean(), prediction.T.copy(name="p_t")], updates=updates)
+
+
 def test_downcast_applies_to_data_inputs(session):
     """int64 targets and float64 rows as ``synk.data`` (minibatch too), cast as arrays are."""
     n, tol = session

@@ -12,7 +12,8 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts, _label
-from synkhronos.api.split.analysis import Fact, RowGraph
+from synkhronos.api.split.analysis import RowGraph
+from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.training import TrainingFunction, plan_split
 from synkhronos.session import launch
 
@@ -52,10 +53,12 @@ def _with_collect_modes(outputs, collect_modes, reduce_ops):
     return pairs[0] if single else pairs
 
 
-def _rows_gathered(parts: FunctionParts) -> None:
+def _rows_gathered(parts: FunctionParts, split: PhaseSplit | None) -> None:
     """Give each output whose op is left to the default and whose leading axis is the rows
     op "gather" (``parts.ops``): the call then returns every rank's rows, in order, as one
-    device's function returns them; averaging the ranks' rows would not.
+    device's function returns them; averaging the ranks' rows would not. A training
+    function's ``split`` knows its outputs' rows already (without givens: it analysed
+    the graph as the user wrote it, not as the givens make it).
 
     ``ValueError`` for such an output whose rows are on another axis only: neither op
     gives one device's value, so the caller names one (or moves the rows first).
@@ -68,17 +71,11 @@ def _rows_gathered(parts: FunctionParts) -> None:
     ]
     if not sources or not asked:
         return
-    outputs = [parts.outputs[k] for k in asked]
-    if parts.givens:  # the rows reach the graph through the givens' values
-        outputs = graph_replace(outputs, dict(parts.givens), strict=False)
-    # No creation stack for the analysis' nodes (as in training.plan_split).
-    with pytensor.config.change_flags(traceback__limit=0):
-        graph = RowGraph(outputs, sources)
-    for k, var in zip(asked, outputs, strict=True):
-        analysed = graph.clone_of.get(var, var)
-        if graph.has(analysed, Fact.PURE):  # shapes only: no rank's rows in it
-            continue
-        axes = graph.lengths.row_axes(analysed)
+    if split is not None and not parts.givens:
+        row_axes = [split.row_axes[k] for k in asked]
+    else:
+        row_axes = _row_axes([parts.outputs[k] for k in asked], parts.givens, sources)
+    for k, axes in zip(asked, row_axes, strict=True):
         if 0 in axes:
             parts.ops[k] = "gather"
         elif axes:
@@ -87,6 +84,16 @@ def _rows_gathered(parts: FunctionParts) -> None:
                 f"{axes[0]}, not 0: no reduce op gives one device's value; put the rows "
                 f'first (dimshuffle) for "gather", or name the op'
             )
+
+
+def _row_axes(outputs: list, givens: list, sources: list) -> list[list[int]]:
+    """Each of ``outputs``' axes of the rows' length, from an analysis of their graph."""
+    if givens:  # the rows reach the graph through the givens' values
+        outputs = graph_replace(outputs, dict(givens), strict=False)
+    # No creation stack for the analysis' nodes (as in training.plan_split).
+    with pytensor.config.change_flags(traceback__limit=0):
+        graph = RowGraph(outputs, sources)
+    return [graph.row_axes_of(v) for v in outputs]
 
 
 def function(
@@ -158,6 +165,13 @@ def function(
         Passed to every underlying :func:`pytensor.function` (``allow_input_downcast``,
         ``on_unused_input``, ...).
 
+    Returns
+    -------
+    BaseFunction
+        A :class:`~synkhronos.Function`, or a
+        :class:`~synkhronos.api.training.TrainingFunction` where the updates train (no
+        ``Function``: both are ``synkhronos.BaseFunction``).
+
     Raises
     ------
     TypeError
@@ -199,12 +213,13 @@ def function(
         mode=mode,
         function_kwargs=dict(kwargs),
     )
-    _rows_gathered(parts)
     session = launch.current()
+    planned = None
     if not local_updates and all(op == "avg" for op in parts.update_ops):
         planned = plan_split(parts)
-        if planned is not None:
-            return TrainingFunction(session, parts, *planned)
+    _rows_gathered(parts, None if planned is None else planned[0])
+    if planned is not None:
+        return TrainingFunction(session, parts, *planned)
     return Function(session, parts)
 
 

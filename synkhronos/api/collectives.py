@@ -199,7 +199,10 @@ def send_changes(session, variables: list) -> None:
     if world.n_global == 1:
         return
     changed = session.agreed.changed(variables)
-    if world.mpi is not None:  # every node sends the same broadcasts, of node 0's values
+    # Every node sends the same broadcasts, of node 0's values. Each node's program sees
+    # only its own changes, so the nodes agree on the union at every call, changed or
+    # not: a node that skipped it would leave another alone in a broadcast (a hang).
+    if world.mpi is not None:
         ids = {id(v) for v in changed}
         mine = [i for i, v in enumerate(variables) if id(v) in ids]
         changed = [variables[i] for i in sorted(set().union(*world.mpi.allgather(mine)))]

@@ -303,7 +303,9 @@ class BaseFunction(ABC):
     """What every synkhronos function is to the public API, whether it runs as one
     compiled function (:class:`Function`) or as a chain of them
     (:class:`~synkhronos.api.training.TrainingFunction`): called, inspected, referenced
-    (``as_pytensor``) and chained (:func:`synkhronos.chain`) alike.
+    (``as_pytensor``) and chained (:func:`synkhronos.chain`) alike. Exported as
+    ``synkhronos.BaseFunction``: the class to test a function against, for a training
+    function is no :class:`Function`.
 
     Attributes
     ----------

@@ -25,8 +25,9 @@ from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
 from synkhronos.api.split.lengths import Lengths, is_shape
 
 # Ops whose result, reduced over the rows, is a sum of one term per row (so summing the
-# ranks' results gives the whole batch's); by class name, so that the convolution
-# gradients of the extensions need no import here.
+# ranks' results gives the whole batch's); by class name, so that the convolutions' Ops
+# (synkhronos.ops.conv: conv3d's filter gradient is Conv2dGradWeights too) and their JAX
+# kernels need not be imported here.
 _ROW_SUMS = {
     "Dot",
     "Dot22",
@@ -34,8 +35,6 @@ _ROW_SUMS = {
     "IncSubtensor",
     "AdvancedIncSubtensor",
     "AdvancedIncSubtensor1",
-    "AbstractConv2d_gradWeights",
-    "AbstractConv3d_gradWeights",
     "Conv2dGradWeights",
 }
 
@@ -128,6 +127,12 @@ class RowGraph:
     def of_original(self, v: Variable, fact: Fact) -> bool:
         """:meth:`has` of an original variable."""
         return self.has(self.clone_of.get(v, v), fact)
+
+    def row_axes_of(self, v: Variable) -> list[int]:
+        """The axes of the rows' length of an original variable; none for one computed
+        from shapes only (no rank's rows in it)."""
+        analysed = self.clone_of.get(v, v)
+        return [] if self.has(analysed, Fact.PURE) else self.lengths.row_axes(analysed)
 
     def _classify(self, node: Apply) -> None:
         # Indices are values: an embedding's rows depend on the indices' rows.

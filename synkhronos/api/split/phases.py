@@ -108,6 +108,9 @@ class PhaseSplit:
     reductions : list of str
         Per frontier entry, the all-reduce that finishes it: "sum", or "max" or "min"
         (a maximum or minimum over the rows that only the reduced phase reads).
+    row_axes : list of list of int
+        Per output, its axes of the rows' length (none for one computed from shapes
+        only): which outputs ``synk.function`` gathers, without analysing them again.
     """
 
     frontier: list
@@ -124,6 +127,7 @@ class PhaseSplit:
     rounds: list = field(default_factory=list)
     last_generators: list = field(default_factory=list)
     reductions: list = field(default_factory=list)
+    row_axes: list = field(default_factory=list)
 
 
 def split_phases(
@@ -209,6 +213,7 @@ def split_phases(
         row_phase.rounds,
         row_phase.last_generators,
         _crossing_ops(frontier, weighted),
+        [graph.row_axes_of(o) for o in outputs],
     )
     for source in lengths_read(split.targets, sources):
         _read_lengths_reduced(split, source)

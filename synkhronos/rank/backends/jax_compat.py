@@ -13,6 +13,12 @@ Imported on every rank before a function is compiled in JAX mode.
   concrete numbers only (which, in a traced function, come from shapes and constants),
   the expression is computed by PyTensor's own scalar code (``impl``), and stays
   concrete.
+* ``AdvancedIncSubtensor1`` (``inc_subtensor(W[idx], y)``: an embedding's gradient)
+  refused, as "runtime broadcasting", a ``y`` of one row added into a ``W`` of more: its
+  check compares ``y``'s leading axis with ``W``'s, though that axis is the index's, so a
+  rank given one row failed (PyTensor's Python linker too; its C and Numba code do not
+  refuse). Here ``y`` is checked against the shape it is added into, ``W[idx]``'s: a
+  length-1 axis not declared broadcastable is still refused where the other is longer.
 * With floatX float32, JAX runs without 64-bit types on purpose; its warnings that int64
   indices are truncated to int32 say nothing the user can act on, so they are silenced.
 * PyTensor warns, at every compile, that it drops its broadcasting checks when tracing
@@ -46,6 +52,7 @@ from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.scalar.basic import Composite
 from pytensor.tensor.basic import ARange
 from pytensor.tensor.shape import Shape_i
+from pytensor.tensor.subtensor import AdvancedIncSubtensor1
 
 warnings.filterwarnings(
     "ignore", message="Explicitly requested dtype .* is not available", category=UserWarning
@@ -86,6 +93,21 @@ def _jax_arange(op, node, **kwargs):
         return jnp.arange(*bounds, dtype=op.dtype)
 
     return arange
+
+
+@jax_funcify.register(AdvancedIncSubtensor1)
+def _jax_advanced_inc_subtensor1(op, node, **kwargs):
+    declared = node.inputs[1].broadcastable
+
+    def inc_subtensor1(x, y, idx):
+        target = (idx.shape[0], *x.shape[1:])  # the shape of x[idx], which y is added into
+        dims = zip(reversed(declared), reversed(y.shape), reversed(target), strict=False)
+        if any(not b and n == 1 and n != m for b, n, m in dims):
+            raise ValueError(op._runtime_broadcast_error_msg)
+        at = x.at[idx]
+        return at.set(y) if op.set_instead_of_inc else at.add(y)
+
+    return inc_subtensor1
 
 
 _vectorized_composite = jax_funcify.dispatch(Composite)
