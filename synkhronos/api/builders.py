@@ -57,8 +57,8 @@ def _rows_gathered(parts: FunctionParts, split: PhaseSplit | None) -> None:
     """Give each output whose op is left to the default and whose leading axis is the rows
     op "gather" (``parts.ops``): the call then returns every rank's rows, in order, as one
     device's function returns them; averaging the ranks' rows would not. A training
-    function's ``split`` knows its outputs' rows already (without givens: it analysed
-    the graph as the user wrote it, not as the givens make it).
+    function's ``split`` knows its outputs' rows already (it analysed the graph with
+    the givens made).
 
     ``ValueError`` for such an output whose rows are on another axis only: neither op
     gives one device's value, so the caller names one (or moves the rows first).
@@ -71,7 +71,7 @@ def _rows_gathered(parts: FunctionParts, split: PhaseSplit | None) -> None:
     ]
     if not sources or not asked:
         return
-    if split is not None and not parts.givens:
+    if split is not None:
         row_axes = [split.row_axes[k] for k in asked]
     else:
         row_axes = _row_axes([parts.outputs[k] for k in asked], parts.givens, sources)
@@ -145,7 +145,9 @@ def function(
         values are combined over the slices with ``op`` ("avg", row-weighted, for
         pairs; "sum", "prod", "max", "min") and applied once at the end of the call.
     givens : dict or list of pairs
-        As for :func:`pytensor.function`.
+        As for :func:`pytensor.function`. Updates that train are split on the graph the
+        givens make, so the rows may reach it through a given's value only
+        (``givens={x: x_in}``, or ``{x: x_all}`` with ``x_all`` sliceable).
     sliceable_shareds : list of SharedVariable
         Shared variables whose rows a call may select with ``batch_s``.
     name : str, optional
@@ -217,10 +219,12 @@ def function(
     planned = None
     if not local_updates and all(op == "avg" for op in parts.update_ops):
         planned = plan_split(parts)
-    _rows_gathered(parts, None if planned is None else planned[0])
-    if planned is not None:
-        return TrainingFunction(session, parts, *planned)
-    return Function(session, parts)
+    if planned is None:
+        _rows_gathered(parts, None)
+        return Function(session, parts)
+    parts, split, all_updates = planned  # the givens made in parts' graphs
+    _rows_gathered(parts, split)
+    return TrainingFunction(session, parts, split, all_updates)
 
 
 __all__ = ["function"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytensor
@@ -64,15 +64,15 @@ def running_updates(variables: Sequence, explicit: Sequence) -> list[tuple]:
     ]
 
 
-def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
-    """The split of ``parts``' graph, with every update it makes (``parts``' own, then the
-    running averages' of :func:`running_updates`); None where no update needs a split.
-    Warns (and gives None) where the updates need one that cannot be made."""
+def plan_split(parts: FunctionParts) -> tuple[FunctionParts, PhaseSplit, list[tuple]] | None:
+    """The split of ``parts``' graph: ``parts`` with its givens made (:func:`_givens_made`),
+    the split, and every update it makes (``parts``' own, then the running averages' of
+    :func:`running_updates`); None where no update needs a split. Warns (and gives None)
+    where the updates need one that cannot be made."""
     sources = list(parts.inputs) + list(parts.sliceable)
     if not parts.updates or not sources:
         return None
-    updates = list(parts.updates)
-    updates += running_updates([*parts.outputs, *(u for _, u in updates)], [v for v, _ in updates])
+    parts, updates = _givens_made(parts)
     movable = [not explicit for explicit in parts.explicit]
 
     def split_them(exact_statistics: bool) -> PhaseSplit | None:
@@ -110,7 +110,30 @@ def plan_split(parts: FunctionParts) -> tuple[PhaseSplit, list[tuple]] | None:
             stacklevel=4,
         )
         return None
-    return None if split is None else (split, updates)
+    return None if split is None else (parts, split, updates)
+
+
+def _givens_made(parts: FunctionParts) -> tuple[FunctionParts, list[tuple]]:
+    """``parts`` with its givens made in the graphs of its outputs and updates, and none
+    left; with every update (its own, then the running averages', whose default updates
+    ``pytensor.function`` makes the givens in too). The split must analyse the graph the
+    function computes: the rows may reach it only through a given's value (``givens={x:
+    x_all}`` with ``x_all`` sliceable, ``{x: x_in}`` with ``x_in`` an input)."""
+    n, givens = len(parts.outputs), dict(parts.givens)
+    made = [*parts.outputs, *(u for _, u in parts.updates)]
+    if givens:
+        made = graph_replace(made, givens, strict=False)
+        parts = replace(
+            parts,
+            outputs=made[:n],
+            updates=[(v, u) for (v, _), u in zip(parts.updates, made[n:], strict=True)],
+            givens=[],
+        )
+    running = running_updates(made, [v for v, _ in parts.updates])
+    if running and givens:
+        values = graph_replace([u for _, u in running], givens, strict=False)
+        running = [(v, u) for (v, _), u in zip(running, values, strict=True)]
+    return parts, list(parts.updates) + running
 
 
 def _rounds_read_free(split: PhaseSplit, parts: FunctionParts) -> bool:
