@@ -360,6 +360,52 @@ def test_a_one_row_embedding_gradient_still_refuses_undeclared_broadcasting():
         f(zeros, ones, np.array([1, 2], "int32"))
 
 
+def _clip_graph(float_x):
+    """A CLIP-style contrastive loss of two views' embeddings (``a @ W``, ``b @ W``): the
+    diagonal of their similarities, whose size is the batch's, known at run time only;
+    the inputs, the per-row matching scores, the loss and its gradient, and ``W``."""
+    rng = np.random.default_rng(5)
+    W = pytensor.shared(rng.normal(size=(4, 3)).astype(float_x), name="W_clip")
+    a, b = pt.matrix("a"), pt.matrix("b")
+    logits = (a @ W) @ (b @ W).T
+    loss = -pt.diag(pt.special.log_softmax(logits, axis=1)).mean()
+    return [a, b], [pt.diagonal(logits), loss, pt.grad(loss, W)], W
+
+
+def test_jax_mode_takes_a_diagonal_of_run_time_size():
+    """``pt.diag`` of a batch's similarities and its gradient (an ``AllocDiag`` whose
+    ``arange`` and zeros are as long as the batch, a scalar computed from shapes, fused
+    with the loss): PyTensor's JAX mode refused the arange's bound, not a constant nor
+    one shape. An arange bound computed from values is still refused."""
+    from synkhronos.rank.backends import jax_compat  # noqa: F401  (the fix)
+
+    float_x = pytensor.config.floatX
+    inputs, outputs, _ = _clip_graph(float_x)
+    rng = np.random.default_rng(6)
+    values = [rng.normal(size=(rows, 4)).astype(float_x) for rows in (7, 7)]
+    got = pytensor.function(inputs, outputs, mode="JAX")(*values)
+    for g, w in zip(got, pytensor.function(inputs, outputs)(*values), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    x = pt.vector("x")
+    with pytest.raises(NotImplementedError, match="bounds of arange"):
+        pytensor.function([x], pt.arange(x.sum().astype("int64")), mode="JAX")(np.ones(3, float_x))
+
+
+@pytest.mark.gpu
+def test_gpu_ranks_take_a_diagonal_of_run_time_size(gpu_ranks):
+    """Each rank's diagonal of its rows' similarities, gathered, is the batch's; the mean
+    of a per-row score, and its gradient, averaged by rows are the batch's: 27 rows."""
+    float_x = pytensor.config.floatX
+    inputs, (scores, _, _), W = _clip_graph(float_x)
+    loss = -scores.mean()
+    outputs = [scores, loss, pt.grad(loss, W)]
+    f = synk.function(inputs, [(scores, "gather"), (loss, "avg"), (outputs[2], "avg")])
+    rng = np.random.default_rng(7)
+    values = [rng.normal(size=(27, 4)).astype(float_x) for _ in range(2)]
+    for g, w in zip(f(*values), pytensor.function(inputs, outputs)(*values), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 def _flat(params) -> np.ndarray:
     return np.concatenate([np.ravel(p.get_value()) for p in params])
 

@@ -5,14 +5,18 @@ Imported on every rank before a function is compiled in JAX mode.
 * ``ARange``: PyTensor hands ``jnp.arange`` its constant bounds with their own small
   dtypes (the 0 of ``pt.arange(n)`` is int8), which overflow once the stop passes 127, so
   e.g. ``p[pt.arange(y.shape[0]), y]`` failed for 128 rows or more. Constant bounds are
-  given as Python numbers here.
+  given as Python numbers here. PyTensor refused any other bound, though one computed
+  from shapes is concrete when JAX traces: the gradient of a diagonal whose size is the
+  batch's (``pt.diag(z1 @ z2.T)``, a CLIP-style loss) takes an arange as long as the
+  smaller of two shapes. Here a bound is refused only where it is not concrete.
 * A fused scalar expression (``Composite``) of scalars runs through ``jnp.vectorize``,
   which makes even a concrete value a traced one: a pooling layer's output length,
   ``(h - 2) // 2 + 1`` of an input's shape, fused, was then no shape that JAX accepts
-  for a dropout mask's size ("Shapes must be 1D sequences of concrete values"). Given
-  concrete numbers only (which, in a traced function, come from shapes and constants),
-  the expression is computed by PyTensor's own scalar code (``impl``), and stays
-  concrete.
+  for a dropout mask's size ("Shapes must be 1D sequences of concrete values"). The
+  outputs that depend on concrete numbers only (which, in a traced function, come from
+  shapes and constants) are computed by PyTensor's own scalar code (``impl``), and stay
+  concrete, beside the others (a diagonal's length fused with the loss's mean); so does
+  a concrete scalar taken from a tensor (``ScalarFromTensor``: a slice's bound).
 * ``AdvancedIncSubtensor1`` (``inc_subtensor(W[idx], y)``: an embedding's gradient)
   refused, as "runtime broadcasting", a ``y`` of one row added into a ``W`` of more: its
   check compares ``y``'s leading axis with ``W``'s, though that axis is the index's, so a
@@ -50,8 +54,7 @@ import pytensor
 from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.scalar.basic import Composite
-from pytensor.tensor.basic import ARange
-from pytensor.tensor.shape import Shape_i
+from pytensor.tensor.basic import ARange, ScalarFromTensor
 from pytensor.tensor.subtensor import AdvancedIncSubtensor1
 
 warnings.filterwarnings(
@@ -75,24 +78,27 @@ if getattr(jax.config, "jax_compilation_cache_dir", None) is None and not os.env
 
 @jax_funcify.register(ARange)
 def _jax_arange(op, node, **kwargs):
-    constants = []
-    for arg in node.inputs:
-        if isinstance(arg, Constant):
-            constants.append(arg.data.item())
-        elif arg.owner is not None and isinstance(arg.owner.op, Shape_i):
-            constants.append(None)  # a shape: concrete when JAX traces
-        else:
-            raise NotImplementedError(
-                "JAX needs the bounds of arange to be constants or shapes of inputs"
-            )
+    constants = [arg.data.item() if isinstance(arg, Constant) else None for arg in node.inputs]
 
     def arange(start, stop, step):
         bounds = [
             a if c is None else c for a, c in zip((start, stop, step), constants, strict=True)
         ]
+        if not all(map(_concrete_scalar, bounds)):
+            raise NotImplementedError(
+                "JAX needs the bounds of arange to be constants or computed from shapes"
+            )
         return jnp.arange(*bounds, dtype=op.dtype)
 
     return arange
+
+
+@jax_funcify.register(ScalarFromTensor)
+def _jax_scalar_from_tensor(op, node, **kwargs):
+    def scalar_from_tensor(x):
+        return x if _concrete_scalar(x) else jnp.array(x).flatten()[0]
+
+    return scalar_from_tensor
 
 
 @jax_funcify.register(AdvancedIncSubtensor1)
@@ -126,17 +132,25 @@ def _jax_composite(op, node=None, **kwargs):
     single = len(op.fgraph.outputs) == 1
 
     def composite(*args):
-        if not all(map(_concrete_scalar, args)):
-            return vectorized(*args)
-        values = dict(zip(op.fgraph.inputs, args, strict=True))
+        values = {v: a for v, a in zip(op.fgraph.inputs, args, strict=True) if _concrete_scalar(a)}
 
         def value(v):
             return v.data if isinstance(v, Constant) else values[v]
 
-        for n in order:  # PyTensor's own scalar code, on concrete numbers
-            outs = n.op.impl(*map(value, n.inputs))
-            values.update(zip(n.outputs, outs if len(n.outputs) > 1 else [outs], strict=True))
-        outs = [value(o) for o in op.fgraph.outputs]
+        for n in order:  # PyTensor's own scalar code, on the concrete numbers
+            if all(isinstance(i, Constant) or i in values for i in n.inputs):
+                outs = n.op.impl(*map(value, n.inputs))
+                values.update(zip(n.outputs, outs if len(n.outputs) > 1 else [outs], strict=True))
+        known = [isinstance(o, Constant) or o in values for o in op.fgraph.outputs]
+        if all(known):
+            outs = [value(o) for o in op.fgraph.outputs]
+        else:  # an output of shapes stays concrete beside those of traced values
+            traced = vectorized(*args)
+            traced = [traced] if single else list(traced)
+            outs = [
+                value(o) if k else t
+                for o, k, t in zip(op.fgraph.outputs, known, traced, strict=True)
+            ]
         return outs[0] if single else tuple(outs)
 
     return composite
