@@ -406,6 +406,39 @@ def test_gpu_ranks_take_a_diagonal_of_run_time_size(gpu_ranks):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.gpu
+def test_gpu_ranks_train_a_clip_loss_as_cpu_ranks(gpu_ranks):
+    """A CLIP loss pairs rows with rows (``z1 @ z2.T``): the split says each rank pairs
+    its own only, and every rank then steps by the row-weighted mean of its block's loss,
+    as CPU ranks do (2 GPU and 2 CPU ranks gave the same 3 steps, 27 rows: 1e-6 apart in
+    float32). Here against that mean in one process, and every rank's ``W`` equal."""
+    float_x = pytensor.config.floatX
+    inputs, (_, loss, grad), W = _clip_graph(float_x)
+    start = W.get_value()
+    with pytest.warns(UserWarning, match="each rank would pair its own rows only"):
+        train = synk.function(inputs, loss, updates=[(W, W - 0.1 * grad)])
+    rng = np.random.default_rng(8)
+    A, B = (rng.normal(size=(27, 4)).astype(float_x) for _ in range(2))
+    got = [train(A, B) for _ in range(3)]
+    after = [synk.get_value(r, W) for r in range(gpu_ranks)]
+    blocks = np.array_split(np.arange(27), gpu_ranks)
+    value = pt.matrix("W_value")
+    of_block = pytensor.function(
+        [*inputs, value], [loss, grad], givens={W: value}, allow_input_downcast=True
+    )
+    W_value = start
+    for step in range(3):
+        parts = [of_block(A[rows], B[rows], W_value) for rows in blocks]
+        weights = [len(rows) / 27 for rows in blocks]
+        np.testing.assert_allclose(
+            got[step], sum(w * p[0] for w, p in zip(weights, parts, strict=True)), rtol=1e-5
+        )
+        W_value = W_value - 0.1 * sum(w * p[1] for w, p in zip(weights, parts, strict=True))
+    for value_on_rank in after:
+        np.testing.assert_array_equal(value_on_rank, after[0])
+    np.testing.assert_allclose(after[0], W_value, rtol=1e-5, atol=1e-6)
+
+
 def _flat(params) -> np.ndarray:
     return np.concatenate([np.ravel(p.get_value()) for p in params])
 
