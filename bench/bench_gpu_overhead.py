@@ -144,8 +144,8 @@ def _jax_adam_step():
 
 def part_mlp(args) -> dict:
     import jax
-    from gpu_check import _in_use
     from bench_one_line import timed_blocks
+    from gpu_check import _in_use
     from run import mlp
 
     import synkhronos as synk
