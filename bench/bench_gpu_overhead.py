@@ -20,7 +20,9 @@ mlp
     ``jax.jit`` step (Adam by hand, its buffers donated), both fed host numpy arrays each
     step; and each fed what stays put (the synkhronos step a ``Data``, the JAX step
     device arrays). Both start from the same parameters; the run checks that they agree
-    after the warm-up steps. Milliseconds per step, median of blocks taken in turns.
+    after the warm-up steps. Milliseconds per step, median of blocks taken in turns; and
+    the device memory each takes at its first step (the buffers alive on the device: CPU
+    devices have no allocator figures).
 resnet
     (``--resnet``) ResNet-50 at a reduced size (``--image-size``, ``--resnet-batch``) on
     one GPU rank: the fused step against the JAX loop of ``jax_resnet.py``
@@ -143,6 +145,7 @@ def _jax_adam_step():
 def part_mlp(args) -> dict:
     import jax
     from bench_one_line import timed_blocks
+    from gpu_check import _in_use
     from run import mlp
 
     import synkhronos as synk
@@ -158,13 +161,7 @@ def part_mlp(args) -> dict:
         ys = rng.integers(0, SIZES[-1], 8 * BATCH).astype("int32")
         xd, yd = synk.data(xs), synk.data(ys)
         step = _jax_adam_step()
-        state = [
-            [jax.device_put(p) for p in start],
-            [jax.device_put(np.zeros_like(p)) for p in start],
-            [jax.device_put(np.zeros_like(p)) for p in start],
-            jax.device_put(np.float32(0)),
-        ]
-        xj, yj = jax.device_put(xs), jax.device_put(ys)
+        device = jax.devices()[0]
         at = iter(range(10**9))
 
         def rows() -> slice:
@@ -176,10 +173,26 @@ def part_mlp(args) -> dict:
             state[:] = kept
             loss_j.block_until_ready()
 
-        for _ in range(3):  # compile, and check that both train the same model
+        # Compile, and check that both train the same model; the device memory each takes
+        # by its first step (its state and what it keeps).
+        before = _in_use(device)
+        r = rows()
+        f(xs[r], ys[r])
+        memory = {"synk memory": _in_use(device) - before}
+        before = _in_use(device)
+        state = [
+            [jax.device_put(p) for p in start],
+            [jax.device_put(np.zeros_like(p)) for p in start],
+            [jax.device_put(np.zeros_like(p)) for p in start],
+            jax.device_put(np.float32(0)),
+        ]
+        jax_step(xs, ys, r)
+        memory["jax memory"] = _in_use(device) - before
+        for _ in range(2):
             r = rows()
             f(xs[r], ys[r])
             jax_step(xs, ys, r)
+        xj, yj = jax.device_put(xs), jax.device_put(ys)
         gap = max(
             float(np.abs(p.get_value() - np.asarray(q)).max())
             for p, q in zip(params, state[0], strict=True)
@@ -198,7 +211,7 @@ def part_mlp(args) -> dict:
         )
     finally:
         synk.close()
-    return {name: 1e3 * s for name, s in times.items()}
+    return {**{name: 1e3 * s for name, s in times.items()}, **memory}
 
 
 def part_resnet(args) -> dict:
@@ -261,6 +274,10 @@ def main(argv=None) -> None:
         f"  kept data: synk (Data) {m['synk data']:.2f}, jax.jit (device arrays) "
         f"{m['jax device']:.2f}; host / kept: synk {m['synk host'] / m['synk data']:.2f}, "
         f"jax {m['jax host'] / m['jax device']:.2f}"
+    )
+    print(
+        f"  device memory after the first step: synk {m['synk memory'] / 1e6:.1f} MB, "
+        f"jax.jit {m['jax memory'] / 1e6:.1f} MB, ratio {m['synk memory'] / m['jax memory']:.2f}"
     )
     if args.resnet:
         r = _child("resnet", args)

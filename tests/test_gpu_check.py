@@ -27,7 +27,7 @@ def test_gpu_check_quick_gives_a_verdict_per_check(tmp_path):
         timeout=1200,
     )
     text = done.stdout + done.stderr
-    assert done.returncode == 1, text  # 1: a row failed (memory, below); a crash writes no verdict
+    assert done.returncode == 0, text  # 0: no row failed; a crash writes no verdict
     verdict = out.read_text().splitlines()
     assert verdict[0].startswith("synkhronos GPU check, CPU devices")
     rows = {line.split()[0]: line.split()[1] for line in verdict[1:]}
@@ -36,9 +36,6 @@ def test_gpu_check_quick_gives_a_verdict_per_check(tmp_path):
         "nccl_dead_peer": "SKIP",
         "stale_communicators": "SKIP",
         "resnet": "SKIP",
-        # 1.30x the hand-written loop's memory (the goal: 1.2x): the flat gradient vector,
-        # a shared variable kept between steps, is a quarter of what a fused step holds.
-        "memory": "FAIL",
     }
     assert rows == {
         name: on_cpu.get(name, "PASS")

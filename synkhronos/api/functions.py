@@ -296,6 +296,7 @@ class FunctionParts:
             list(self.update_ops),
             dict(self.function_kwargs),
             same_on_every_rank=list(self.same_on_every_rank),
+            handover=list(self.handover),
         )
 
 

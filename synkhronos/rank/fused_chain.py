@@ -13,7 +13,11 @@ of the backward pass (the schedule: ``tests/test_gpu_step.py``). Shared variable
 pass through the program as its inputs and outputs, updated as each step would update
 them (their old buffers are donated to the new values: updated in place, and deleted),
 and outputs that the communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced
-inside it.
+inside it. What a training function hands between its phases (the spec's ``handover``:
+its gradients, say), which the program writes before it reads it, stays inside the
+program: neither an input nor an output, no buffer held between calls, and no copy
+written out (on one CPU device the MLP step of ``bench/bench_gpu_overhead.py`` took 1.3x
+a ``jax.jit`` step with it as an output). On one rank a collective is the identity.
 
 Fusion needs the same program on every rank (XLA's collectives pair up operations of one
 program), so the chain runs fused only when every rank's inputs to it (its rows, the
@@ -44,7 +48,7 @@ from synkhronos.transport.reduction import IN_PLACE_DTYPES
 
 _TRACED = {
     Collective.ALL_REDUCE: lambda x, op, n, bucket: reduce_buckets_traced(x, op, n, bucket),
-    Collective.BROADCAST: lambda x, op, n, bucket: broadcast_traced(x, 0),
+    Collective.BROADCAST: lambda x, op, n, bucket: x if n == 1 else broadcast_traced(x, 0),
 }
 """The collectives a fused chain runs inside its program: ``(value, op, ranks, bucket
 bytes) -> value``. "reduce" (into rank 0 only) and "all_gather" (the shape changes) run
@@ -68,6 +72,9 @@ class _Call:
             if i.update is not None
         ]
         self.n_out = len(compiled.maker.fgraph.outputs) - len(self.updates)
+        # Whether the graph reads each cell (an update's target only is not read).
+        fgraph = compiled.maker.fgraph
+        self.reads = [bool(fgraph.clients[v]) for v in fgraph.inputs[n_args:]]
         # Positions in ``subset`` reduced by the communicator inside the program.
         self.reduced = [j for j, i in enumerate(subset) if fn.on_device[i]]
 
@@ -134,7 +141,8 @@ class FusedChain:
                     (id(v.container.storage), v.container.storage)
                     for v in state.shared(step.indices)
                 )
-        self.cells = list(cells.values())
+        self.transient = _transient(state, steps, calls)
+        self.cells = [c for k, c in cells.items() if k not in self.transient]
         self.bucket_bytes = comm.bucket_bytes  # this program's, whatever comes later
         bucketed = any(
             step.kind == Collective.ALL_REDUCE
@@ -158,7 +166,9 @@ class FusedChain:
             if isinstance(step, int):
                 call = next(calls)
                 args = list(xs[:n_args]) if call is self.function_calls[0] else []
-                got = call.jax_fn(*args, *(env[id(c)] for c in call.cells)) or ()
+                # A transient cell not written yet is not read here: an empty stand-in.
+                cells = (env[id(c)] if id(c) in env else _unread(c[0]) for c in call.cells)
+                got = call.jax_fn(*args, *cells) or ()
                 for cell, value in zip(call.updates, got[call.n_out :], strict=True):
                     env[id(cell)] = value
                 ops = call.fn.spec.output_ops
@@ -171,7 +181,11 @@ class FusedChain:
                 for var in self.state.shared(step.indices):
                     key = id(var.container.storage)
                     env[key] = traced(env[key], step.op, n, self.bucket_bytes)
-        return [*outputs, *(env[id(c)] for c in self.cells)]
+        # The cells first, in the order of the inputs donated: JAX gives each donated
+        # buffer to the first result of its shape and dtype, so each new value takes its
+        # old value's buffer (an output of the same shape first would take it, and XLA
+        # would copy every cell around it).
+        return [*(env[id(c)] for c in self.cells), *outputs]
 
     def inputs(self, args: list) -> list:
         """The program's inputs on this device: the first function's arguments, then the
@@ -195,10 +209,9 @@ class FusedChain:
         n_args = self.function_calls[0].n_args
         got = self.comm.run(self.program, inputs[:n_args], inputs[n_args:])
         self.calls += 1
-        n_outputs = sum(len(c.subset) for c in self.function_calls)
-        for cell, value in zip(self.cells, got[n_outputs:], strict=True):
+        for cell, value in zip(self.cells, got[: len(self.cells)], strict=True):
             cell[0] = value
-        results, pos = [], 0
+        results, pos = [], len(self.cells)
         for call, weight in zip(self.function_calls, weights, strict=True):
             outs = got[pos : pos + len(call.subset)]
             pos += len(call.subset)
@@ -206,6 +219,30 @@ class FusedChain:
             host = host_outputs(self.state, call.fn, call.subset, outs, set(call.reduced))
             results.append((weight, host, reduced))
         return results
+
+
+def _transient(state: RankState, steps, calls: list[_Call]) -> set[int]:
+    """The cells (by id) of the functions' ``handover`` that the program writes before
+    any step reads them: they live inside the program only."""
+    handed = {id(v.container.storage) for c in calls for v in c.fn.spec.handover}
+    written: set[int] = set()
+    read_first: set[int] = set()
+    functions = iter(calls)
+    for step in steps:
+        if isinstance(step, int):
+            call = next(functions)
+            read = {id(c) for c, r in zip(call.cells, call.reads, strict=True) if r}
+            read_first |= read - written
+            written |= {id(c) for c in call.updates}
+        else:
+            read_first |= {id(v.container.storage) for v in state.shared(step.indices)} - written
+    return (handed & written) - read_first
+
+
+def _unread(value):
+    """An empty array of ``value``'s dtype and dimensions: what a step is given for a
+    transient cell that it writes without reading."""
+    return np.empty((0,) * np.ndim(value), value.dtype)
 
 
 def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[tuple] | None:

@@ -66,6 +66,10 @@ class GraphSpec:
     # Random generators every rank keeps rank 0's state of (a training function's: every
     # rank draws the whole batch's numbers and takes its rows'); others are reseeded.
     same_on_every_rank: list = field(default_factory=list)
+    # Shared variables each call writes before a later step of the call reads them, and
+    # nothing reads after the call (a training function's handover between its phases): a
+    # fused chain keeps them inside its program (rank.fused_chain).
+    handover: list = field(default_factory=list)
 
     def describe(self) -> tuple:
         """What defines the compiled function (all but its number and key)."""

@@ -150,6 +150,8 @@ def reduce_traced(x, op: str, n_ranks: int):
     import jax.numpy as jnp
     from jax import lax
 
+    if n_ranks == 1:  # every op's identity (XLA copies a one-device all-reduce's operands)
+        return x
     if op == "max":
         return lax.pmax(x, AXIS)
     if op == "min":
@@ -410,6 +412,9 @@ class XlaCommunicator(ShmCommunicator):
                 check_vma=False,
             ),
             donate_argnums=(1,) if donate else (),
+            # An unused donated array kept: pruned, the buffers after it would go to
+            # results of another variable's (see rank.fused_chain's body).
+            keep_unused=donate,
             compiler_options=options or None,
         )
 
