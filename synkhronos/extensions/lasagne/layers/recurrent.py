@@ -14,7 +14,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.gradient import grad_clip
+from pytensor.gradient import GradClip
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.extensions.lasagne import init, nonlinearities
@@ -36,6 +36,17 @@ __all__ = ["CustomRecurrentLayer", "GRULayer", "Gate", "LSTMLayer", "RecurrentLa
 # An initial state: an initializer/array/shared variable (a parameter of the layer,
 # learnt when ``learn_init``) or a layer giving a ``(batch, units...)`` value.
 StateSpec = ParamSpec | Layer
+
+
+class _BoundedGradClip(GradClip):
+    """PyTensor's gradient clip with its bounds part of its identity.
+
+    PyTensor's own compares equal whatever its bounds, and PyTensor 3.3 interns a scan's
+    inner graph by its ops' equality: two layers clipping at different bounds in one
+    graph then both took the first one's bounds (a wrong gradient, silently).
+    """
+
+    __props__ = ("clip_lower_bound", "clip_upper_bound")
 
 
 class Gate:
@@ -155,7 +166,7 @@ class _RecurrentBase(MergeLayer):
         """``x``, its gradient clipped to ``±grad_clipping`` when that is set."""
         if not self.grad_clipping:
             return x
-        return grad_clip(x, -self.grad_clipping, self.grad_clipping)
+        return _BoundedGradClip(-self.grad_clipping, self.grad_clipping)(x)
 
     def _run(
         self,
