@@ -613,11 +613,9 @@ class Function(BaseFunction):
         if not self._shipped:
             session.distribute()
         state = session.state
-        if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
-            args = self._in_data(args)
         plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
-        last = self._last
-        if plain and last is not None and last.matches(args):
+        args, last = self._as_called(args, plain)
+        if last is not None:
             if last.alone and session.timeline_path is None:
                 return self._call_alone(session, last, args)
             subset, arrays = last.subset, last.arrays
@@ -654,6 +652,16 @@ class Function(BaseFunction):
         with trace.span("collect outputs", "outputs"):
             return collect_outputs(replies, self._spec, subset, weight, host, reduced, single)
 
+    def _as_called(self, args: tuple, plain: bool) -> tuple[tuple, _LastCall | None]:
+        """``args`` as the call takes them (:meth:`_in_data`), and the kept call they
+        match, if any (``plain``: the call has no option)."""
+        last = self._last if plain else None
+        if last is not None and last.matches(args):
+            return args, last  # the kept call's own Data: nothing to copy or cast
+        if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
+            args = self._in_data(args)
+        return args, last if last is not None and last.matches(args) else None
+
     def _in_data(self, args: tuple) -> tuple:
         """``args`` with the scattered inputs' arrays, and Data cast by
         allow_input_downcast, in the scratch Data."""
@@ -670,9 +678,10 @@ class Function(BaseFunction):
         (no other rank can fail), and the outputs are one rank's
         (:func:`~synkhronos.rank.outputs.own_outputs`)."""
         session.check_sound()
-        outs = last.piece.run(*last.views(args), None, None)
+        piece = last.piece
+        outs = piece.run(*last.views(args), None, None)
         self._wrote(session)
-        return own_outputs(self._spec, last.subset, outs, last.piece.weight, self._single)
+        return own_outputs(self._spec, last.subset, outs, piece.weight, self._single)
 
     def _wrote(self, session) -> None:
         """After a call: what it wrote is as synkhronos left it on every rank."""

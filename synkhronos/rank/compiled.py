@@ -499,6 +499,7 @@ class Piece:
         "_owner",
         "_subset",
         "_takes",
+        "_warm",
         "fn",
         "weight",
     )
@@ -519,6 +520,7 @@ class Piece:
         self._first = (variant, deferred)
         self.fn = owner._function(variant, updates_as_outputs=deferred)
         self._call = owner._direct.get(self._first) or self.fn
+        self._warm = self._first in owner._called  # its variant's first call made
         self._takes = None if rows is None else [positions if mb else rows for mb in by_position]
         if isinstance(s_rows, slice):
             # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
@@ -531,22 +533,22 @@ class Piece:
     def arguments(self, scattered: list, bcast_values: list) -> list:
         """The compiled function's arguments: its rows of the ``scattered`` inputs' whole
         arrays, the broadcast values, its rows of the sliceable variables."""
-        args = (
-            []
-            if self._takes is None
-            else [x[t] for x, t in zip(scattered, self._takes, strict=True)]
-        )
-        return args + bcast_values + self._extra
+        takes = self._takes
+        args = [] if takes is None else [x[t] for x, t in zip(scattered, takes, strict=True)]
+        args += bcast_values
+        args += self._extra
+        return args
 
     def compute(self, scattered: list, bcast_values: list) -> tuple[list, list]:
         """Run the compiled function: its outputs (host arrays, except those kept
         :attr:`~RankFunction.on_device`) and its updates' values (none unless deferred)."""
         args = self.arguments(scattered, bcast_values)
-        if self._first in self._owner._called:  # (a with statement costs a microsecond)
+        if self._warm:  # (the first call's with statement costs a microsecond)
             outs = self._call(*args)
         else:
             with self._owner._first_call(self._first):
                 outs = self.fn(*args)
+            self._warm = True
         results = [outs[i] if device else np.asarray(outs[i]) for i, device in self._subset]
         return results, outs[self._n_out :]
 

@@ -186,10 +186,11 @@ def _result(output: int, op, values: list, weights: list[int]):
     """Output ``output``'s result from each rank's value (None: the rank computed
     nothing): rank 0's own for op None, the list for "per_rank", else combined."""
     if op is None:
-        return values[0]
+        return np.asarray(values[0])
     if op == "per_rank":
         return [None if v is None else np.array(v) for v in values]
-    _check_same_shapes(output, op, values)
+    if len(values) > 1:
+        _check_same_shapes(output, op, values)
     return combine(op, values, weights)
 
 
@@ -197,8 +198,7 @@ def own_outputs(spec, subset, outs: list, weight: int, single: bool):
     """(Rank 0, the only rank of the only node) :func:`collect_outputs`'s result from its
     own outputs ``outs`` alone (``subset`` order), computed on ``weight`` rows."""
     results = [
-        _result(i, spec.output_ops[i], [np.asarray(o)], [weight])
-        for i, o in zip(subset, outs, strict=True)
+        _result(i, spec.output_ops[i], [o], [weight]) for i, o in zip(subset, outs, strict=True)
     ]
     return results[0] if single else results
 

@@ -85,7 +85,10 @@ def combine(op, values: list, weights: list[int]):
     op = bare_op(op)
     if op == "per_rank":
         return list(values)
-    kept = [(np.asarray(v), w) for v, w in zip(values, weights, strict=True) if w > 0]
+    if len(values) == 1:  # one rank's, or one chunk's (a call on one rank: the usual case)
+        kept = [(np.asarray(values[0]), weights[0])] if weights[0] > 0 else []
+    else:
+        kept = [(np.asarray(v), w) for v, w in zip(values, weights, strict=True) if w > 0]
     if not kept:
         return None
     if len(kept) == 1:
