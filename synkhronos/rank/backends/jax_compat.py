@@ -156,7 +156,7 @@ def direct_call(fn):
 
     def call(*args):
         try:
-            return jit_fn(*args, *[c[0] for c in shared])
+            return jit_fn(*args, *[c[0] for c in shared]) if shared else jit_fn(*args)
         except Exception:  # noqa: BLE001 - fn raises it again, naming the op
             return fn(*args)
 
