@@ -570,7 +570,6 @@ class Function(BaseFunction):
         return results[0]  # collected with the plan's subset
 
     # ---- a call --------------------------------------------------------------------------
-    @abort_on_error("a synkhronos function call")
     def __call__(
         self,
         *args,
@@ -607,6 +606,25 @@ class Function(BaseFunction):
         -------
         The reduced outputs: one value for a single output, else a list.
         """
+        last, session = self._last, self._session
+        if (
+            last is not None
+            and last.alone  # one rank of one node: no other node to abort (abort_on_error)
+            and not kwargs
+            and batch is None
+            and batch_s is None
+            and num_slices == 1
+            and output_subset is None
+            and last.matches(args)
+            and launch.current() is session
+            and session.timeline_path is None
+        ):
+            return self._call_alone(session, last, args)
+        return self._call(args, kwargs, batch, batch_s, num_slices, output_subset)
+
+    @abort_on_error("a synkhronos function call")
+    def _call(self, args: tuple, kwargs: dict, batch, batch_s, num_slices, output_subset):
+        """:meth:`__call__`, in general."""
         session = self._check_session()
         if kwargs:
             args = self._by_name(args, kwargs)
