@@ -30,7 +30,7 @@ resnet
 
 Usage::
 
-    python bench/bench_gpu_overhead.py [--resnet] [--rounds 7]
+    python bench/bench_gpu_overhead.py [--resnet | --calls-only] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def _args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--resnet", action="store_true", help="also ResNet-50 (minutes)")
+    parser.add_argument(
+        "--calls-only", action="store_true", help="only the tiny calls (1 and 2 ranks)"
+    )
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--resnet-batch", type=int, default=4)
     parser.add_argument("--part", help=argparse.SUPPRESS)
@@ -259,6 +262,8 @@ def main(argv=None) -> None:
             f"{c['synk numpy']:.1f}), plain JAX mode {c['plain']:.1f} us, ratio "
             f"{c['synk'] / c['plain']:.2f} ({c['synk numpy'] / c['plain']:.2f})"
         )
+    if args.calls_only:
+        return
     by_host = _child("reduce", args, (), 2**62)
     by_xla = _child("reduce", args, (), 0)
     print("an output of 2 ranks reduced, us per call: bytes, by the host, by XLA")

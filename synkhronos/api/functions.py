@@ -32,9 +32,9 @@ from synkhronos.api.collectives import (
 )
 from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.graphs import GraphSpec, check_shippable, with_default_updates
-from synkhronos.rank.outputs import collect_outputs
+from synkhronos.rank.outputs import collect_outputs, own_outputs
 from synkhronos.rank.rewritten_graphs import graph_key, mark_checked, was_checked
-from synkhronos.rank.state import run_share_of, share_of
+from synkhronos.rank.state import run_piece, run_share_of, share_of
 from synkhronos.session import launch
 from synkhronos.transport import trace
 from synkhronos.transport.callplan import CallPlan, RankRows
@@ -463,20 +463,34 @@ class _LastCall:
     layouts (:attr:`Data.layout <synkhronos.transport.shared_arrays.Data.layout>`),
     and no option (``batch``, ``batch_s``, ``num_slices``, ``output_subset``). Such a call
     passes the same checks and has the same plan, so the message to the workers and rank
-    0's share of it are reused. Weak references name the Data, so that keeping the call
-    keeps none alive; rank 0's views of them are taken anew at each call."""
+    0's share of it (its :class:`~synkhronos.rank.compiled.Piece`) are reused. Weak
+    references name the Data, so that keeping the call keeps none alive; rank 0's views
+    of them are taken anew at each call."""
 
-    def __init__(self, key: tuple, arrays, fn, share: dict, n_scattered: int) -> None:
-        self.key, self.arrays, self.fn, self._n = key, arrays, fn, n_scattered
-        self._share = {k: v for k, v in share.items() if k not in ("scattered", "bcast_values")}
+    __slots__ = ("_layouts", "_n", "_refs", "alone", "arrays", "fn", "piece", "subset")
 
-    def share(self, args: tuple) -> dict:
-        """Rank 0's share of a call with ``args`` (the same Data as the kept call's)."""
-        return {
-            **self._share,
-            "scattered": [d.data for d in args[: self._n]],
-            "bcast_values": [d.data for d in args[self._n :]],
-        }
+    def __init__(self, args: tuple, arrays, fn, piece, subset: list[int], n_scattered: int):
+        self._refs = [weakref.ref(a) for a in args]
+        self._layouts = [a.layout for a in args]
+        self.arrays, self.fn, self.piece, self.subset = arrays, fn, piece, subset
+        self._n = n_scattered
+        self.alone = False  # whether rank 0 is the only rank (Function._call_alone)
+
+    def matches(self, args: tuple) -> bool:
+        """Whether ``args`` are the kept call's Data, of the same layouts."""
+        return len(args) == len(self._refs) and all(
+            isinstance(a, Data) and a.layout == layout and r() is a
+            for r, a, layout in zip(self._refs, args, self._layouts, strict=True)
+        )
+
+    def views(self, args: tuple) -> tuple[list, list]:
+        """Rank 0's arrays of ``args``: the scattered inputs', the broadcast inputs'."""
+        n = self._n
+        return [d.data for d in args[:n]], [d.data for d in args[n:]]
+
+    def run(self, state, args: tuple) -> tuple:
+        """Rank 0's share of a call with ``args`` (:func:`~synkhronos.rank.state.run_piece`)."""
+        return run_piece(state, self.fn, self.piece, *self.views(args), self.subset)
 
 
 class Function(BaseFunction):
@@ -507,6 +521,7 @@ class Function(BaseFunction):
         self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)
         self._shipped = False
         self._scratch: dict[int, Data] = {}
+        self._in_dtypes = [np.dtype(v.dtype) for v in self._spec.inputs]
         self._last: _LastCall | None = None
         self._update_targets = {id(v) for v, _ in self._spec.updates}
         self._handover = list(parts.handover)
@@ -558,7 +573,6 @@ class Function(BaseFunction):
         return results[0]  # collected with the plan's subset
 
     # ---- a call --------------------------------------------------------------------------
-    @abort_on_error("a synkhronos function call")
     def __call__(
         self,
         *args,
@@ -595,60 +609,114 @@ class Function(BaseFunction):
         -------
         The reduced outputs: one value for a single output, else a list.
         """
+        last, session = self._last, self._session
+        if (
+            last is not None
+            and last.alone  # one rank of one node: no other node to abort (abort_on_error)
+            and not kwargs
+            and batch is None
+            and batch_s is None
+            and num_slices == 1
+            and output_subset is None
+            and last.matches(args)
+            and launch.current() is session
+            and session.timeline_path is None
+        ):
+            return self._call_alone(session, last, args)
+        return self._call(args, kwargs, batch, batch_s, num_slices, output_subset)
+
+    @abort_on_error("a synkhronos function call")
+    def _call(self, args: tuple, kwargs: dict, batch, batch_s, num_slices, output_subset):
+        """:meth:`__call__`, in general."""
         session = self._check_session()
         if kwargs:
             args = self._by_name(args, kwargs)
         if not self._shipped:
             session.distribute()
         state = session.state
-        n_in = len(self._spec.inputs)
-        if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
-            # Arrays, and Data cast by allow_input_downcast, into the scratch Data.
-            args = (
-                *(
-                    a if isinstance(a, Data) and a.dtype == v.dtype else self._scattered(i, v, a)
-                    for i, (v, a) in enumerate(zip(self._spec.inputs, args[:n_in], strict=True))
-                ),
-                *args[n_in:],
-            )
         plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
-        key = self._reuse_key(args) if plain else None
-        last = self._last
-        if key is not None and last is not None and last.key == key:
-            subset, arrays = self._all_outputs, last.arrays
+        args, last = self._as_called(args, plain)
+        if last is not None:
+            if last.alone and session.timeline_path is None:
+                return self._call_alone(session, last, args)
+            subset, arrays = last.subset, last.arrays
 
             def local():
-                return run_share_of(state, last.fn, last.share(args), state.pending)
+                return last.run(state, args)
 
         else:
             with trace.span("check and plan", "rank 0"):
                 plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
-            subset, arrays = plan.subset, plan.encode() if session.n_ranks > 1 else ()
+            subset, arrays = plan.subset.tolist(), plan.encode() if session.n_ranks > 1 else ()
+            reusable = plain and self._reusable(args)
 
             def local():
                 with trace.span("select rows", "rows"):
                     fn, share = share_of(state, plan, _local_array)
-                if key is not None:
-                    self._last = _LastCall(key, arrays, fn, share, len(self._spec.inputs))
-                return run_share_of(state, fn, share, state.pending)
+                if not reusable:
+                    return run_share_of(state, fn, share, state.pending)
+                piece = fn.piece(
+                    share["rows"], share["positions"], share["by_position"], share["s_rows"],
+                    subset, pending=True,
+                )  # fmt: skip
+                alone = session.n_ranks == 1 and current_nodes().n_global == 1
+                alone = alone and piece is not None and not session.verify_every
+                self._last = _LastCall(args, arrays, fn, piece, subset, len(self._spec.inputs))
+                self._last.alone = alone
+                return self._last.run(state, args)
 
         send_changes(session, self._reads)
         weight, host, reduced = session.execute(Command.CALL, arrays, local)
-        session.agreed.agree(self._writes)
-        if not self._update_targets.isdisjoint(session.sliceable_ids):
-            session.forget_lengths()  # the rows batch_s may select have changed
+        self._wrote(session)
         single = self._single if output_subset is None else len(subset) == 1
         replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
         with trace.span("collect outputs", "outputs"):
             return collect_outputs(replies, self._spec, subset, weight, host, reduced, single)
 
-    def _reuse_key(self, args) -> tuple | None:
-        """What makes a call like the last one (:class:`_LastCall`): its arguments, all
-        ``Data`` (scattered numpy arrays are in the scratch Data by then), and their
-        layouts; None where a call's plan depends on more (a broadcast input's value, the
-        lengths of sliceable shared variables) or where its plan writes a broadcast input
-        (the row count of a training function's row phase). A broadcast Data of another
-        dtype travels as its values (allow_input_downcast): no reuse either."""
+    def _as_called(self, args: tuple, plain: bool) -> tuple[tuple, _LastCall | None]:
+        """``args`` as the call takes them (:meth:`_in_data`), and the kept call they
+        match, if any (``plain``: the call has no option)."""
+        last = self._last if plain else None
+        if last is not None and last.matches(args):
+            return args, last  # the kept call's own Data: nothing to copy or cast
+        if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
+            args = self._in_data(args)
+        return args, last if last is not None and last.matches(args) else None
+
+    def _in_data(self, args: tuple) -> tuple:
+        """``args`` with the scattered inputs' arrays, and Data cast by
+        allow_input_downcast, in the scratch Data."""
+        for i, dtype in enumerate(self._in_dtypes):
+            a = args[i]
+            if not (isinstance(a, Data) and a.dtype == dtype):
+                args = (*args[:i], self._scattered(i, self._spec.inputs[i], a), *args[i + 1 :])
+        return args
+
+    def _call_alone(self, session, last: _LastCall, args):
+        """A call like the last one where rank 0 is the only rank of the only node: no
+        worker to command, no shared variable to send (``send_changes``), no other rank's
+        outputs to combine. Its piece runs at once, its updates applied as it returns
+        (no other rank can fail), and the outputs are one rank's
+        (:func:`~synkhronos.rank.outputs.own_outputs`)."""
+        session.check_sound()
+        piece = last.piece
+        outs = piece.run(*last.views(args), None, None)
+        self._wrote(session)
+        return own_outputs(self._spec, last.subset, outs, piece.weight, self._single)
+
+    def _wrote(self, session) -> None:
+        """After a call: what it wrote is as synkhronos left it on every rank."""
+        session.agreed.agree(self._writes)
+        if not self._update_targets.isdisjoint(session.sliceable_ids):
+            session.forget_lengths()  # the rows batch_s may select have changed
+
+    def _reusable(self, args) -> bool:
+        """Whether a call like this one may reuse its plan (:class:`_LastCall`): its
+        arguments all ``Data`` (scattered numpy arrays are in the scratch Data by then);
+        not where a call's plan depends on more (a broadcast input's value, the lengths of
+        sliceable shared variables) or where its plan writes a broadcast input (the row
+        count of a training function's row phase). A broadcast Data of another dtype
+        travels as its values (allow_input_downcast): no reuse either."""
         spec = self._spec
         if (
             spec.sliceable
@@ -656,11 +724,9 @@ class Function(BaseFunction):
             or len(args) != len(self.inputs)
             or not all(isinstance(a, Data) for a in args)
         ):
-            return None
+            return False
         bcast = args[len(spec.inputs) :]
-        if any(a.dtype != v.dtype for a, v in zip(bcast, spec.bcast_inputs, strict=True)):
-            return None
-        return tuple((weakref.ref(a), a.layout) for a in args)
+        return all(a.dtype == v.dtype for a, v in zip(bcast, spec.bcast_inputs, strict=True))
 
     def _plan(
         self,

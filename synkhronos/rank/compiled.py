@@ -145,6 +145,7 @@ class RankFunction:
         if self.slices_by_index:
             from synkhronos.rank.backends import jax_compat  # noqa: F401 - registers fixes to PyTensor's JAX backend
         self._compiled: dict[tuple[str, bool], Any] = {}  # (variant, updates as outputs)
+        self._direct: dict[tuple[str, bool], Any] = {}  # their direct calls (JAX mode)
         self._shared: list | None = None  # found by check()
 
     def check(self) -> None:
@@ -235,11 +236,15 @@ class RankFunction:
                         "JAX mode faster)"
                     )
                 raise
+            fn.trust_input = True  # rank 0 checked every argument before the call was sent
             if is_jax(self.mode):
-                from synkhronos.rank.backends.jax_compat import drop_compile_time_copies
+                from synkhronos.rank.backends.jax_compat import (
+                    direct_call,
+                    drop_compile_time_copies,
+                )
 
                 drop_compile_time_copies(fn)
-            fn.trust_input = True  # rank 0 checked every argument before the call was sent
+                self._direct[(variant, updates_as_outputs)] = direct_call(fn)
             self._compiled[(variant, updates_as_outputs)] = fn
         return fn
 
@@ -326,29 +331,6 @@ class RankFunction:
         variant = "plain" if s_rows is None else ("slice" if isinstance(s_rows, slice) else "index")
         return weight, s_rows, variant
 
-    @staticmethod
-    def _arguments(
-        scattered: list,
-        by_position: list[int],
-        chunk: Selection | None,
-        pos: Selection | None,
-        bcast_values: list,
-        s_chunk: Selection | None,
-    ) -> list:
-        """The compiled function's arguments for the rows ``chunk`` (and ``pos``)."""
-        args = (
-            []
-            if chunk is None
-            else [x[pos if mb else chunk] for x, mb in zip(scattered, by_position, strict=True)]
-        )
-        args += bcast_values
-        if isinstance(s_chunk, slice):
-            # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
-            args += [np.array(s_chunk.start, np.int64), np.array(s_chunk.stop, np.int64)]
-        elif s_chunk is not None:
-            args.append(s_chunk)
-        return args
-
     def prepare(
         self,
         scattered: list,
@@ -363,11 +345,26 @@ class RankFunction:
         weight, s_rows, variant = self._share(rows, s_rows)
         if weight == 0:
             return 0, None, None
-        return (
-            weight,
-            self._function(variant),
-            self._arguments(scattered, by_position, rows, positions, bcast_values, s_rows),
-        )
+        piece = Piece(self, variant, False, rows, positions, by_position, s_rows, [], weight)
+        return weight, piece.fn, piece.arguments(scattered, bcast_values)
+
+    def piece(
+        self,
+        rows: Selection | None,
+        positions: Selection | None,
+        by_position: list[int],
+        s_rows: Selection | None,
+        subset: list[int],
+        pending: bool,
+    ) -> Piece | None:
+        """This rank's whole share of a call as one :class:`Piece` (arguments as for
+        :meth:`run`; ``pending``: whether its updates are to wait for every rank); None
+        without rows."""
+        weight, s_rows, variant = self._share(rows, s_rows)
+        if weight == 0:
+            return None
+        deferred = bool(self.spec.updates) and pending
+        return Piece(self, variant, deferred, rows, positions, by_position, s_rows, subset, weight)
 
     def run(
         self,
@@ -425,47 +422,49 @@ class RankFunction:
         if weight == 0:
             return 0, None
         k = num_slices if (rows is not None or s_rows is not None) else 1
-        if k == 1:  # the whole share in one piece: the usual call
-            pieces = [(rows, positions, s_rows, weight)]
-        else:
-            pieces = [
-                (chunk, pos, s_chunk, self._weight(chunk, s_chunk))
-                for chunk, pos, s_chunk in zip(
-                    split_selection(rows, k) if rows is not None else [None] * k,
-                    split_selection(positions, k) if positions is not None else [None] * k,
-                    split_selection(s_rows, k) if s_rows is not None else [None] * k,
-                    strict=True,
-                )
-            ]
         deferred = bool(self.spec.updates) and (pending is not None or k > 1)
-        fn = self._function(variant, updates_as_outputs=deferred)
-        n_out = len(self.spec.outputs)
-        results, update_values, weights = [], [], []
-        for chunk, pos, s_chunk, w in pieces:
-            if w == 0:
-                continue
-            args = self._arguments(scattered, by_position, chunk, pos, bcast_values, s_chunk)
-            with self._first_call((variant, deferred)):
-                outs = fn(*args)
-            results.append([outs[i] if self.on_device[i] else np.asarray(outs[i]) for i in subset])
-            update_values.append(outs[n_out:])
-            weights.append(w)
+        if k == 1:  # the whole share in one piece: the usual call
+            piece = Piece(
+                self, variant, deferred, rows, positions, by_position, s_rows, subset, weight
+            )
+            return weight, piece.run(scattered, bcast_values, pending, held)
+        pieces = [
+            Piece(self, variant, deferred, chunk, pos, by_position, s_chunk, subset, w)
+            for chunk, pos, s_chunk in zip(
+                split_selection(rows, k) if rows is not None else [None] * k,
+                split_selection(positions, k) if positions is not None else [None] * k,
+                split_selection(s_rows, k) if s_rows is not None else [None] * k,
+                strict=True,
+            )
+            if (w := self._weight(chunk, s_chunk))
+        ]
+        computed = [p.compute(scattered, bcast_values) for p in pieces]
+        weights = [p.weight for p in pieces]
         if deferred:
-            updates = self._updates(update_values, weights)
-            if pending is None:
-                assign(updates)
-            elif held is None:
-                pending += updates
-            else:
-                assign([u for u in updates if id(u[0]) not in held])
-                pending += [u for u in updates if id(u[0]) in held]
-        if len(results) == 1:
-            return weight, results[0]
+            updates = self._updates([u for _, u in computed], weights)
+            self.put_updates(updates, pending, held)
+        if len(computed) == 1:
+            return weight, computed[0][0]
         ops = self.spec.output_ops
         return weight, [
-            (accumulate if self.on_device[i] else combine)(ops[i], [r[j] for r in results], weights)
+            (accumulate if self.on_device[i] else combine)(
+                ops[i], [r[j] for r, _ in computed], weights
+            )
             for j, i in enumerate(subset)
         ]
+
+    def put_updates(
+        self, updates: list[tuple], pending: list | None, held: set[int] | None
+    ) -> None:
+        """Apply ``updates`` (``(variable, value)`` pairs) now, or put them in ``pending``
+        (only those of the variables in ``held``, where given): see :meth:`run`."""
+        if pending is None:
+            assign(updates)
+        elif held is None:
+            pending += updates
+        else:
+            assign([u for u in updates if id(u[0]) not in held])
+            pending += [u for u in updates if id(u[0]) in held]
 
     def _updates(self, update_values: list[list], weights: list[int]) -> list[tuple]:
         """``(variable, value)`` of each update; over several chunks, each update's values
@@ -482,3 +481,84 @@ class RankFunction:
             )
             for j, (var, op) in enumerate(zip(targets, self.spec.update_ops, strict=True))
         ]
+
+
+class Piece:
+    """A share of a call (or one chunk of it) ready to run on this rank: the compiled
+    function, which rows of each scattered input it reads, and which of its outputs come
+    back as host arrays. Rank 0 keeps the piece of its last call and runs it again for a
+    call like it (:class:`synkhronos.api.functions._LastCall`): what is decided once per
+    plan is not decided again per call."""
+
+    __slots__ = (
+        "_call",
+        "_deferred",
+        "_extra",
+        "_first",
+        "_n_out",
+        "_owner",
+        "_subset",
+        "_takes",
+        "_warm",
+        "fn",
+        "weight",
+    )
+
+    def __init__(
+        self,
+        owner: RankFunction,
+        variant: str,
+        deferred: bool,
+        rows: Selection | None,
+        positions: Selection | None,
+        by_position: list[int],
+        s_rows: Selection | None,
+        subset: list[int],
+        weight: int,
+    ) -> None:
+        self._owner, self.weight, self._deferred = owner, weight, deferred
+        self._first = (variant, deferred)
+        self.fn = owner._function(variant, updates_as_outputs=deferred)
+        self._call = owner._direct.get(self._first) or self.fn
+        self._warm = self._first in owner._called  # its variant's first call made
+        self._takes = None if rows is None else [positions if mb else rows for mb in by_position]
+        if isinstance(s_rows, slice):
+            # 0-d arrays, not numpy scalars: trusted inputs skip PyTensor's conversion
+            self._extra = [np.array(s_rows.start, np.int64), np.array(s_rows.stop, np.int64)]
+        else:
+            self._extra = [] if s_rows is None else [s_rows]
+        self._subset = [(i, owner.on_device[i]) for i in subset]
+        self._n_out = len(owner.spec.outputs)
+
+    def arguments(self, scattered: list, bcast_values: list) -> list:
+        """The compiled function's arguments: its rows of the ``scattered`` inputs' whole
+        arrays, the broadcast values, its rows of the sliceable variables."""
+        takes = self._takes
+        args = [] if takes is None else [x[t] for x, t in zip(scattered, takes, strict=True)]
+        args += bcast_values
+        args += self._extra
+        return args
+
+    def compute(self, scattered: list, bcast_values: list) -> tuple[list, list]:
+        """Run the compiled function: its outputs (host arrays, except those kept
+        :attr:`~RankFunction.on_device`) and its updates' values (none unless deferred)."""
+        args = self.arguments(scattered, bcast_values)
+        if self._warm:  # (the first call's with statement costs a microsecond)
+            outs = self._call(*args)
+        else:
+            with self._owner._first_call(self._first):
+                outs = self.fn(*args)
+            self._warm = True
+        results = [outs[i] if device else np.asarray(outs[i]) for i, device in self._subset]
+        return results, outs[self._n_out :]
+
+    def run(
+        self, scattered: list, bcast_values: list, pending: list | None, held: set[int] | None
+    ) -> list:
+        """:meth:`compute`, its updates applied or put in ``pending``
+        (:meth:`RankFunction.put_updates`); returns the outputs."""
+        results, update_values = self.compute(scattered, bcast_values)
+        if self._deferred:
+            targets = [var for var, _ in self._owner.spec.updates]
+            self._owner.put_updates(list(zip(targets, update_values, strict=True)), pending, held)
+        return results

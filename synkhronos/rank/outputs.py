@@ -157,6 +157,8 @@ def host_outputs(state, fn, subset, outs: list, reduced: AbstractSet[int] = froz
     None, which only rank 0's result gives."""
     if not outs:  # the rank computed nothing
         return []
+    if not reduced and not state.rank:  # rank 0 sends all
+        return [np.asarray(o) for o in outs]
     return [
         np.asarray(o)
         for j, (o, i) in enumerate(zip(outs, subset, strict=True))
@@ -178,6 +180,27 @@ def _check_same_shapes(output: int, op: str, values: list) -> None:
             f"output {output} has shapes {listed}; outputs reduced with "
             f"avg/sum/prod/max/min need the same shape on every rank"
         )
+
+
+def _result(output: int, op, values: list, weights: list[int]):
+    """Output ``output``'s result from each rank's value (None: the rank computed
+    nothing): rank 0's own for op None, the list for "per_rank", else combined."""
+    if op is None:
+        return np.asarray(values[0])
+    if op == "per_rank":
+        return [None if v is None else np.array(v) for v in values]
+    if len(values) > 1:
+        _check_same_shapes(output, op, values)
+    return combine(op, values, weights)
+
+
+def own_outputs(spec, subset, outs: list, weight: int, single: bool):
+    """(Rank 0, the only rank of the only node) :func:`collect_outputs`'s result from its
+    own outputs ``outs`` alone (``subset`` order), computed on ``weight`` rows."""
+    results = [
+        _result(i, spec.output_ops[i], [o], [weight]) for i, o in zip(subset, outs, strict=True)
+    ]
+    return results[0] if single else results
 
 
 def collect_outputs(
@@ -202,20 +225,13 @@ def collect_outputs(
         op = spec.output_ops[i]
         if j in reduced:
             results.append(np.array(reduced[j]))  # to the host (from a GPU), and writable
-        elif op is None:
-            results.append(host[mine] if weight else None)
-            mine += 1
-        else:
-            values = [
-                None if o is None else o[theirs if rank else mine]
-                for rank, o in enumerate(per_rank)
-            ]
-            mine, theirs = mine + 1, theirs + 1
-            if op == "per_rank":
-                results.append([None if v is None else np.array(v) for v in values])
-            else:
-                _check_same_shapes(i, op, values)
-                results.append(combine(op, values, weights))
+            continue
+        values = [host[mine] if weight else None]
+        mine += 1
+        if op is not None:  # (the workers send none of op None)
+            values += [None if o is None else o[theirs] for o in per_rank[1:]]
+            theirs += 1
+        results.append(_result(i, op, values, weights))
     world = current_nodes()
     if world.n_nodes > 1:  # the same global result on every node
         results = world.combine_outputs(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from synkhronos.rank.backends import Backend
-from synkhronos.rank.compiled import RankFunction, assign
+from synkhronos.rank.compiled import Piece, RankFunction, assign
 from synkhronos.rank.first_calls import FirstCalls
 from synkhronos.rank.graphs import GraphSpec, SharedRegistry
 from synkhronos.rank.outputs import host_reduce_bytes, share_outputs
@@ -147,8 +147,23 @@ def run_share_of(
     """:func:`run_plan` from :func:`share_of`'s result."""
     with trace.span(fn.spec.name or "unnamed function", "compute"):
         weight, outs = fn.run(**share, pending=pending, held=held)
+    return _outputs_shared(state, fn, share["subset"], weight, outs)
+
+
+def run_piece(
+    state: RankState, fn: RankFunction, piece: Piece | None, scattered: list, bcast: list, subset
+) -> tuple[int, list, dict]:
+    """:func:`run_share_of` of a call in one piece (``fn.piece``'s, None without rows), its
+    updates pending: rank 0's part of a call like the last one, and of the call it was
+    kept from."""
+    with trace.span(fn.spec.name or "unnamed function", "compute"):
+        outs = None if piece is None else piece.run(scattered, bcast, state.pending, None)
+    return _outputs_shared(state, fn, subset, 0 if piece is None else piece.weight, outs)
+
+
+def _outputs_shared(state: RankState, fn: RankFunction, subset, weight: int, outs) -> tuple:
     with trace.span("share outputs", "outputs"):
-        return (weight, *share_outputs(state, fn, share["subset"], weight, outs))
+        return (weight, *share_outputs(state, fn, subset, weight, outs))
 
 
 def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:

@@ -458,6 +458,14 @@ class Session:
             self.broken = True
             raise
 
+    def check_sound(self) -> None:
+        """``RuntimeError`` if the session is broken (a command must not be run)."""
+        if self.broken:
+            raise RuntimeError(
+                "this synkhronos session is broken (a worker died or a call "
+                "was interrupted); call synk.close() and fork again"
+            )
+
     def execute(self, code: int, arrays, local):
         """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
 
@@ -469,11 +477,7 @@ class Session:
         applied only if no rank failed: rank 0's here, the workers' before their next
         command, which otherwise tells them to drop theirs.
         """
-        if self.broken:
-            raise RuntimeError(
-                "this synkhronos session is broken (a worker died or a call "
-                "was interrupted); call synk.close() and fork again"
-            )
+        self.check_sound()
         with trace.span(_COMMAND_NAMES[code], "command"):
             code = self._send(code, arrays)
             result, error = self._run_local(local)

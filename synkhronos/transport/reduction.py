@@ -63,6 +63,14 @@ def join_rows(values: list, new_axis: bool = False) -> np.ndarray:
     return np.concatenate(values, axis=0)
 
 
+def _one(op: str, value: np.ndarray) -> np.ndarray:
+    """``value``, the only one with rows, as :func:`combine` gives it: the caller's own
+    (a copy), an integer "avg" as float64, a scalar "gather" as one row."""
+    if op == "avg" and value.dtype.kind not in "fc":
+        return value.astype(np.float64)
+    return value[None].copy() if op == "gather" and value.ndim == 0 else value.copy()
+
+
 def combine(op, values: list, weights: list[int]):
     """Combine the results of one output from several pieces of data.
 
@@ -85,14 +93,13 @@ def combine(op, values: list, weights: list[int]):
     op = bare_op(op)
     if op == "per_rank":
         return list(values)
+    if len(values) == 1:  # one rank's, or one chunk's (a call on one rank: the usual case)
+        return _one(op, np.asarray(values[0])) if weights[0] > 0 else None
     kept = [(np.asarray(v), w) for v, w in zip(values, weights, strict=True) if w > 0]
     if not kept:
         return None
     if len(kept) == 1:
-        value, _ = kept[0]
-        if op == "avg" and value.dtype.kind not in "fc":
-            return value.astype(np.float64)
-        return value[None].copy() if op == "gather" and value.ndim == 0 else value.copy()
+        return _one(op, kept[0][0])
     if op == "gather":
         return join_rows([v for v, _ in kept])
     if op == "avg":

@@ -1,0 +1,94 @@
+"""Calls like the last one (the same ``Data``, of the same layouts), which reuse the last
+call's plan and rank 0's piece of it; on one rank they run that piece at once, with no
+command sent (``Function._call_alone``). Each call's outputs, and the shared variables its
+updates wrote, are compared with a plain ``pytensor.function`` of the same graph on the
+whole data, between calls: a Data changed in place, a shared variable set, a broadcast Data
+set, a Data of another length, numpy arguments. CPU ranks and GPU ranks (on CPU devices
+here), one rank and, for the reuse through the command channel, two with uneven rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import synkhronos as synk
+
+CASES = [
+    ("cpu", 1),
+    pytest.param("gpu", 1, marks=pytest.mark.gpu),
+    pytest.param("gpu", 2, marks=pytest.mark.gpu),
+]
+
+
+def _graph(rng, dtype: str):
+    """A synk function with several reduce ops and updates (one that reads its broadcast
+    input), and the same graph as a plain PyTensor function on shared variables of its own."""
+    x, k = pt.matrix("x", dtype=dtype), pt.scalar("k", dtype=dtype)
+    w0 = rng.normal(size=3).astype(dtype)
+    w, w_ref = (pytensor.shared(w0.copy(), name=n) for n in ("w", "w_ref"))
+    steps, steps_ref = (pytensor.shared(np.int64(0), name=n) for n in ("steps", "steps_ref"))
+
+    def outputs(w, steps):
+        h = x @ w
+        return [
+            ((h * k).sum(), "sum"),
+            (h, "gather"),
+            (x.max(), "max"),
+            ((h**2).mean(), "avg"),
+            (steps * 1, None),
+        ], [(w, w * 0.5 + k), (steps, steps + 1)]
+
+    outs, updates = outputs(w, steps)
+    f = synk.function([x], outs, bcast_inputs=[k], updates=updates)
+    outs_ref, updates_ref = outputs(w_ref, steps_ref)
+    ref = pytensor.function([x, k], [o for o, _ in outs_ref], updates=updates_ref)
+    return f, ref, (w, w_ref), (steps, steps_ref)
+
+
+@pytest.mark.parametrize(("backend", "n_ranks"), CASES)
+def test_calls_like_the_last_equal_plain_pytensor(backend, n_ranks, rng):
+    if backend == "gpu":
+        pytest.importorskip("jax")
+    synk.fork(n_ranks, backend=backend)
+    try:
+        dtype = "float32" if backend == "gpu" else "float64"
+        rtol = 1e-5 if dtype == "float32" else 1e-12
+        f, ref, (w, w_ref), (steps, steps_ref) = _graph(rng, dtype)
+
+        def check(*args):
+            values = [a.data if isinstance(a, synk.Data) else a for a in args]
+            got, want = f(*args), ref(*values)
+            for g, v in zip(got, want, strict=True):
+                np.testing.assert_allclose(g, v, rtol=rtol, atol=rtol)
+            np.testing.assert_allclose(w.get_value(), w_ref.get_value(), rtol=rtol)
+            assert int(steps.get_value()) == int(steps_ref.get_value())
+            return got
+
+        xv = rng.normal(size=(11, 3)).astype(dtype)
+        xd, kd = f.build_inputs(xv, np.asarray(0.25, dtype))
+        first = check(xd, kd)  # planned
+        kept = f._last
+        assert kept.alone == (n_ranks == 1)
+        again = check(xd, kd)  # reused
+        assert f._last is kept
+        for a, b in zip(first, again, strict=True):  # the same kinds of values
+            assert (np.asarray(a).dtype, np.shape(a)) == (np.asarray(b).dtype, np.shape(b))
+        assert again[0].flags.writeable and again[1].flags.writeable
+        xd.data[:] = rng.normal(size=(11, 3)).astype(dtype)  # in place
+        check(xd, kd)
+        w.set_value(rng.normal(size=3).astype(dtype))  # a shared variable set
+        w_ref.set_value(w.get_value())
+        check(xd, kd)
+        kd.set_value(np.asarray(-1.5, dtype))  # the broadcast Data set
+        check(xd, kd)
+        assert f._last is kept
+        xd.set_value(rng.normal(size=(17, 3)).astype(dtype))  # another length: planned again
+        check(xd, kd)
+        assert f._last is not kept
+        check(xd, kd)
+        for _ in range(2):  # numpy arrays: the function's scratch Data, then a call like it
+            check(rng.normal(size=(5, 3)).astype(dtype), kd)
+    finally:
+        synk.close()
