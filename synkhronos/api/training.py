@@ -114,11 +114,12 @@ def plan_split(parts: FunctionParts) -> tuple[FunctionParts, PhaseSplit, list[tu
 
 
 def _givens_made(parts: FunctionParts) -> tuple[FunctionParts, list[tuple]]:
-    """``parts`` with its givens made in the graphs of its outputs and updates, and none
-    left; with every update (its own, then the running averages', whose default updates
-    ``pytensor.function`` makes the givens in too). The split must analyse the graph the
-    function computes: the rows may reach it only through a given's value (``givens={x:
-    x_all}`` with ``x_all`` sliceable, ``{x: x_in}`` with ``x_in`` an input)."""
+    """``parts`` with its givens made in the graphs of its outputs and updates (and kept,
+    for the default updates that its phases' functions add); with every update (its own,
+    then the running averages', whose default updates ``pytensor.function`` makes the
+    givens in too). The split must analyse the graph the function computes: the rows may
+    reach it only through a given's value (``givens={x: x_all}`` with ``x_all``
+    sliceable, ``{x: x_in}`` with ``x_in`` an input)."""
     n, givens = len(parts.outputs), dict(parts.givens)
     made = [*parts.outputs, *(u for _, u in parts.updates)]
     if givens:
@@ -127,8 +128,7 @@ def _givens_made(parts: FunctionParts) -> tuple[FunctionParts, list[tuple]]:
             parts,
             outputs=made[:n],
             updates=[(v, u) for (v, _), u in zip(parts.updates, made[n:], strict=True)],
-            givens=[],
-        )
+        )  # the givens kept: the rows phase's function makes them in its default updates
     running = running_updates(made, [v for v, _ in parts.updates])
     if running and givens:
         values = graph_replace([u for _, u in running], givens, strict=False)
