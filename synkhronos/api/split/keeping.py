@@ -277,12 +277,18 @@ def _batch_axes_only(graph: RowGraph, node: Apply, row_inputs: list, outs: list)
 
 def _joined(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
     """A concatenation (or its split) along an axis that is not the rows'."""
-    axis = node.inputs[0] if type(node.op).__name__ == "Join" else node.inputs[1]
-    if not isinstance(axis, Constant):
-        return _unknown(node, "along an axis not known")
-    k = int(axis.data) % outs[0].ndim
+    if hasattr(node.op, "axis"):  # PyTensor >= 3.3: the op's own, not an input
+        axis = node.op.axis
+    else:
+        given = node.inputs[0] if type(node.op).__name__ == "Join" else node.inputs[1]
+        if not isinstance(given, Constant):
+            return _unknown(node, "along an axis not known")
+        axis = given.data
+    k = int(axis) % outs[0].ndim
     if k in graph.lengths.row_axes(outs[0]):
-        return f"{node.op} along axis {k} (the rows): each rank would join or split its own rows"
+        # By name: PyTensor 3.3 writes the axis into the op's name (Join{axis=0}).
+        name = type(node.op).__name__
+        return f"{name} along axis {k} (the rows): each rank would join or split its own rows"
     return _aligned(graph, node, row_inputs, outs, lambda a: a)
 
 
