@@ -17,7 +17,8 @@ Imported on every rank before a function is compiled in JAX mode.
   shapes and constants) are computed by PyTensor's own scalar code (``impl``), and stay
   concrete, beside the others (a diagonal's length fused with the loss's mean); so does
   a concrete scalar taken from a tensor (``ScalarFromTensor``: a slice's bound).
-* ``AdvancedIncSubtensor1`` (``inc_subtensor(W[idx], y)``: an embedding's gradient)
+* ``AdvancedIncSubtensor1`` (``inc_subtensor(W[idx], y)``: an embedding's gradient; PyTensor
+  3.0's op: 3.3 has none, and its ``AdvancedIncSubtensor`` does not refuse the row)
   refused, as "runtime broadcasting", a ``y`` of one row added into a ``W`` of more: its
   check compares ``y``'s leading axis with ``W``'s, though that axis is the index's, so a
   rank given one row failed (PyTensor's Python linker too; its C and Numba code do not
@@ -51,11 +52,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytensor
+import pytensor.tensor.subtensor
 from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.scalar.basic import Composite
 from pytensor.tensor.basic import ARange, ScalarFromTensor
-from pytensor.tensor.subtensor import AdvancedIncSubtensor1
 
 warnings.filterwarnings(
     "ignore", message="Explicitly requested dtype .* is not available", category=UserWarning
@@ -101,7 +102,6 @@ def _jax_scalar_from_tensor(op, node, **kwargs):
     return scalar_from_tensor
 
 
-@jax_funcify.register(AdvancedIncSubtensor1)
 def _jax_advanced_inc_subtensor1(op, node, **kwargs):
     declared = node.inputs[1].broadcastable
 
@@ -114,6 +114,12 @@ def _jax_advanced_inc_subtensor1(op, node, **kwargs):
         return at.set(y) if op.set_instead_of_inc else at.add(y)
 
     return inc_subtensor1
+
+
+# PyTensor 3.3 has no AdvancedIncSubtensor1: its AdvancedIncSubtensor does that work.
+_INC_SUBTENSOR1 = getattr(pytensor.tensor.subtensor, "AdvancedIncSubtensor1", None)
+if _INC_SUBTENSOR1 is not None:
+    jax_funcify.register(_INC_SUBTENSOR1)(_jax_advanced_inc_subtensor1)
 
 
 _vectorized_composite = jax_funcify.dispatch(Composite)
