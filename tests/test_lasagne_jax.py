@@ -253,4 +253,8 @@ def test_layer_in_jax_mode(case, rng):
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         assert np.asarray(g).dtype == e.dtype != np.float64
-        np.testing.assert_allclose(g, e, rtol=2e-4, atol=2e-5)
+        # Float32 rounds a gradient's entry to the scale of the terms it sums, the largest
+        # entry's (~600 for TransformerLayer's W, whose entry ~0.1 both modes, on
+        # PyTensor 3.3, miss float64's by 4e-4): absolute error up to ~8 of its ulps.
+        atol = max(2e-5, 1e-6 * float(np.abs(e).max(initial=0.0)))
+        np.testing.assert_allclose(g, e, rtol=2e-4, atol=atol)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytensor
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import ancestors, io_toposort
 from pytensor.link.basic import Container
@@ -227,6 +228,12 @@ class _Pickler(pickle.Pickler):
         if type(obj) is Container:
             index = self.registry.holding(obj)
             return NotImplemented if index is None else (_storage_of, (index,))
+        if isinstance(obj, OpFromGraph) and (obj._lop_op_cache or obj._rop_op_cache):
+            # The ops of its gradient, cached when it was taken, are functions local to
+            # PyTensor's methods, which pickle cannot name (PyTensor 3.3 ships such an op:
+            # LogSumExp). The workers take no gradient; one would build them again.
+            func, args, state, *rest = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+            return (func, args, {**state, "_lop_op_cache": {}, "_rop_op_cache": None}, *rest)
         if isinstance(obj, _BY_NAME):
             reason = _unreachable(obj)
             if reason is not None:

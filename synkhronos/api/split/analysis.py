@@ -62,7 +62,10 @@ def structural(node: Apply) -> set[int]:
         return set(range(len(node.inputs)))
     if isinstance(op, RandomVariable):
         return {0, 1}  # the generator and the size
-    return index_positions(node) | ({0} if type(op).__name__ in ("Join", "Scan") else set())
+    name = type(op).__name__
+    # A Join's axis is its input 0 before PyTensor 3.3, which keeps it in the op (op.axis).
+    axis = name == "Join" and not hasattr(op, "axis")
+    return index_positions(node) | ({0} if axis or name == "Scan" else set())
 
 
 def index_positions(node: Apply) -> set[int]:

@@ -15,6 +15,7 @@ computes instead: an op outside the list draws a warning, never a silent differe
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from pytensor.compile.builders import OpFromGraph
@@ -276,12 +277,18 @@ def _batch_axes_only(graph: RowGraph, node: Apply, row_inputs: list, outs: list)
 
 def _joined(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
     """A concatenation (or its split) along an axis that is not the rows'."""
-    axis = node.inputs[0] if type(node.op).__name__ == "Join" else node.inputs[1]
-    if not isinstance(axis, Constant):
-        return _unknown(node, "along an axis not known")
-    k = int(axis.data) % outs[0].ndim
+    if hasattr(node.op, "axis"):  # PyTensor >= 3.3: the op's own, not an input
+        axis = node.op.axis
+    else:
+        given = node.inputs[0] if type(node.op).__name__ == "Join" else node.inputs[1]
+        if not isinstance(given, Constant):
+            return _unknown(node, "along an axis not known")
+        axis = given.data
+    k = int(axis) % outs[0].ndim
     if k in graph.lengths.row_axes(outs[0]):
-        return f"{node.op} along axis {k} (the rows): each rank would join or split its own rows"
+        # By name: PyTensor 3.3 writes the axis into the op's name (Join{axis=0}).
+        name = type(node.op).__name__
+        return f"{name} along axis {k} (the rows): each rank would join or split its own rows"
     return _aligned(graph, node, row_inputs, outs, lambda a: a)
 
 
@@ -293,8 +300,9 @@ def _scan(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | N
     op = node.op
     outer_of = op.get_oinp_iinp_iout_oout_mappings()["outer_inp_from_inner_inp"]
     stepped = 1 + op.info.n_seqs + op.info.n_mit_mot + op.info.n_mit_sot + op.info.n_sit_sot
+    inner_inputs, inner_outputs = _inner_io(op)
     sources = []
-    for k, inner in enumerate(op.inner_inputs):
+    for k, inner in enumerate(inner_inputs):
         outer = node.inputs[outer_of[k]]
         if not (graph.has(outer, Fact.ROW) and graph.has(outer, Fact.DATA)):
             continue
@@ -306,7 +314,7 @@ def _scan(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | N
         if axes != [0]:
             return _unknown(node, f"its step holds the rows on axes {axes}")
         sources.append(inner)
-    step = RowGraph(list(op.inner_outputs), sources)
+    step = RowGraph(inner_outputs, sources)
     said = mixing_said(step, step.nodes)
     if said:
         return f"{op}'s step: {said[0]}"
@@ -320,11 +328,21 @@ def _inner_graph(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> 
     held = {tuple(graph.lengths.row_axes(v)) for v in (*row_inputs, *outs)}
     if held != {(0,)}:
         return _unknown(node, "the rows not on the first axis")
-    inner = op.fgraph
-    sources = [i for i, o in zip(inner.inputs, node.inputs, strict=True) if o in row_inputs]
-    inner_graph = RowGraph(list(inner.outputs), sources)
+    inner_inputs, inner_outputs = _inner_io(op)
+    sources = [i for i, o in zip(inner_inputs, node.inputs, strict=True) if o in row_inputs]
+    inner_graph = RowGraph(inner_outputs, sources)
     said = mixing_said(inner_graph, inner_graph.nodes)
     return f"{op}'s graph: {said[0]}" if said else None
+
+
+def _inner_io(op: Any) -> tuple[list, list]:
+    """The inputs and outputs of ``op``'s inner graph, in nodes that can be copied:
+    PyTensor 3.3 keeps inner graphs frozen (a FrozenFunctionGraph's nodes have no
+    ``clone_with_new_inputs``), so they are thawed first."""
+    inner = op.fgraph
+    if hasattr(inner, "unfreeze"):  # PyTensor >= 3.3
+        inner = inner.unfreeze()
+    return list(inner.inputs), list(inner.outputs)
 
 
 def _step_sums(step: RowGraph) -> str | None:

@@ -17,12 +17,17 @@ Imported on every rank before a function is compiled in JAX mode.
   shapes and constants) are computed by PyTensor's own scalar code (``impl``), and stay
   concrete, beside the others (a diagonal's length fused with the loss's mean); so does
   a concrete scalar taken from a tensor (``ScalarFromTensor``: a slice's bound).
-* ``AdvancedIncSubtensor1`` (``inc_subtensor(W[idx], y)``: an embedding's gradient)
+* ``AdvancedIncSubtensor1`` (``inc_subtensor(W[idx], y)``: an embedding's gradient; PyTensor
+  3.0's op: 3.3 has none, and its ``AdvancedIncSubtensor`` does not refuse the row)
   refused, as "runtime broadcasting", a ``y`` of one row added into a ``W`` of more: its
   check compares ``y``'s leading axis with ``W``'s, though that axis is the index's, so a
   rank given one row failed (PyTensor's Python linker too; its C and Numba code do not
   refuse). Here ``y`` is checked against the shape it is added into, ``W[idx]``'s: a
   length-1 axis not declared broadcastable is still refused where the other is longer.
+* JAX 0.12 stages every operation inside ``jax.jit``, on concrete numbers too: an
+  elementwise op of a shape's lengths (``eq(6, 6)`` checking a dropout mask's length)
+  made a traced length, no shape JAX accepts for ``alloc``. An ``Elemwise`` whose inputs
+  are all concrete scalars is computed by PyTensor's scalar code (``impl``), as above.
 * With floatX float32, JAX runs without 64-bit types on purpose; its warnings that int64
   indices are truncated to int32 say nothing the user can act on, so they are silenced.
 * PyTensor warns, at every compile, that it drops its broadcasting checks when tracing
@@ -51,11 +56,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytensor
+import pytensor.tensor.subtensor
 from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.scalar.basic import Composite
 from pytensor.tensor.basic import ARange, ScalarFromTensor
-from pytensor.tensor.subtensor import AdvancedIncSubtensor1
+from pytensor.tensor.elemwise import Elemwise
 
 warnings.filterwarnings(
     "ignore", message="Explicitly requested dtype .* is not available", category=UserWarning
@@ -101,7 +107,6 @@ def _jax_scalar_from_tensor(op, node, **kwargs):
     return scalar_from_tensor
 
 
-@jax_funcify.register(AdvancedIncSubtensor1)
 def _jax_advanced_inc_subtensor1(op, node, **kwargs):
     declared = node.inputs[1].broadcastable
 
@@ -114,6 +119,12 @@ def _jax_advanced_inc_subtensor1(op, node, **kwargs):
         return at.set(y) if op.set_instead_of_inc else at.add(y)
 
     return inc_subtensor1
+
+
+# PyTensor 3.3 has no AdvancedIncSubtensor1: its AdvancedIncSubtensor does that work.
+_INC_SUBTENSOR1 = getattr(pytensor.tensor.subtensor, "AdvancedIncSubtensor1", None)
+if _INC_SUBTENSOR1 is not None:
+    jax_funcify.register(_INC_SUBTENSOR1)(_jax_advanced_inc_subtensor1)
 
 
 _vectorized_composite = jax_funcify.dispatch(Composite)
@@ -154,6 +165,25 @@ def _jax_composite(op, node=None, **kwargs):
         return outs[0] if single else tuple(outs)
 
     return composite
+
+
+_jax_elemwise = jax_funcify.dispatch(Elemwise)
+
+
+@jax_funcify.register(Elemwise)
+def _jax_elemwise_concrete(op, node=None, **kwargs):
+    traced = _jax_elemwise(op, node=node, **kwargs)
+    dtypes = [o.type.dtype for o in node.outputs]
+
+    def elemwise(*args):
+        if not all(_concrete_scalar(a) for a in args):
+            return traced(*args)
+        outs = op.scalar_op.impl(*args)
+        outs = outs if len(dtypes) > 1 else [outs]
+        outs = [np.asarray(o, dtype=d) for o, d in zip(outs, dtypes, strict=True)]
+        return outs[0] if len(dtypes) == 1 else tuple(outs)
+
+    return elemwise
 
 
 def drop_compile_time_copies(fn) -> int:
