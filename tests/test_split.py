@@ -515,4 +515,6 @@ def test_every_op_name_of_the_analysis_is_an_op_class(table):
 
     module, name = table.split(".")
     names = set(getattr({"analysis": analysis, "keeping": keeping}[module], name))
+    if not hasattr(pytensor.tensor.subtensor, "AdvancedIncSubtensor1"):
+        names.discard("AdvancedIncSubtensor1")  # PyTensor 3.0's op: 3.3 dropped it
     assert names <= _op_classes(Op), names - _op_classes(Op)
