@@ -8,6 +8,8 @@ here), one rank and, for the reuse through the command channel, two with uneven 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -90,5 +92,41 @@ def test_calls_like_the_last_equal_plain_pytensor(backend, n_ranks, rng):
         check(xd, kd)
         for _ in range(2):  # numpy arrays: the function's scratch Data, then a call like it
             check(rng.normal(size=(5, 3)).astype(dtype), kd)
+    finally:
+        synk.close()
+
+
+def test_released_data_do_not_pile_up_between_one_rank_calls(rng):
+    """Data made and dropped between calls that take the one-rank shortcut: their segments
+    leave /dev/shm and the list of released ids, which only a command to workers empties,
+    stays empty (on one rank there is no worker to tell); the outputs stay right."""
+    from synkhronos.transport import shared_arrays
+    from synkhronos.transport.names import process_prefix
+
+    synk.fork(1)
+    try:
+        x = pt.matrix("x")
+        f = synk.function([x], (x.sum(axis=0), "sum"))
+        xd = synk.data(rng.normal(size=(7, 3)))
+        f(xd)
+        assert f._last.alone
+
+        def data_names():
+            return sorted(
+                p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(process_prefix())
+            )
+
+        before = data_names()
+        for i in range(50):
+            tmp = synk.data(np.full((4, 3), float(i)))  # dropped at the next iteration
+            tmp.data  # noqa: B018 - allocate its segment
+            if i % 2:
+                tmp.free_memory()
+            np.testing.assert_allclose(f(xd), xd.data.sum(axis=0), rtol=1e-12)
+            assert f._last.alone
+        del tmp
+        f(xd)
+        assert shared_arrays.released_ids == []
+        assert data_names() == before
     finally:
         synk.close()

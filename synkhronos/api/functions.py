@@ -44,7 +44,7 @@ from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import Selection, resolve_rows, selection_length, split_bounds
 from synkhronos.transport.protocol import Arg, Command
 from synkhronos.transport.reduction import check_output_op, check_update_op
-from synkhronos.transport.shared_arrays import Data
+from synkhronos.transport.shared_arrays import Data, released_ids
 from synkhronos.transport.shm import check_travels
 
 
@@ -699,6 +699,8 @@ class Function(BaseFunction):
         (no other rank can fail), and the outputs are one rank's
         (:func:`~synkhronos.rank.outputs.own_outputs`)."""
         session.check_sound()
+        # Released Data: no worker to tell to unmap them (a command does, Session._send).
+        released_ids.clear()
         piece = last.piece
         outs = piece.run(*last.views(args), None, None)
         self._wrote(session)
