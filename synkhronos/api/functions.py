@@ -39,7 +39,7 @@ from synkhronos.session import launch
 from synkhronos.transport import trace
 from synkhronos.transport.callplan import CallPlan, RankRows
 from synkhronos.transport.channel import check_count
-from synkhronos.transport.nodes import abort_on_error
+from synkhronos.transport.nodes import abort_nodes
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import Selection, resolve_rows, selection_length, split_bounds
 from synkhronos.transport.protocol import Arg, Command
@@ -478,10 +478,13 @@ class _LastCall:
 
     def matches(self, args: tuple) -> bool:
         """Whether ``args`` are the kept call's Data, of the same layouts."""
-        return len(args) == len(self._refs) and all(
-            isinstance(a, Data) and a.layout == layout and r() is a
-            for r, a, layout in zip(self._refs, args, self._layouts, strict=True)
-        )
+        if len(args) != len(self._refs):
+            return False
+        # A loop, not all() of a generator: this is most of a tiny call's own checks.
+        for r, a, layout in zip(self._refs, args, self._layouts, strict=True):
+            if not isinstance(a, Data) or a.layout != layout or r() is not a:
+                return False
+        return True
 
     def views(self, args: tuple) -> tuple[list, list]:
         """Rank 0's arrays of ``args``: the scattered inputs', the broadcast inputs'."""
@@ -609,36 +612,29 @@ class Function(BaseFunction):
         -------
         The reduced outputs: one value for a single output, else a list.
         """
-        last, session = self._last, self._session
-        if (
-            last is not None
-            and last.alone  # one rank of one node: no other node to abort (abort_on_error)
-            and not kwargs
-            and batch is None
-            and batch_s is None
-            and num_slices == 1
-            and output_subset is None
-            and last.matches(args)
-            and launch.current() is session
-            and session.timeline_path is None
-        ):
-            return self._call_alone(session, last, args)
-        return self._call(args, kwargs, batch, batch_s, num_slices, output_subset)
-
-    @abort_on_error("a synkhronos function call")
-    def _call(self, args: tuple, kwargs: dict, batch, batch_s, num_slices, output_subset):
-        """:meth:`__call__`, in general."""
-        session = self._check_session()
-        if kwargs:
-            args = self._by_name(args, kwargs)
-        if not self._shipped:
-            session.distribute()
-        state = session.state
-        plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
-        args, last = self._as_called(args, plain)
-        if last is not None:
-            if last.alone and session.timeline_path is None:
+        # abort_on_error inline: its wrapper's frame cost a tiny one-rank call 3%.
+        try:
+            session = self._check_session()
+            if kwargs:
+                args = self._by_name(args, kwargs)
+            if not self._shipped:
+                session.distribute()
+            plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
+            args, last = self._as_called(args, plain)
+            # One rank of one node: no worker to command (unless a timeline records it).
+            if last is not None and last.alone and session.timeline_path is None:
                 return self._call_alone(session, last, args)
+            return self._call(session, args, last, plain, batch, batch_s, num_slices, output_subset)
+        except BaseException as error:
+            abort_nodes("a synkhronos function call", error)
+            raise
+
+    def _call(self, session, args: tuple, last, plain: bool, *options):
+        """:meth:`__call__` through the workers: ``args`` as called (``last``: the kept
+        call they match), ``plain``: a call with no option of ``options``."""
+        batch, batch_s, num_slices, output_subset = options
+        state = session.state
+        if last is not None:
             subset, arrays = last.subset, last.arrays
 
             def local():

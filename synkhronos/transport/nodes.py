@@ -259,6 +259,13 @@ def _abort_on_uncaught(kind, error, tb) -> None:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def abort_nodes(what: str, error: BaseException) -> None:
+    """Under MPI, end the job for ``error``, which escapes ``what`` (see
+    :meth:`World.abort`); on one machine, nothing (the caller raises it)."""
+    if _world.mpi is not None and _world.n_nodes > 1:
+        _world.abort(what, error)
+
+
 def abort_on_error(what: str) -> Callable[[_F], _F]:
     """A decorator: under MPI, end the job when an exception escapes the function (see
     :meth:`World.abort`); on one machine, let it through. (A plain wrapper, not a context
@@ -271,8 +278,7 @@ def abort_on_error(what: str) -> Callable[[_F], _F]:
             try:
                 return function(*args, **kwargs)
             except BaseException as error:
-                if _world.mpi is not None and _world.n_nodes > 1:
-                    _world.abort(what, error)
+                abort_nodes(what, error)
                 raise
 
         return cast(_F, wrapper)
@@ -293,4 +299,13 @@ def node_rows(n: int) -> tuple[int, int]:
     return share.start, share.stop
 
 
-__all__ = ["World", "abort_on_error", "current", "node_rows", "start", "stop", "under_mpi_launcher"]
+__all__ = [
+    "World",
+    "abort_nodes",
+    "abort_on_error",
+    "current",
+    "node_rows",
+    "start",
+    "stop",
+    "under_mpi_launcher",
+]
