@@ -136,6 +136,13 @@ def _concrete_scalar(value) -> bool:
     return isinstance(value, int | float | bool | np.generic | np.ndarray) and np.ndim(value) == 0
 
 
+def _by_impl(scalar_op, args, n_outputs: int) -> list:
+    """The outputs of PyTensor's own scalar code (``impl``) of ``scalar_op`` on the concrete
+    numbers ``args``, as a list (``impl`` returns one output bare)."""
+    outs = scalar_op.impl(*args)
+    return list(outs) if n_outputs > 1 else [outs]
+
+
 @jax_funcify.register(Composite)
 def _jax_composite(op, node=None, **kwargs):
     vectorized = _vectorized_composite(op, node=node, **kwargs)
@@ -150,8 +157,8 @@ def _jax_composite(op, node=None, **kwargs):
 
         for n in order:  # PyTensor's own scalar code, on the concrete numbers
             if all(isinstance(i, Constant) or i in values for i in n.inputs):
-                outs = n.op.impl(*map(value, n.inputs))
-                values.update(zip(n.outputs, outs if len(n.outputs) > 1 else [outs], strict=True))
+                outs = _by_impl(n.op, [value(i) for i in n.inputs], len(n.outputs))
+                values.update(zip(n.outputs, outs, strict=True))
         known = [isinstance(o, Constant) or o in values for o in op.fgraph.outputs]
         if all(known):
             outs = [value(o) for o in op.fgraph.outputs]
@@ -178,8 +185,7 @@ def _jax_elemwise_concrete(op, node=None, **kwargs):
     def elemwise(*args):
         if not all(_concrete_scalar(a) for a in args):
             return traced(*args)
-        outs = op.scalar_op.impl(*args)
-        outs = outs if len(dtypes) > 1 else [outs]
+        outs = _by_impl(op.scalar_op, args, len(dtypes))
         outs = [np.asarray(o, dtype=d) for o, d in zip(outs, dtypes, strict=True)]
         return outs[0] if len(dtypes) == 1 else tuple(outs)
 
