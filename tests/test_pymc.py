@@ -173,6 +173,15 @@ def test_refused_models_name_the_term(ranks, kind, says):
         synk_pymc.logp_dlogp_function(refused(kind))
 
 
+def test_refused_models_need_no_session(monkeypatch):
+    """A model that cannot be split is refused as such, not for want of a fork."""
+    monkeypatch.setattr(launch, "_session", None)  # (the module's ranks may be running)
+    with pytest.raises(synk_pymc.RowsNotSplittable, match="one term of all 29 rows"):
+        synk_pymc.logp_dlogp_function(refused("covariance"))
+    with pytest.raises(RuntimeError, match="synk.fork"):
+        synk_pymc.logp_dlogp_function(logistic(np.random.default_rng(0)))
+
+
 @pytest.mark.parametrize("ranks", [2], indirect=True)
 def test_as_many_groups_as_rows_is_not_a_variable_per_row(ranks, rng):
     """A group-level variable of the rows' length that the rows index stays whole."""

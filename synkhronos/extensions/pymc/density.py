@@ -67,8 +67,9 @@ class SplitDensity:
         **compile_kwargs,
     ):
         self.dtype = dtype
-        self.session = launch.current()  # the function runs in this session only
+        # A model that cannot be split is refused first: that needs no session.
         self.terms: ModelTerms = split_terms(model)
+        self.session = launch.current()  # the function runs in this session only
         self._grad_vars = grad_vars
         self._shapes = [np.shape(initial_point[v.name]) for v in grad_vars]
         self._bounds = np.cumsum([0] + [int(np.prod(s)) for s in self._shapes])
