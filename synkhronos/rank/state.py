@@ -47,6 +47,8 @@ class RankState:
         # The last call's updates, (shared variable, value) pairs, applied once every rank
         # computed the call (see Session.execute): a call failing on any rank changes none.
         self.pending: list[tuple] = []
+        # (Worker) the last CALL's message of words alone, and its decoded plan (run_share)
+        self.last_plan: tuple[bytes, CallPlan] | None = None
 
     def apply_pending(self) -> None:
         """Apply the last call's updates (every rank computed it)."""
@@ -169,5 +171,17 @@ def _outputs_shared(state: RankState, fn: RankFunction, subset, weight: int, out
 def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
     """(Worker) decode a CALL command, run this rank's share, and return the reply arrays:
     ``[weight]`` (int64), then the host outputs."""
-    weight, host, _ = run_plan(state, CallPlan.decode(arrays), resolve, state.pending)
+    weight, host, _ = run_plan(state, _decoded(state, arrays), resolve, state.pending)
     return [np.array([weight], np.int64), *host]
+
+
+def _decoded(state: RankState, arrays: list[np.ndarray]) -> CallPlan:
+    """The plan of a CALL command. A message of words alone (no index array, no broadcast
+    value) equal to the last one, as rank 0 sends for a call like the last one, is not
+    decoded again: the plan is a function of the words, and is only read."""
+    if len(arrays) > 1:
+        return CallPlan.decode(arrays)
+    key = arrays[0].tobytes()
+    if state.last_plan is None or state.last_plan[0] != key:
+        state.last_plan = (key, CallPlan.decode(arrays))
+    return state.last_plan[1]
