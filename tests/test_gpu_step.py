@@ -61,7 +61,7 @@ def schedule(state, rows, features) -> list[np.ndarray]:
     "A<n>" and "D" in the test."""
     import jax
 
-    sharding = jax.sharding.NamedSharding(state.comm.mesh, jax.sharding.PartitionSpec())
+    sharding = state.comm.sharding  # of the arrays its programs take
     fused = list(state.fused.values())[-1]
     floatx = fused.cells[0][0].dtype
     kept = [  # the step's rows: x, y
@@ -232,7 +232,7 @@ def program_layout(state, rows, features) -> list[np.ndarray]:
     (-1 where none)."""
     import jax
 
-    sharding = jax.sharding.NamedSharding(state.comm.mesh, jax.sharding.PartitionSpec())
+    sharding = state.comm.sharding  # of the arrays its programs take
     fused = list(state.fused.values())[-1]
     spec = fused.function_calls[0].fn.spec
     handed = [v.container.storage[0] for c in fused.function_calls for v in c.fn.spec.handover]

@@ -141,6 +141,7 @@ class FusedChain:
                     (id(v.container.storage), v.container.storage)
                     for v in state.shared(step.indices)
                 )
+        self.alone = comm.alone  # no peer to agree with; host arguments taken as they are
         self.transient = _transient(state, steps, calls)
         self.cells = [c for k, c in cells.items() if k not in self.transient]
         self.bucket_bytes = comm.bucket_bytes  # this program's, whatever comes later
@@ -189,10 +190,13 @@ class FusedChain:
 
     def inputs(self, args: list) -> list:
         """The program's inputs on this device: the first function's arguments, then the
-        cells' current values (the cells keep them on the device from now on)."""
+        cells' current values (the cells keep them on the device from now on). On one
+        rank host arguments stay as they are: the program's call puts them, as a
+        ``jax.jit`` function's does."""
         import jax.numpy as jnp
 
-        values = self.comm.to_device([*args, *(c[0] for c in self.cells)])
+        cells = self.comm.to_device([c[0] for c in self.cells])
+        values = [*(args if self.alone else self.comm.to_device(args)), *cells]
         seen = {id(v) for v in values[: len(args)]}
         for i in range(len(args), len(values)):
             if id(values[i]) in seen:  # one buffer cannot be donated twice, nor also be read
@@ -262,7 +266,10 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     if found is not None:
         calls, args = found
         key = (
-            tuple(map(repr, steps)),
+            tuple(
+                s if isinstance(s, int) else (s.kind, s.op, s.nccl, s.indices.tobytes())
+                for s in steps
+            ),
             tuple(tuple(c.subset) for c in calls),
             tuple(id(c.jax_fn) for c in calls),
         )
@@ -270,6 +277,8 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
         if fused is None:
             fused = state.fused[key] = FusedChain(state, comm, steps, calls)
         inputs = fused.inputs(args)
+        if fused.alone:
+            return fused.run(inputs, [c.weight for c in calls])
     # Every rank's inputs, through the host: one program only if they all agree.
     layouts, on_device = comm.agree(inputs)
     # on_device only where every rank has its program's inputs on its device: every rank
