@@ -86,7 +86,7 @@ def _fusable(state: RankState, steps) -> bool:
         isinstance(s, int)
         or (
             s.kind in _TRACED
-            and all(np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices))
+            and all(str(v.dtype) in IN_PLACE_DTYPES for v in state.shared(s.indices))
         )
         for s in steps
     )
