@@ -142,6 +142,7 @@ class FusedChain:
                     for v in state.shared(step.indices)
                 )
         self.alone = comm.alone  # no peer to agree with; host arguments taken as they are
+        self._held: dict = {}  # the cells' values as the mesh's arrays (XlaCommunicator.run)
         self.transient = _transient(state, steps, calls)
         self.cells = [c for k, c in cells.items() if k not in self.transient]
         self.bucket_bytes = comm.bucket_bytes  # this program's, whatever comes later
@@ -211,7 +212,7 @@ class FusedChain:
         function step, :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host,
         reduced)``, with this call's ``weights`` (rows per function step)."""
         n_args = self.function_calls[0].n_args
-        got = self.comm.run(self.program, inputs[:n_args], inputs[n_args:])
+        got = self.comm.run(self.program, inputs[:n_args], inputs[n_args:], self._held)
         self.calls += 1
         for cell, value in zip(self.cells, got[: len(self.cells)], strict=True):
             cell[0] = value

@@ -453,34 +453,48 @@ class XlaCommunicator(ShmCommunicator):
             for a in arrays
         ]
 
-    def run(self, program, arrays: list, donated: list | None = None) -> list:
+    def run(
+        self, program, arrays: list, donated: list | None = None, held: dict | None = None
+    ) -> list:
         """Run ``program`` (from :meth:`program`) on this rank's device ``arrays`` followed
         by ``donated`` (deleted if the program donates), wait for it while watching the
-        peers, and return this rank's results."""
+        peers, and return this rank's results.
+
+        ``held`` (the caller's; over several ranks) keeps, by ``id``, the first results,
+        as many as ``donated`` (those that take its buffers), each with the mesh's array
+        it came from: an argument found there is passed as that array, not made again
+        (a fused step's parameters and optimizer state, ~13 us each)."""
         if self._abandoned:
             raise RuntimeError(
                 "an XLA collective was abandoned on this rank; call synk.close() and fork again"
             )
-
         self.dispatches += 1
         if self.alone:  # this device's own arrays, as they are
             results = program(arrays, donated or [])
         else:
-            results = [
-                r.addressable_data(0)
-                for r in program(self._whole(arrays), self._whole(donated or []))
-            ]
+            donated = donated or []
+            wholes = program(self._whole(arrays, held), self._whole(donated, held))
+            results = [r.addressable_data(0) for r in wholes]
+            if held is not None:
+                held.clear()  # the arrays donated are gone
+                n = len(donated)
+                held.update((id(r), (r, w)) for r, w in zip(results[:n], wholes[:n], strict=True))
         self.wait(results)
         return results
 
-    def _whole(self, arrays: list) -> list:
-        """This rank's device ``arrays`` as the mesh's replicated arrays."""
+    def _whole(self, arrays: list, held: dict | None) -> list:
+        """This rank's device ``arrays`` as the mesh's replicated arrays (see :meth:`run`)."""
         import jax
 
-        return [
-            jax.make_array_from_single_device_arrays(np.shape(a), self.sharding, [a])
-            for a in arrays
-        ]
+        wholes = []
+        for a in arrays:
+            found = held.get(id(a)) if held else None
+            wholes.append(
+                found[1]
+                if found is not None and found[0] is a
+                else jax.make_array_from_single_device_arrays(np.shape(a), self.sharding, [a])
+            )
+        return wholes
 
     def wait(self, arrays: list) -> None:
         """Wait until ``arrays`` are computed, polling: peers are checked every
