@@ -59,8 +59,8 @@ class _Call:
     """One function step of a fused chain: its compiled PyTensor function (JAX mode) and
     where its inputs and outputs go."""
 
-    def __init__(self, fn, compiled, subset: list[int], n_args: int, weight: int):
-        self.fn, self.subset, self.n_args, self.weight = fn, subset, n_args, weight
+    def __init__(self, fn, compiled, subset: list[int], n_args: int):
+        self.fn, self.subset, self.n_args, self.compiled = fn, subset, n_args, compiled
         self.jax_fn = compiled.vm.jit_fn
         # Input storage cells: the call's arguments first, then the shared variables (a
         # shared variable's cell is its container's, the same for every function).
@@ -93,11 +93,13 @@ def _fusable(state: RankState, steps) -> bool:
 
 
 def _calls(state: RankState, steps, plan: CallPlan | None, resolve):
-    """The function steps as :class:`_Call` objects and the first one's arguments, or None
-    when this rank cannot run them as one program (see the module docstring)."""
+    """The function steps as :class:`_Call` objects, their weights (rows) in this call and
+    the first one's arguments, or None when this rank cannot run them as one program (see
+    the module docstring)."""
     import jax
 
     calls: list[_Call] = []
+    weights: list[int] = []
     first_args: list = []
     for step in steps:
         if not isinstance(step, int):
@@ -112,12 +114,16 @@ def _calls(state: RankState, steps, plan: CallPlan | None, resolve):
             return None
         if calls and args:  # later functions' own arguments (sliceable rows): step by step
             return None
-        call = _Call(fn, compiled, subset, len(args), weight)
+        key = (id(compiled), tuple(subset), len(args))  # each call's the same, built once
+        call = fn.fused_steps.get(key)
+        if call is None or call.compiled is not compiled:
+            call = fn.fused_steps[key] = _Call(fn, compiled, subset, len(args))
         if not all(isinstance(c[0], (np.ndarray, np.generic, jax.Array)) for c in call.cells):
             return None  # a random generator's state, say
         calls.append(call)
+        weights.append(weight)
         first_args = first_args or args
-    return calls, first_args
+    return calls, weights, first_args
 
 
 class FusedChain:
@@ -263,9 +269,9 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     found = _calls(state, steps, plan, resolve)
     fused: FusedChain | None = None
     inputs: list | None = None
-    calls: list[_Call] = []
+    weights: list[int] = []
     if found is not None:
-        calls, args = found
+        calls, weights, args = found
         key = (
             tuple(
                 s if isinstance(s, int) else (s.kind, s.op, s.nccl, s.indices.tobytes())
@@ -279,7 +285,7 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
             fused = state.fused[key] = FusedChain(state, comm, steps, calls)
         inputs = fused.inputs(args)
         if fused.alone:
-            return fused.run(inputs, [c.weight for c in calls])
+            return fused.run(inputs, weights)
     # Every rank's inputs, through the host: one program only if they all agree.
     layouts, on_device = comm.agree(inputs)
     # on_device only where every rank has its program's inputs on its device: every rank
@@ -289,7 +295,7 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     if any(lay != layouts[0] for lay in layouts):
         return None
     # This call's weights: the program, built at the first call, keeps that call's steps.
-    return fused.run(inputs, [c.weight for c in calls])
+    return fused.run(inputs, weights)
 
 
 __all__ = ["FusedChain", "run_fused"]
