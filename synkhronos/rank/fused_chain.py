@@ -32,6 +32,8 @@ instead, with the same results. Across several nodes chains run step by step.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from synkhronos.rank.outputs import host_outputs
@@ -148,6 +150,7 @@ class FusedChain:
                     for v in state.shared(step.indices)
                 )
         self.alone = comm.alone  # no peer to agree with; host arguments taken as they are
+        self._written: list = []  # (weak references to) the cells' values as run() left them
         self._held: dict = {}  # the cells' values as the mesh's arrays (XlaCommunicator.run)
         self.transient = _transient(state, steps, calls)
         self.cells = [c for k, c in cells.items() if k not in self.transient]
@@ -202,7 +205,12 @@ class FusedChain:
         ``jax.jit`` function's does."""
         import jax.numpy as jnp
 
-        cells = self.comm.to_device([c[0] for c in self.cells])
+        cells = [c[0] for c in self.cells]
+        written = self._written
+        if len(written) != len(cells) or any(
+            c is not w() for c, w in zip(cells, written, strict=True)
+        ):
+            cells = self.comm.to_device(cells)  # not all as the last run left them
         values = [*(args if self.alone else self.comm.to_device(args)), *cells]
         seen = {id(v) for v in values[: len(args)]}
         for i in range(len(args), len(values)):
@@ -222,6 +230,8 @@ class FusedChain:
         self.calls += 1
         for cell, value in zip(self.cells, got[: len(self.cells)], strict=True):
             cell[0] = value
+        # On this device, each its own buffer; weakly: a value set since is not held.
+        self._written = [weakref.ref(c[0]) for c in self.cells]
         results, pos = [], len(self.cells)
         for call, weight in zip(self.function_calls, weights, strict=True):
             outs = got[pos : pos + len(call.subset)]
