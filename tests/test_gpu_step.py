@@ -61,7 +61,7 @@ def schedule(state, rows, features) -> list[np.ndarray]:
     "A<n>" and "D" in the test."""
     import jax
 
-    sharding = jax.sharding.NamedSharding(state.comm.mesh, jax.sharding.PartitionSpec())
+    sharding = state.comm.sharding  # of the arrays its programs take
     fused = list(state.fused.values())[-1]
     floatx = fused.cells[0][0].dtype
     kept = [  # the step's rows: x, y
@@ -232,7 +232,7 @@ def program_layout(state, rows, features) -> list[np.ndarray]:
     (-1 where none)."""
     import jax
 
-    sharding = jax.sharding.NamedSharding(state.comm.mesh, jax.sharding.PartitionSpec())
+    sharding = state.comm.sharding  # of the arrays its programs take
     fused = list(state.fused.values())[-1]
     spec = fused.function_calls[0].fn.spec
     handed = [v.container.storage[0] for c in fused.function_calls for v in c.fn.spec.handover]
@@ -276,6 +276,8 @@ def test_a_training_functions_handover_stays_inside_its_program(gpu_ranks, rng):
     losses += [float(step(x_all[b], y_all[b])) for b in batches[2:]]
     fused = list(launch.current().state.fused.values())[-1]
     assert fused.calls == (4 if gpu_ranks == 1 else 3)  # 27 rows as 14 and 13: step by step
+    if gpu_ranks > 1:  # the cells' mesh-wide arrays kept for the next call: none made again
+        assert all(fused._held[id(c[0])][0] is c[0] for c in fused.cells)
     moments = 2 * len(params) + 1  # and Adam's step count
     for (held, n_cells, n_results), to in replies:
         assert held == 0  # no gradient kept on the device after a fused step

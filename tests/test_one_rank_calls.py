@@ -130,3 +130,48 @@ def test_released_data_do_not_pile_up_between_one_rank_calls(rng):
         assert data_names() == before
     finally:
         synk.close()
+
+
+@pytest.mark.gpu
+def test_one_gpu_ranks_training_step_runs_on_its_devices_own_arrays(rng, monkeypatch):
+    """On one GPU rank a one-line training step's fused program takes and gives the
+    device's own arrays: no array of the mesh is made per call (host rows are put by the
+    program's call, as a ``jax.jit`` function's), each parameter's and Adam moment's buffer
+    goes to its own new value, and the losses and parameters are plain PyTensor's."""
+    pytest.importorskip("jax")
+    import jax
+
+    from synkhronos.extensions.lasagne import updates
+    from synkhronos.session import launch
+    from tests.test_gpu_step import WIDTHS, _model, program_layout
+
+    synk.fork(1, backend="gpu")
+    try:
+        float_x = pytensor.config.floatX
+        x_all = rng.normal(size=(56, WIDTHS[0])).astype(float_x)
+        y_all = rng.normal(size=56).astype(float_x)
+        inputs, params, loss = _model(float_x)
+        start = [p.get_value() for p in params]
+        step = synk.function(inputs, loss, updates=updates.adam(loss, params, learning_rate=0.02))
+        state = launch.current().state
+        monkeypatch.setattr(state.comm, "_whole", None)  # a call that made one would fail
+        batches = [slice(0, 28), slice(28, 56), slice(0, 27), slice(28, 56)]
+        losses = [float(step(x_all[b], y_all[b])) for b in batches]
+        fused = list(state.fused.values())[-1]
+        assert fused.calls == len(batches)
+        own = jax.sharding.SingleDeviceSharding(state.comm.device)
+        assert state.comm.sharding == own
+        assert all(c[0].sharding == own for c in fused.cells)
+        (held, n_cells, n_results), to = program_layout(state, [28, 28], [WIDTHS[0]])
+        assert held == 0 and n_results == n_cells + 1
+        assert to.tolist() == list(range(n_cells))  # each buffer to its own new value
+        trained = [p.get_value() for p in params]
+    finally:
+        synk.close()
+    for p, value in zip(params, start, strict=True):
+        p.set_value(value)
+    plain = pytensor.function(inputs, loss, updates=updates.adam(loss, params, learning_rate=0.02))
+    expected = [float(plain(x_all[b], y_all[b])) for b in batches]
+    np.testing.assert_allclose(losses, expected, rtol=2e-5)
+    for got, p in zip(trained, params, strict=True):  # Adam: a near-0 gradient's m / sqrt(v)
+        np.testing.assert_allclose(got, p.get_value(), rtol=2e-5, atol=1e-5)  # is float32 noise

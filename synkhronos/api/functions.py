@@ -819,8 +819,9 @@ class Function(BaseFunction):
         if scatter:
             whole = self._batch_rows(scatter, batch)
             total = selection_length(whole)
-            if every_rank_rows:  # ranks take split_bounds shares of the whole selection
-                self._refuse_empty_ranks("batch", split_bounds(total, current_nodes().n_global))
+            n_global = current_nodes().n_global  # one rank has the rows, at least one
+            if every_rank_rows and n_global > 1:  # ranks take split_bounds shares of them
+                self._refuse_empty_ranks("batch", split_bounds(total, n_global))
             sel = current_nodes().node_share(whole)
             self._check_rows_exist(scatter, sel)
             rows = RankRows.split(sel, session.n_ranks)

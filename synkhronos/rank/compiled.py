@@ -146,6 +146,7 @@ class RankFunction:
             from synkhronos.rank.backends import jax_compat  # noqa: F401 - registers fixes to PyTensor's JAX backend
         self._compiled: dict[tuple[str, bool], Any] = {}  # (variant, updates as outputs)
         self._direct: dict[tuple[str, bool], Any] = {}  # their direct calls (JAX mode)
+        self.fused_steps: dict = {}  # its steps of fused chains (rank.fused_chain), kept
         self._shared: list | None = None  # found by check()
 
     def check(self) -> None:

@@ -32,6 +32,8 @@ instead, with the same results. Across several nodes chains run step by step.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from synkhronos.rank.outputs import host_outputs
@@ -59,8 +61,8 @@ class _Call:
     """One function step of a fused chain: its compiled PyTensor function (JAX mode) and
     where its inputs and outputs go."""
 
-    def __init__(self, fn, compiled, subset: list[int], n_args: int, weight: int):
-        self.fn, self.subset, self.n_args, self.weight = fn, subset, n_args, weight
+    def __init__(self, fn, compiled, subset: list[int], n_args: int):
+        self.fn, self.subset, self.n_args, self.compiled = fn, subset, n_args, compiled
         self.jax_fn = compiled.vm.jit_fn
         # Input storage cells: the call's arguments first, then the shared variables (a
         # shared variable's cell is its container's, the same for every function).
@@ -86,18 +88,20 @@ def _fusable(state: RankState, steps) -> bool:
         isinstance(s, int)
         or (
             s.kind in _TRACED
-            and all(np.dtype(v.dtype).name in IN_PLACE_DTYPES for v in state.shared(s.indices))
+            and all(str(v.dtype) in IN_PLACE_DTYPES for v in state.shared(s.indices))
         )
         for s in steps
     )
 
 
 def _calls(state: RankState, steps, plan: CallPlan | None, resolve):
-    """The function steps as :class:`_Call` objects and the first one's arguments, or None
-    when this rank cannot run them as one program (see the module docstring)."""
+    """The function steps as :class:`_Call` objects, their weights (rows) in this call and
+    the first one's arguments, or None when this rank cannot run them as one program (see
+    the module docstring)."""
     import jax
 
     calls: list[_Call] = []
+    weights: list[int] = []
     first_args: list = []
     for step in steps:
         if not isinstance(step, int):
@@ -112,12 +116,16 @@ def _calls(state: RankState, steps, plan: CallPlan | None, resolve):
             return None
         if calls and args:  # later functions' own arguments (sliceable rows): step by step
             return None
-        call = _Call(fn, compiled, subset, len(args), weight)
+        key = (id(compiled), tuple(subset), len(args))  # each call's the same, built once
+        call = fn.fused_steps.get(key)
+        if call is None or call.compiled is not compiled:
+            call = fn.fused_steps[key] = _Call(fn, compiled, subset, len(args))
         if not all(isinstance(c[0], (np.ndarray, np.generic, jax.Array)) for c in call.cells):
             return None  # a random generator's state, say
         calls.append(call)
+        weights.append(weight)
         first_args = first_args or args
-    return calls, first_args
+    return calls, weights, first_args
 
 
 class FusedChain:
@@ -141,6 +149,9 @@ class FusedChain:
                     (id(v.container.storage), v.container.storage)
                     for v in state.shared(step.indices)
                 )
+        self.alone = comm.alone  # no peer to agree with; host arguments taken as they are
+        self._written: list = []  # (weak references to) the cells' values as run() left them
+        self._held: dict = {}  # the cells' values as the mesh's arrays (XlaCommunicator.run)
         self.transient = _transient(state, steps, calls)
         self.cells = [c for k, c in cells.items() if k not in self.transient]
         self.bucket_bytes = comm.bucket_bytes  # this program's, whatever comes later
@@ -189,10 +200,18 @@ class FusedChain:
 
     def inputs(self, args: list) -> list:
         """The program's inputs on this device: the first function's arguments, then the
-        cells' current values (the cells keep them on the device from now on)."""
+        cells' current values (the cells keep them on the device from now on). On one
+        rank host arguments stay as they are: the program's call puts them, as a
+        ``jax.jit`` function's does."""
         import jax.numpy as jnp
 
-        values = self.comm.to_device([*args, *(c[0] for c in self.cells)])
+        cells = [c[0] for c in self.cells]
+        written = self._written
+        if len(written) != len(cells) or any(
+            c is not w() for c, w in zip(cells, written, strict=True)
+        ):
+            cells = self.comm.to_device(cells)  # not all as the last run left them
+        values = [*(args if self.alone else self.comm.to_device(args)), *cells]
         seen = {id(v) for v in values[: len(args)]}
         for i in range(len(args), len(values)):
             if id(values[i]) in seen:  # one buffer cannot be donated twice, nor also be read
@@ -207,10 +226,12 @@ class FusedChain:
         function step, :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host,
         reduced)``, with this call's ``weights`` (rows per function step)."""
         n_args = self.function_calls[0].n_args
-        got = self.comm.run(self.program, inputs[:n_args], inputs[n_args:])
+        got = self.comm.run(self.program, inputs[:n_args], inputs[n_args:], self._held)
         self.calls += 1
         for cell, value in zip(self.cells, got[: len(self.cells)], strict=True):
             cell[0] = value
+        # On this device, each its own buffer; weakly: a value set since is not held.
+        self._written = [weakref.ref(c[0]) for c in self.cells]
         results, pos = [], len(self.cells)
         for call, weight in zip(self.function_calls, weights, strict=True):
             outs = got[pos : pos + len(call.subset)]
@@ -258,11 +279,14 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     found = _calls(state, steps, plan, resolve)
     fused: FusedChain | None = None
     inputs: list | None = None
-    calls: list[_Call] = []
+    weights: list[int] = []
     if found is not None:
-        calls, args = found
+        calls, weights, args = found
         key = (
-            tuple(map(repr, steps)),
+            tuple(
+                s if isinstance(s, int) else (s.kind, s.op, s.nccl, s.indices.tobytes())
+                for s in steps
+            ),
             tuple(tuple(c.subset) for c in calls),
             tuple(id(c.jax_fn) for c in calls),
         )
@@ -270,6 +294,8 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
         if fused is None:
             fused = state.fused[key] = FusedChain(state, comm, steps, calls)
         inputs = fused.inputs(args)
+        if fused.alone:
+            return fused.run(inputs, weights)
     # Every rank's inputs, through the host: one program only if they all agree.
     layouts, on_device = comm.agree(inputs)
     # on_device only where every rank has its program's inputs on its device: every rank
@@ -279,7 +305,7 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     if any(lay != layouts[0] for lay in layouts):
         return None
     # This call's weights: the program, built at the first call, keeps that call's steps.
-    return fused.run(inputs, [c.weight for c in calls])
+    return fused.run(inputs, weights)
 
 
 __all__ = ["FusedChain", "run_fused"]

@@ -21,6 +21,10 @@ connected when the service goes is ended by JAX too).
 **Arrays.** Each rank's own value travels as a "replicated" global array of its own
 shape; inside the program every rank sees its own value, and each rank reads back its own
 result (nothing checks that replicated values agree, so nothing is moved to make them).
+A communicator of one rank (of one node) compiles its programs to take and give its
+device's own arrays (:attr:`XlaCommunicator.sharding`): no global array is made or taken
+apart per call, and a program's call takes JAX's C++ path as a ``jax.jit`` function's
+(host arrays are put by it), so a one-rank step is dispatched as a hand-written one.
 Device (JAX) arrays go through XLA; host (numpy) arrays through the shared-memory
 collectives this class extends; every rank passes the same kind. Before each XLA program
 the ranks exchange the arrays' shapes and dtypes through shared memory: a rank that failed
@@ -61,7 +65,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -171,11 +175,12 @@ def reduce_traced(x, op: str, n_ranks: int):
 def reduce_buckets_traced(x, op: str, n_ranks: int, bucket_bytes: int):
     """(Traced) :func:`reduce_traced` of ``x``, a vector longer than ``bucket_bytes`` in
     pieces of that size, each its own all-reduce, concatenated: element by element the
-    same reduction. Other arrays, and ``bucket_bytes`` 0, in one all-reduce."""
+    same reduction. Other arrays, and ``bucket_bytes`` 0, in one all-reduce; on one rank
+    ``x`` itself."""
     import jax.numpy as jnp
 
     step = bucket_bytes // x.dtype.itemsize
-    if x.ndim != 1 or step <= 0 or x.shape[0] <= step:
+    if x.ndim != 1 or step <= 0 or x.shape[0] <= step or n_ranks == 1:
         return reduce_traced(x, op, n_ranks)
     pieces = [reduce_traced(x[i : i + step], op, n_ranks) for i in range(0, x.shape[0], step)]
     return jnp.concatenate(pieces)
@@ -263,6 +268,12 @@ class XlaCommunicator(ShmCommunicator):
         collectives this class extends.
     dispatches : int
         XLA programs this rank has run (counted for the tests).
+    alone : bool
+        Whether this is the only rank of every node (set by :meth:`start`): its programs
+        take and give its device's own arrays, and host arrays (see the module docstring).
+    sharding : jax.sharding.Sharding or None
+        The sharding of the arrays the programs take and give (set by :meth:`start`):
+        replicated over the mesh, or on one rank this device's own.
     bucket_bytes : int
         The size of a fused step's all-reduce buckets (see the module docstring), from
         :data:`BUCKET_VAR` as this rank joined (:func:`bucket_bytes_from_env`); 0: none.
@@ -271,10 +282,12 @@ class XlaCommunicator(ShmCommunicator):
     span: Span | None = None
     bucket_bytes = 0
     mesh = None
+    sharding: Any = None  # a jax.sharding.Sharding once started
     _config = None  # JAX's settings before start() changed them
     device = None
     dispatches = 0
     _abandoned = False
+    alone = False
 
     def _span(self) -> Span:
         """The ranks and host path, as :attr:`span` says."""
@@ -295,7 +308,7 @@ class XlaCommunicator(ShmCommunicator):
         """
         import jax
         from jax.extend.backend import clear_backends
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
         span = self._span()
         rank, n_ranks = span.rank, span.n_ranks
@@ -335,7 +348,14 @@ class XlaCommunicator(ShmCommunicator):
         self.device = jax.local_devices()[0]
         # Every rank joins with the environment fork gave it: the same buckets everywhere.
         self.bucket_bytes = bucket_bytes_from_env(self.device.platform)
-        self._replicated = NamedSharding(self.mesh, PartitionSpec())
+        # One rank: its device's own arrays, which a program of one device may take as
+        # the mesh's (JAX's C++ dispatch takes an argument only of the sharding compiled).
+        self.alone = n_ranks == 1
+        self.sharding = (
+            SingleDeviceSharding(self.device)
+            if self.alone
+            else NamedSharding(self.mesh, PartitionSpec())
+        )
         self._programs: dict = {}
 
     def close(self) -> None:
@@ -418,6 +438,8 @@ class XlaCommunicator(ShmCommunicator):
             # results of another variable's (see rank.fused_chain's body).
             keep_unused=donate,
             compiler_options=options or None,
+            in_shardings=self.sharding,
+            out_shardings=self.sharding,
         )
 
     def to_device(self, arrays) -> list:
@@ -431,27 +453,48 @@ class XlaCommunicator(ShmCommunicator):
             for a in arrays
         ]
 
-    def run(self, program, arrays: list, donated: list | None = None) -> list:
+    def run(
+        self, program, arrays: list, donated: list | None = None, held: dict | None = None
+    ) -> list:
         """Run ``program`` (from :meth:`program`) on this rank's device ``arrays`` followed
         by ``donated`` (deleted if the program donates), wait for it while watching the
-        peers, and return this rank's results."""
-        import jax
+        peers, and return this rank's results.
 
+        ``held`` (the caller's; over several ranks) keeps, by ``id``, the first results,
+        as many as ``donated`` (those that take its buffers), each with the mesh's array
+        it came from: an argument found there is passed as that array, not made again
+        (a fused step's parameters and optimizer state, ~13 us each)."""
         if self._abandoned:
             raise RuntimeError(
                 "an XLA collective was abandoned on this rank; call synk.close() and fork again"
             )
-
-        def whole(part):
-            return [
-                jax.make_array_from_single_device_arrays(np.shape(a), self._replicated, [a])
-                for a in part
-            ]
-
         self.dispatches += 1
-        results = [r.addressable_data(0) for r in program(whole(arrays), whole(donated or []))]
+        if self.alone:  # this device's own arrays, as they are
+            results = program(arrays, donated or [])
+        else:
+            donated = donated or []
+            wholes = program(self._whole(arrays, held), self._whole(donated, held))
+            results = [r.addressable_data(0) for r in wholes]
+            if held is not None:
+                held.clear()  # the arrays donated are gone
+                n = len(donated)
+                held.update((id(r), (r, w)) for r, w in zip(results[:n], wholes[:n], strict=True))
         self.wait(results)
         return results
+
+    def _whole(self, arrays: list, held: dict | None) -> list:
+        """This rank's device ``arrays`` as the mesh's replicated arrays (see :meth:`run`)."""
+        import jax
+
+        wholes = []
+        for a in arrays:
+            found = held.get(id(a)) if held else None
+            wholes.append(
+                found[1]
+                if found is not None and found[0] is a
+                else jax.make_array_from_single_device_arrays(np.shape(a), self.sharding, [a])
+            )
+        return wholes
 
     def wait(self, arrays: list) -> None:
         """Wait until ``arrays`` are computed, polling: peers are checked every
