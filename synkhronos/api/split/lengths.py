@@ -11,6 +11,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.subtensor import Subtensor, get_idx_list
 from pytensor.tensor.type import TensorType
 
 from synkhronos.api.split.walk import owner_inputs, walk_up
@@ -33,6 +34,24 @@ class Tracks(enum.IntEnum):
 def is_shape(v: Variable) -> bool:
     """Whether ``v`` is a variable's shape or one of its lengths."""
     return v.owner is not None and isinstance(v.owner.op, Shape | Shape_i)
+
+
+def _axis_read(v: Variable) -> tuple[Variable, int] | None:
+    """``(u, k)`` where ``v`` is the length of ``u``'s axis ``k``: ``Shape_i{k}(u)``, or
+    ``Shape(u)[k]`` with ``k`` a constant, as PyTensor 3.3's shape inference writes it."""
+    node = v.owner
+    if node is None:
+        return None
+    if isinstance(node.op, Shape_i):
+        return node.inputs[0], node.op.i
+    shape_node = node.inputs[0].owner if isinstance(node.op, Subtensor) else None
+    if shape_node is None or not isinstance(shape_node.op, Shape):
+        return None
+    (index,) = get_idx_list(node.inputs, node.op.idx_list)
+    if not isinstance(index, Constant):
+        return None
+    u = shape_node.inputs[0]
+    return u, int(index.data) % u.type.ndim
 
 
 def _expression_inputs(v: Variable) -> list:
@@ -80,23 +99,25 @@ class Lengths:
                 self._tracks[v] = Tracks.NO
             elif v.owner is None:
                 self._tracks[v] = Tracks.UNKNOWN if v in self.sources else Tracks.NO
+            elif (axis := _axis_read(v)) is not None:
+                self._tracks[v] = self._length_tracks(*axis)
             elif is_shape(v):
-                self._tracks[v] = self._length_tracks(v.owner)
+                self._tracks[v] = self._length_tracks(v.owner.inputs[0], None)
             else:
                 self._tracks[v] = max((self._tracks[i] for i in v.owner.inputs), default=Tracks.NO)
         return self._tracks[e]
 
-    def _length_tracks(self, node: Apply) -> Tracks:
-        """Whether a Shape or Shape_i node's result is (or holds) the rows' count."""
-        u = self._copy.get(node.inputs[0], node.inputs[0])
-        whole = isinstance(node.op, Shape)
+    def _length_tracks(self, u: Variable, k: int | None) -> Tracks:
+        """Whether the length of ``u``'s axis ``k`` (its whole shape for None) is (or
+        holds) the rows' count."""
+        u = self._copy.get(u, u)
         if u in self.sources:
-            return Tracks.ROW if whole or node.op.i == 0 else Tracks.NO
+            return Tracks.ROW if k is None or k == 0 else Tracks.NO
         if u in self.roots:
             return Tracks.NO
         if u not in self.axes:  # an axis of a variable not met yet
             return Tracks.UNKNOWN
-        row = bool(self.axes[u]) if whole else node.op.i in self.axes[u]
+        row = bool(self.axes[u]) if k is None else k in self.axes[u]
         return Tracks.ROW if row else Tracks.NO
 
     def shape_expression(self, v: Variable, k: int) -> Variable | None:
