@@ -54,11 +54,9 @@ def set_buckets(state, size) -> list[np.ndarray]:
     return [np.array([joined])]
 
 
-def schedule(state, rows, features) -> list[np.ndarray]:
-    """(A routine) The compiled order of this rank's latest fused program: n for each
-    all-reduce of an n-element vector, -1 for each matrix product (a dot; a custom call,
-    as cuBLAS's on GPUs; or a fusion of the custom kind, as XNNPACK's on CPU devices), as
-    "A<n>" and "D" in the test."""
+def _entry(state, rows, features) -> list[str]:
+    """The lines of the compiled entry computation of this rank's latest fused program (a
+    step of :func:`_model` on ``rows`` rows of ``features``)."""
     import jax
 
     sharding = state.comm.sharding  # of the arrays its programs take
@@ -70,8 +68,16 @@ def schedule(state, rows, features) -> list[np.ndarray]:
     ]
     donated = [jax.ShapeDtypeStruct(c[0].shape, c[0].dtype, sharding=sharding) for c in fused.cells]
     text = fused.program.lower(kept, donated).compile().as_text()
+    return text[text.index("\nENTRY") :].splitlines()
+
+
+def schedule(state, rows, features) -> list[np.ndarray]:
+    """(A routine) The compiled order of this rank's latest fused program: n for each
+    all-reduce of an n-element vector, -1 for each matrix product (a dot; a custom call,
+    as cuBLAS's on GPUs; or a fusion of the custom kind, as XNNPACK's on CPU devices), as
+    "A<n>" and "D" in the test."""
     marks = []
-    for line in text[text.index("\nENTRY") :].splitlines():
+    for line in _entry(state, rows, features):
         reduced = re.search(r"= (.*) all-reduce(?:-start)?\(", line)
         if reduced:  # one mark per vector it reduces (XLA may combine them in a tuple)
             marks += [int(n) for n in re.findall(r"f32\[(\d+)\]", reduced.group(1))]

@@ -176,6 +176,8 @@ class FusedChain:
         for step in self.steps:
             if isinstance(step, int):
                 call = next(calls)
+                if call is not self.function_calls[0]:
+                    env = _after_all(env)
                 args = list(xs[:n_args]) if call is self.function_calls[0] else []
                 # A transient cell not written yet is not read here: an empty stand-in.
                 cells = (env[id(c)] if id(c) in env else _unread(c[0]) for c in call.cells)
@@ -258,6 +260,19 @@ def _transient(state: RankState, steps, calls: list[_Call]) -> set[int]:
         else:
             read_first |= {id(v.container.storage) for v in state.shared(step.indices)} - written
     return (handed & written) - read_first
+
+
+def _after_all(env: dict) -> dict:
+    """(Traced) ``env``'s values, once every one of them is computed: a later step reads
+    them after all that the steps before it read. Without this, XLA sees that a
+    parameter's update needs only its own gradient (the slice of the flat vector), not the
+    whole backward pass that still reads the old parameter, and copies each donated
+    parameter and optimizer state before the program starts (ResNet-50 on a CPU device:
+    188 MB per step, 1.3x the step's time)."""
+    import jax
+
+    keys = list(env)
+    return dict(zip(keys, jax.lax.optimization_barrier([env[k] for k in keys]), strict=True))
 
 
 def _unread(value):
