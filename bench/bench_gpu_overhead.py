@@ -26,8 +26,9 @@ mlp
     devices have no allocator figures).
 resnet
     (``--resnet``) ResNet-50 at a reduced size (``--image-size``, ``--resnet-batch``) on
-    one GPU rank: the fused step against the JAX loop of ``jax_resnet.py``
-    (``gpu_check.py``'s resnet check).
+    one GPU rank: ``make_step_function``'s fused step, the one-line training function and
+    the same step as a plain ``pytensor.function(mode="JAX")``, timed in turns, against
+    the JAX loop of ``jax_resnet.py`` (``gpu_check.py``'s resnet check).
 
 Usage::
 
@@ -229,7 +230,7 @@ def part_resnet(args) -> dict:
     import gpu_check
 
     return gpu_check.resnet_figures(
-        1, args.image_size, args.resnet_batch, classes=10, steps=max(3, args.rounds // 2)
+        1, args.image_size, args.resnet_batch, classes=10, steps=max(5, args.rounds), more=True
     )
 
 
@@ -298,8 +299,11 @@ def main(argv=None) -> None:
     if args.resnet:
         r = _child("resnet", args)
         print(
-            f"ResNet-50 {args.image_size} px, {args.resnet_batch} images, 1 rank: synk "
-            f"{r['synk']:.2f}, JAX loop {r['jax']:.2f} samples/s, ratio {r['synk'] / r['jax']:.2f}"
+            f"ResNet-50 {args.image_size} px, {args.resnet_batch} images, 1 rank, samples/s "
+            f"(ratio to the JAX loop): JAX loop {r['jax']:.2f}, make_step_function "
+            f"{r['synk']:.2f} ({r['synk'] / r['jax']:.2f}), one-line synk.function "
+            f"{r['one-line']:.2f} ({r['one-line'] / r['jax']:.2f}), plain JAX-mode "
+            f"pytensor.function {r['pytensor']:.2f} ({r['pytensor'] / r['jax']:.2f})"
         )
 
 

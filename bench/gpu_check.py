@@ -604,10 +604,17 @@ def check_resnet(args) -> tuple[str, str]:
     )
 
 
-def resnet_figures(n_ranks: int | None, size: int, batch: int, classes: int, steps: int) -> dict:
+def resnet_figures(
+    n_ranks: int | None, size: int, batch: int, classes: int, steps: int, more: bool = False
+) -> dict:
     """Samples/s per rank of ResNet-50 on ``batch`` images of ``size`` pixels per rank
-    (``n_ranks`` GPU ranks; None: fork's default): ``{"synk": fused step, "jax": the JAX
-    loop by hand}``, medians of ``steps`` steps."""
+    (``n_ranks`` GPU ranks; None: fork's default): ``{"synk": make_step_function's fused
+    step, "jax": the JAX loop by hand}``, medians of ``steps`` steps. With ``more`` (one
+    rank), also ``"one-line"``: the one-line training function (``synk.function`` with
+    the rule's updates), and ``"pytensor"``: the same step as a plain
+    ``pytensor.function(mode="JAX")``, each timed in turns with the fused step."""
+    import jax
+    import pytensor
     import pytensor.tensor as pt
     import xla_timing
 
@@ -618,31 +625,50 @@ def resnet_figures(n_ranks: int | None, size: int, batch: int, classes: int, ste
     from synkhronos.extensions.lasagne import objectives, updates
     from synkhronos.extensions.train import make_step_function
 
-    n = synk.fork(n_ranks, backend="gpu")
-    try:
+    def model():
         x, y = pt.tensor4("x", dtype="float32"), pt.ivector("y")
         net = resnet50(L.InputLayer((None, 3, size, size), input_var=x), num_classes=classes)
         loss = objectives.categorical_crossentropy(L.get_output(net), y).mean()
-        params = L.get_all_params(net, trainable=True)
+        return [x, y], L.get_all_params(net, trainable=True), loss
+
+    def rule(loss, params):
+        return updates.momentum(loss, params, learning_rate=0.01, momentum=0.9)
+
+    n = synk.fork(n_ranks, backend="gpu")
+    try:
+        inputs, params, loss = model()
         step = make_step_function(
-            loss, params, [x, y], updates.momentum, learning_rate=0.01, momentum=0.9
+            loss, params, inputs, updates.momentum, learning_rate=0.01, momentum=0.9
         )
         rng = np.random.default_rng(0)
         images = synk.data(rng.random((batch * n, 3, size, size), dtype=np.float32))
         labels = synk.data(rng.integers(0, classes, batch * n, dtype=np.int32))
-        step(images, labels)
-        times = []
+        runs = {"synk": lambda: step(images, labels)}
+        if more:
+            inputs, params, loss = model()
+            one_line = synk.function(inputs, loss, updates=rule(loss, params))
+            inputs, params, loss = model()
+            plain = pytensor.function(inputs, loss, updates=rule(loss, params), mode="JAX")
+
+            def run_plain():  # its updates are left running: wait for them
+                plain(images.data, labels.data)
+                jax.block_until_ready([c.storage[0] for c in plain.input_storage])
+
+            runs.update({"one-line": lambda: one_line(images, labels), "pytensor": run_plain})
+        times: dict = {name: [] for name in runs}
+        for run in runs.values():
+            run()
         for _ in range(steps):
-            start = time.perf_counter()
-            step(images, labels)
-            times.append(time.perf_counter() - start)
-        ours = float(np.median(times))
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
         _, theirs = routines.run(
             xla_timing.jax_resnet_seconds, np.array([batch, size, classes]), np.array([steps])
         )[0][0]
     finally:
         synk.close()
-    return {"synk": batch / ours, "jax": batch / theirs}
+    return {"jax": batch / theirs, **{k: batch / float(np.median(t)) for k, t in times.items()}}
 
 
 CHECKS = {  # name: (function, time limit in seconds)

@@ -11,7 +11,6 @@ nothing more (PyTensor's JAX functions kept a compile-time copy of each).
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
@@ -34,15 +33,10 @@ ROWS = 8  # per rank: every rank the same rows, so the step runs fused
 
 @pytest.fixture(scope="module")
 def gpu_ranks():
-    before = os.environ.get(xla.BUCKET_VAR)
-    os.environ[xla.BUCKET_VAR] = BUCKET_MB  # read by every rank as it joins
-    try:
+    with pytest.MonkeyPatch.context() as env:  # read by every rank as it joins
+        env.setenv(xla.BUCKET_VAR, BUCKET_MB)
+        env.setenv(xla.DONATE_VAR, "1")  # as on GPUs: the cells' buffers donated
         n = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu")
-    finally:
-        if before is None:
-            del os.environ[xla.BUCKET_VAR]
-        else:
-            os.environ[xla.BUCKET_VAR] = before
     yield n
     synk.close()
 

@@ -11,13 +11,15 @@ bucket (:data:`~synkhronos.transport.comm.xla.BUCKET_VAR`) runs as one all-reduc
 bucket, each waiting only for the gradients it holds, which XLA can overlap with the rest
 of the backward pass (the schedule: ``tests/test_gpu_step.py``). Shared variables
 pass through the program as its inputs and outputs, updated as each step would update
-them (their old buffers are donated to the new values: updated in place, and deleted),
-and outputs that the communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced
-inside it. What a training function hands between its phases (the spec's ``handover``:
-its gradients, say), which the program writes before it reads it, stays inside the
-program: neither an input nor an output, no buffer held between calls, and no copy
-written out (on one CPU device the MLP step of ``bench/bench_gpu_overhead.py`` took 1.3x
-a ``jax.jit`` step with it as an output). On one rank a collective is the identity.
+them (on GPUs their old buffers are donated to the new values: updated in place, and
+deleted; :data:`~synkhronos.transport.comm.xla.DONATE_VAR`), and outputs that the
+communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced inside it. What a
+training function hands between its phases (the spec's ``handover``: its gradients,
+say), which the program writes before it reads it, stays inside the program: neither an
+input nor an output, no buffer held between calls, and no copy written out (on one CPU
+device the MLP step of ``bench/bench_gpu_overhead.py`` took 1.3x a ``jax.jit`` step with
+it as an output). On one rank a collective is the identity (an all-reduced vector is
+still computed whole, as on several ranks).
 
 Fusion needs the same program on every rank (XLA's collectives pair up operations of one
 program), so the chain runs fused only when every rank's inputs to it (its rows, the
@@ -49,7 +51,9 @@ from synkhronos.transport.protocol import Collective
 from synkhronos.transport.reduction import IN_PLACE_DTYPES
 
 _TRACED = {
-    Collective.ALL_REDUCE: lambda x, op, n, bucket: reduce_buckets_traced(x, op, n, bucket),
+    Collective.ALL_REDUCE: lambda x, op, n, bucket: (
+        reduce_buckets_traced(x, op, n, bucket) if n > 1 else _whole_vector(x)
+    ),
     Collective.BROADCAST: lambda x, op, n, bucket: x if n == 1 else broadcast_traced(x, 0),
 }
 """The collectives a fused chain runs inside its program: ``(value, op, ranks, bucket
@@ -163,9 +167,10 @@ class FusedChain:
             if not isinstance(step, int)
             for v in state.shared(step.indices)
         )
-        # The cells' values are donated: XLA writes the new values over the old ones (the
-        # old arrays are deleted), so parameters and optimizer state are not held twice.
-        self.program = comm.program(self._body, donate=True, buckets=bucketed)
+        # Donated (GPUs): XLA writes the new values over the old ones (the old arrays are
+        # deleted), so parameters and optimizer state are not held twice.
+        self.donate = comm.donate  # this program's, whatever comes later
+        self.program = comm.program(self._body, donate=self.donate, buckets=bucketed)
 
     def _body(self, xs: list) -> list:
         """(Traced) every step on this rank's values: the functions' outputs (reduced
@@ -176,7 +181,7 @@ class FusedChain:
         for step in self.steps:
             if isinstance(step, int):
                 call = next(calls)
-                if call is not self.function_calls[0]:
+                if self.donate and call is not self.function_calls[0]:
                     env = _after_all(env)
                 args = list(xs[:n_args]) if call is self.function_calls[0] else []
                 # A transient cell not written yet is not read here: an empty stand-in.
@@ -264,15 +269,26 @@ def _transient(state: RankState, steps, calls: list[_Call]) -> set[int]:
 
 def _after_all(env: dict) -> dict:
     """(Traced) ``env``'s values, once every one of them is computed: a later step reads
-    them after all that the steps before it read. Without this, XLA sees that a
-    parameter's update needs only its own gradient (the slice of the flat vector), not the
-    whole backward pass that still reads the old parameter, and copies each donated
-    parameter and optimizer state before the program starts (ResNet-50 on a CPU device:
-    188 MB per step, 1.3x the step's time)."""
+    them after all that the steps before it read (where the cells are donated). Without
+    this, XLA sees that a parameter's update needs only its own gradient (the slice of
+    the flat vector), not the whole backward pass that still reads the old parameter, and
+    copies each donated parameter and optimizer state before the program starts
+    (``tests/test_gpu_one_rank.py``). Without donation the update phase may overlap the
+    backward pass instead."""
     import jax
 
     keys = list(env)
     return dict(zip(keys, jax.lax.optimization_barrier([env[k] for k in keys]), strict=True))
+
+
+def _whole_vector(x):
+    """(Traced) One rank's all-reduce of ``x``: ``x``, a vector computed whole, as an
+    all-reduce over several ranks has it. Otherwise XLA computes each piece of a flat
+    gradient twice, once into the vector and once into the update that reads its slice
+    (on a CPU device, undonated: bench/RESULTS.md)."""
+    import jax
+
+    return jax.lax.optimization_barrier(x) if x.ndim == 1 else x
 
 
 def _unread(value):

@@ -89,6 +89,17 @@ On CPU devices buckets are off by default: there gloo's all-reduce runs on the r
 own cores, which the backward pass needs too, and a step took 1.14-1.25x as long with 25 MB
 buckets (bench/RESULTS.md)."""
 
+DONATE_VAR = "SYNK_DONATE"
+"""Whether a fused chain's program gives the old buffers of the shared variables it
+updates to their new values ("1": updated in place, the old arrays deleted) or writes the
+new values into buffers of their own ("0"); read by every rank as it joins (default "1"
+on GPUs, "0" on CPU devices). Donating saves a GPU's memory a second copy of the
+parameters and optimizer state; on CPU devices it costs time: XLA copies each array an
+update rule reads after another update overwrote it (Lasagne's momentum reads the old
+parameter for the new velocity), and the update phase waits for the whole backward pass
+(:mod:`synkhronos.rank.fused_chain`) instead of overlapping it on the other cores
+(bench/RESULTS.md)."""
+
 AXIS = "ranks"  # the mesh axis: one device per rank
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's results
 ERROR_GRACE_S = 1.0  # how long a failed program waits for a dead peer to show as dead
@@ -175,12 +186,11 @@ def reduce_traced(x, op: str, n_ranks: int):
 def reduce_buckets_traced(x, op: str, n_ranks: int, bucket_bytes: int):
     """(Traced) :func:`reduce_traced` of ``x``, a vector longer than ``bucket_bytes`` in
     pieces of that size, each its own all-reduce, concatenated: element by element the
-    same reduction. Other arrays, and ``bucket_bytes`` 0, in one all-reduce; on one rank
-    ``x`` itself."""
+    same reduction. Other arrays, and ``bucket_bytes`` 0, in one all-reduce."""
     import jax.numpy as jnp
 
     step = bucket_bytes // x.dtype.itemsize
-    if x.ndim != 1 or step <= 0 or x.shape[0] <= step or n_ranks == 1:
+    if x.ndim != 1 or step <= 0 or x.shape[0] <= step:
         return reduce_traced(x, op, n_ranks)
     pieces = [reduce_traced(x[i : i + step], op, n_ranks) for i in range(0, x.shape[0], step)]
     return jnp.concatenate(pieces)
@@ -200,6 +210,21 @@ def bucket_bytes_from_env(platform: str = "gpu") -> int:
     if not megabytes >= 0:
         raise ValueError(f"{BUCKET_VAR}={text!r}: a number of megabytes, at least 0")
     return int(megabytes * 1e6)
+
+
+def donate_from_env(platform: str = "gpu") -> bool:
+    """:data:`DONATE_VAR`; where unset, True on GPUs and False on CPU devices (``platform``
+    "cpu").
+
+    Raises
+    ------
+    ValueError
+        If the variable is not "0" or "1".
+    """
+    text = os.environ.get(DONATE_VAR, "").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(f"{DONATE_VAR}={text!r}: 1 (donate) or 0")
+    return text == "1" if text else platform != "cpu"
 
 
 def broadcast_traced(x, root: int):
@@ -277,10 +302,14 @@ class XlaCommunicator(ShmCommunicator):
     bucket_bytes : int
         The size of a fused step's all-reduce buckets (see the module docstring), from
         :data:`BUCKET_VAR` as this rank joined (:func:`bucket_bytes_from_env`); 0: none.
+    donate : bool
+        Whether fused chains built from now on donate their cells' buffers, from
+        :data:`DONATE_VAR` as this rank joined (:func:`donate_from_env`).
     """
 
     span: Span | None = None
     bucket_bytes = 0
+    donate = False
     mesh = None
     sharding: Any = None  # a jax.sharding.Sharding once started
     _config = None  # JAX's settings before start() changed them
@@ -348,6 +377,7 @@ class XlaCommunicator(ShmCommunicator):
         self.device = jax.local_devices()[0]
         # Every rank joins with the environment fork gave it: the same buckets everywhere.
         self.bucket_bytes = bucket_bytes_from_env(self.device.platform)
+        self.donate = donate_from_env(self.device.platform)
         # One rank: its device's own arrays, which a program of one device may take as
         # the mesh's (JAX's C++ dispatch takes an argument only of the sharding compiled).
         self.alone = n_ranks == 1
@@ -660,11 +690,13 @@ __all__ = [
     "BUCKET_MB",
     "BUCKET_VAR",
     "COORDINATOR_VAR",
+    "DONATE_VAR",
     "Span",
     "XlaCommunicator",
     "broadcast_traced",
     "check_not_leaving",
     "bucket_bytes_from_env",
+    "donate_from_env",
     "free_address",
     "reduce_buckets_traced",
     "reduce_traced",
