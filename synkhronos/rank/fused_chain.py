@@ -18,8 +18,8 @@ training function hands between its phases (the spec's ``handover``: its gradien
 say), which the program writes before it reads it, stays inside the program: neither an
 input nor an output, no buffer held between calls, and no copy written out (on one CPU
 device the MLP step of ``bench/bench_gpu_overhead.py`` took 1.3x a ``jax.jit`` step with
-it as an output). On one rank a collective is the identity (an all-reduced vector is
-still computed whole, as on several ranks).
+it as an output). On one rank a broadcast is the identity, and an all-reduce still
+computes its arrays whole, as on several ranks.
 
 Fusion needs the same program on every rank (XLA's collectives pair up operations of one
 program), so the chain runs fused only when every rank's inputs to it (its rows, the
@@ -42,6 +42,7 @@ from synkhronos.rank.outputs import host_outputs
 from synkhronos.rank.state import RankState, bare_plan, share_of
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.comm.xla import (
+    AXIS,
     XlaCommunicator,
     broadcast_traced,
     reduce_buckets_traced,
@@ -52,7 +53,7 @@ from synkhronos.transport.reduction import IN_PLACE_DTYPES
 
 _TRACED = {
     Collective.ALL_REDUCE: lambda x, op, n, bucket: (
-        reduce_buckets_traced(x, op, n, bucket) if n > 1 else _whole_vector(x)
+        reduce_buckets_traced(x, op, n, bucket) if n > 1 else _one_rank_all_reduce(x)
     ),
     Collective.BROADCAST: lambda x, op, n, bucket: x if n == 1 else broadcast_traced(x, 0),
 }
@@ -281,14 +282,19 @@ def _after_all(env: dict) -> dict:
     return dict(zip(keys, jax.lax.optimization_barrier([env[k] for k in keys]), strict=True))
 
 
-def _whole_vector(x):
-    """(Traced) One rank's all-reduce of ``x``: ``x``, a vector computed whole, as an
-    all-reduce over several ranks has it. Otherwise XLA computes each piece of a flat
-    gradient twice, once into the vector and once into the update that reads its slice
-    (on a CPU device, undonated: bench/RESULTS.md)."""
-    import jax
+def _one_rank_all_reduce(x):
+    """(Traced) An all-reduce of ``x`` on one rank: ``x``, computed whole into a buffer of
+    its own, as on several ranks. As the identity, XLA fused each convolution filter's
+    gradient's last layout change (a transpose) into every update that reads it, each
+    then reading it in strides (Lasagne's momentum: twice), and computed a flat gradient
+    twice, once into the vector and once into the update that reads its slice
+    (bench/RESULTS.md). A vector or matrix is kept as computed (an optimization barrier);
+    an array of more dimensions goes through XLA's all-reduce over the mesh of one
+    device, which writes it in its own layout (a barrier keeps the transposed one; for a
+    matrix the all-reduce was a copy the MLP step paid for)."""
+    from jax import lax
 
-    return jax.lax.optimization_barrier(x) if x.ndim == 1 else x
+    return lax.psum(x, AXIS) if x.ndim > 2 else lax.optimization_barrier(x)
 
 
 def _unread(value):
