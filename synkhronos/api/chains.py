@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,7 @@ class _KeptCall:
 
     __slots__ = ("_count", "_kinds", "_rows", "function", "fused", "weights")
 
-    def __init__(self, function: Function, kinds: list, rows: tuple, count: int, ran: tuple):
+    def __init__(self, function: Function, kinds: list, rows: list, count: int, ran: tuple):
         self.function, self._kinds, self._rows, self._count = function, kinds, rows, count
         self.fused, self.weights = ran
 
@@ -106,9 +107,8 @@ class _KeptCall:
         None where a call like it could not skip the plan."""
         if ran is None or current_nodes().n_global > 1 or function._spec.sliceable:
             return None
-        rows = (
-            (plan.bcast[-1],) if plan.bcast_kinds.size and plan.bcast_kinds[-1] == Arg.ROWS else ()
-        )
+        counts_rows = plan.bcast_kinds.size and plan.bcast_kinds[-1] == Arg.ROWS
+        rows = [plan.bcast[-1]] if counts_rows else []  # a training function's row count
         n = len(plan.scatter)
         # A training function's hidden scattered input (its rows' positions) is no argument.
         if len(args) != n + len(plan.bcast) - len(rows):
@@ -140,6 +140,8 @@ class _KeptCall:
                 values.append(a.data)
             else:
                 return None
+        if len(args) == len(self._kinds):  # no broadcast input but the row count
+            return values + self._rows
         bcast, _ = self.function._broadcast((*args[len(self._kinds) :], *self._rows))
         values += [b.data if isinstance(b, Data) else b for b in bcast]
         return values
@@ -266,11 +268,9 @@ class Chain:
             first = self._members[0][0]
             if kwargs:
                 args = first._by_name(args, kwargs)
-            kept = self._kept if plain and session.timeline_path is None else None
-            if kept is not None:
-                values = kept.arguments(args)
-                if values is not None:
-                    return self._call_kept(session, kept, values)
+            outputs = self._call_kept(session, args) if plain else None
+            if outputs is not None:
+                return outputs
             plan = first._plan(
                 session, args, batch, batch_s, num_slices, output_subset, self._every_rank_rows
             )
@@ -279,18 +279,26 @@ class Chain:
         elif args or kwargs:
             raise TypeError("this chain has no function to take arguments")
         state = session.state
-        results = self._executed(
-            session,
-            arrays,
-            lambda: run_steps(state, self._steps, plan, lambda d: d.data, self._fuse),
-        )
+
+        def local() -> tuple[list, tuple | None]:
+            results = run_steps(state, self._steps, plan, lambda d: d.data, self._fuse)
+            return results, state.last_fused  # the program this call ran as, if it did
+
+        results, ran = self._executed(session, arrays, local)
         if plain and plan is not None:
-            self._kept = _KeptCall.of(self._functions[0], args, plan, state.last_fused)
+            self._kept = _KeptCall.of(self._functions[0], args, plan, ran)
         return self._outputs(session, plan, results, output_subset)
 
-    def _call_kept(self, session, kept: _KeptCall, values: list) -> list:
-        """A call like the kept one (:class:`_KeptCall`), its program's arguments
-        ``values``: straight to the program."""
+    def _call_kept(self, session, args: tuple) -> list | None:
+        """A call with no option like the kept one (:class:`_KeptCall`), straight to its
+        program: its outputs; None where the call is not like it (or a timeline records
+        the call's steps)."""
+        kept = self._kept
+        if kept is None or session.timeline_path is not None:
+            return None
+        values = kept.arguments(args)
+        if values is None:
+            return None
         fused, weights, state = kept.fused, kept.weights, session.state
 
         def local() -> list:
@@ -299,7 +307,7 @@ class Chain:
 
         return self._outputs(session, None, self._executed(session, [self._table], local), None)
 
-    def _executed(self, session, arrays: list, local) -> list:
+    def _executed(self, session, arrays: list, local) -> Any:
         """The command run (:meth:`Session.execute
         <synkhronos.session.launch.Session.execute>`), with what a call does around it."""
         send_changes(session, self._reads)
