@@ -269,3 +269,54 @@ def test_one_gpu_ranks_training_calls_like_the_last_equal_plain_pytensor(rng, mo
         assert len(planned) == 8
     finally:
         synk.close()
+
+
+@pytest.mark.gpu
+def test_one_gpu_ranks_chain_calls_like_the_last_equal_plain_pytensor(rng, monkeypatch):
+    """A chain of functions and a collective on one GPU rank, called like its last call,
+    goes straight to its program: its outputs (reduced and gathered) and the shared
+    variables after each call are plain PyTensor's, between a shared variable set and
+    arguments of other shapes."""
+    pytest.importorskip("jax")
+    from synkhronos.api.functions import Function
+
+    planned = []
+    plan = Function._plan
+    monkeypatch.setattr(Function, "_plan", lambda f, *a: planned.append(f) or plan(f, *a))
+    synk.fork(1, backend="gpu")
+    try:
+        float_x = pytensor.config.floatX
+        x = pt.matrix("x", dtype=float_x)
+        w0 = rng.normal(size=3).astype(float_x)
+        w, g = pytensor.shared(w0.copy(), name="w"), pytensor.shared(np.zeros(3, float_x), "g")
+        cost = ((x @ w) ** 2).sum()
+        grad = synk.function(
+            [x], [(cost, "sum"), (x @ w, "gather")], updates=[(g, pytensor.grad(cost, w))]
+        )
+        move = synk.function([], updates=[(w, w - 0.01 * g)])
+        step = synk.chain(grad, ("all_reduce", g, "sum"), move)
+        w_r = pytensor.shared(w0.copy())
+        cost_r = ((x @ w_r) ** 2).sum()
+        ref = pytensor.function(
+            [x], [cost_r, x @ w_r], updates=[(w_r, w_r - 0.01 * pytensor.grad(cost_r, w_r))]
+        )
+
+        def check(xv):
+            (got, _), want = step(xv), ref(np.asarray(xv))
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-5)
+            np.testing.assert_allclose(w.get_value(), w_r.get_value(), rtol=2e-5, atol=1e-6)
+
+        xs = rng.normal(size=(30, 3)).astype(float_x)
+        check(xs[:10])
+        check(xs[10:20])
+        check(xs[20:])
+        assert len(planned) == 1
+        w.set_value(w0)
+        w_r.set_value(w0)
+        check(xs[:10])
+        check(xs[:13])  # another length: planned
+        check(xs[13:26])
+        assert len(planned) == 2
+    finally:
+        synk.close()
