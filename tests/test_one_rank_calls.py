@@ -92,6 +92,15 @@ def test_calls_like_the_last_equal_plain_pytensor(backend, n_ranks, rng):
         check(xd, kd)
         for _ in range(2):  # numpy arrays: the function's scratch Data, then a call like it
             check(rng.normal(size=(5, 3)).astype(dtype), kd)
+        kept, scratch = f._last, f._scratch[0].data.copy()
+        check(rng.normal(size=(5, 3)).astype(dtype), kd)
+        assert f._last is kept
+        if n_ranks == 1:  # taken as it is, not copied into the scratch Data
+            np.testing.assert_array_equal(f._scratch[0].data, scratch)
+        check(rng.normal(size=(5, 6)).astype(dtype)[:, ::2], kd)  # not C-contiguous: copied
+        check(rng.normal(size=(5, 3)).astype("float16"), kd)  # another dtype: cast
+        check(rng.normal(size=(8, 3)).astype(dtype), kd)  # another length: planned
+        check(rng.normal(size=(8, 3)).astype(dtype), kd)
     finally:
         synk.close()
 
@@ -177,3 +186,132 @@ def test_one_gpu_ranks_training_step_runs_on_its_devices_own_arrays(rng, monkeyp
     np.testing.assert_allclose(losses, expected, rtol=2e-5)
     for got, p in zip(trained, params, strict=True):  # Adam: a near-0 gradient's m / sqrt(v)
         np.testing.assert_allclose(got, p.get_value(), rtol=2e-5, atol=1e-5)  # is float32 noise
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """One GPU rank, and the list of the Functions planned (``Function._plan``) while it runs."""
+    pytest.importorskip("jax")
+    from synkhronos.api.functions import Function
+
+    made: list = []
+    plan = Function._plan
+    monkeypatch.setattr(Function, "_plan", lambda f, *a: made.append(f) or plan(f, *a))
+    synk.fork(1, backend="gpu")
+    yield made
+    synk.close()
+
+
+@pytest.mark.gpu
+def test_one_gpu_ranks_training_calls_like_the_last_equal_plain_pytensor(rng, planned):
+    """On one GPU rank a training step called like its last call (no option, numpy rows of
+    the same shapes and dtypes, or the same Data of the same layouts) goes straight to its
+    fused program, unplanned (``Chain._call_kept``); between such calls a shared variable
+    set, another learning rate (a broadcast input), another batch size, Data for numpy
+    rows and back, a Data changed in place or set to another length, an option, rows of
+    another dtype and arguments by name: each call's outputs and the parameters after it
+    are plain PyTensor's."""
+    from synkhronos.extensions.lasagne import updates
+    from synkhronos.transport import shared_arrays
+    from tests.test_gpu_step import _model
+
+    float_x = pytensor.config.floatX  # float32 on GPU ranks
+    lr = pt.scalar("lr", dtype=float_x)
+    (x, y), params, loss = _model(float_x)
+    outputs = [loss, (x.sum(), "sum")]
+    step = synk.function([x, y], outputs, bcast_inputs=[lr], updates=updates.adam(loss, params, lr))
+    (x_r, y_r), params_r, loss_r = _model(float_x)
+    ref = pytensor.function(
+        [x_r, y_r, lr], [loss_r, x_r.sum()], updates=updates.adam(loss_r, params_r, lr)
+    )
+    xs = rng.normal(size=(40, 20)).astype(float_x)
+    ys = rng.normal(size=40).astype(float_x)
+
+    def check(xv, yv, rate=0.02, **options):
+        got = step(xv, yv, rate, **options)
+        values = [np.asarray(a)[options.get("batch", slice(None))] for a in (xv, yv)]
+        want = ref(*values, rate)
+        want = want[0] if options.get("output_subset") == [0] else want
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+        for p, p_r in zip(params, params_r, strict=True):
+            np.testing.assert_allclose(p.get_value(), p_r.get_value(), rtol=2e-5, atol=1e-5)
+
+    check(xs[:16], ys[:16])
+    assert len(planned) == 1
+    check(xs[16:32], ys[16:32])  # like the last: unplanned
+    check(xs[:16], ys[:16], 0.005)  # another learning rate
+    p0 = rng.normal(size=params[0].get_value().shape).astype(float_x)
+    params[0].set_value(p0)
+    params_r[0].set_value(p0)
+    check(xs[16:32], ys[16:32])
+    for i in range(3):  # Data released meanwhile: no worker to tell
+        synk.data(np.zeros(3)).free_memory()
+        check(xs[i : i + 16], ys[i : i + 16])
+    assert len(planned) == 1 and shared_arrays.released_ids == []
+    check(xs[:11], ys[:11])  # another batch size: planned, then kept
+    check(xs[11:22], ys[11:22])
+    assert len(planned) == 2
+    xd, yd = synk.data(xs[:11]), synk.data(ys[:11])
+    check(xd, yd)
+    check(xd, yd)
+    xd.data[:] = xs[20:31]  # in place, the same layout
+    check(xd, yd)
+    assert len(planned) == 3
+    xd.set_value(xs[:20])
+    yd.set_value(ys[:20])
+    check(xd, yd)  # another layout: planned
+    check(xs[:20], ys[:20])  # numpy again: planned, then kept
+    check(xs[20:], ys[20:])
+    assert len(planned) == 5
+    check(xs[:20], ys[:20], output_subset=[0])
+    check(xd, yd, batch=slice(2, 18))
+    check(xs[20:], ys[20:])
+    assert len(planned) == 7
+    with pytest.raises(TypeError, match="lose precision"):
+        step(xs[:20].astype("float64"), ys[:20], 0.02)
+    check(xs[:20], ys[:20])
+    assert len(planned) == 8
+    got = step(y=ys[20:], x=xs[20:], lr=0.01)  # by name
+    np.testing.assert_allclose(got, ref(xs[20:], ys[20:], 0.01), rtol=2e-5, atol=1e-5)
+    assert len(planned) == 8
+
+
+@pytest.mark.gpu
+def test_one_gpu_ranks_chain_calls_like_the_last_equal_plain_pytensor(rng, planned):
+    """A chain of functions and a collective on one GPU rank, called like its last call,
+    goes straight to its program: its outputs (reduced and gathered) and the shared
+    variables after each call are plain PyTensor's, between a shared variable set and
+    arguments of other shapes."""
+    float_x = pytensor.config.floatX
+    x = pt.matrix("x", dtype=float_x)
+    w0 = rng.normal(size=3).astype(float_x)
+    w, g = pytensor.shared(w0.copy(), name="w"), pytensor.shared(np.zeros(3, float_x), "g")
+    cost = ((x @ w) ** 2).sum()
+    grad = synk.function(
+        [x], [(cost, "sum"), (x @ w, "gather")], updates=[(g, pytensor.grad(cost, w))]
+    )
+    move = synk.function([], updates=[(w, w - 0.01 * g)])
+    step = synk.chain(grad, ("all_reduce", g, "sum"), move)
+    w_r = pytensor.shared(w0.copy())
+    cost_r = ((x @ w_r) ** 2).sum()
+    ref = pytensor.function(
+        [x], [cost_r, x @ w_r], updates=[(w_r, w_r - 0.01 * pytensor.grad(cost_r, w_r))]
+    )
+
+    def check(xv):
+        (got, _), want = step(xv), ref(np.asarray(xv))
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-5)
+        np.testing.assert_allclose(w.get_value(), w_r.get_value(), rtol=2e-5, atol=1e-6)
+
+    xs = rng.normal(size=(30, 3)).astype(float_x)
+    check(xs[:10])
+    check(xs[10:20])
+    check(xs[20:])
+    assert len(planned) == 1
+    w.set_value(w0)
+    w_r.set_value(w0)
+    check(xs[:10])
+    check(xs[:13])  # another length: planned
+    check(xs[13:26])
+    assert len(planned) == 2

@@ -12,7 +12,9 @@ the shared variables the ranks may now disagree on.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from synkhronos.rank.chain_part import (
     CHAINABLE,
     CollectiveStep,
     encode_table,
+    fused_notes,
     held_updates,
     run_steps,
 )
@@ -29,8 +32,10 @@ from synkhronos.rank.outputs import collect_outputs
 from synkhronos.session import launch
 from synkhronos.transport.channel import check_count
 from synkhronos.transport.nodes import abort_on_error
-from synkhronos.transport.protocol import Command
+from synkhronos.transport.nodes import current as current_nodes
+from synkhronos.transport.protocol import Arg, Command
 from synkhronos.transport.reduction import check_collective_op
+from synkhronos.transport.shared_arrays import Data
 
 
 def _split_reply(arrays: list[np.ndarray], n_functions: int) -> list[list[np.ndarray]]:
@@ -75,6 +80,73 @@ def _watched(functions: list, written: dict, handed: set[int]) -> tuple[list, li
     )
 
 
+class _KeptCall:
+    """A chain's last call, kept for a call like it where rank 0 is the only rank of the
+    only node and the call ran as one program (:mod:`synkhronos.rank.fused_chain`): no
+    option, and scattered inputs of the same kinds, numpy arrays of the same shapes and
+    dtypes (the inputs' own) or the same ``Data`` of the same layouts, each of the
+    call's row count. Such a call passes the same checks and has the same rows; it goes
+    straight to the program, its arrays passed as they are (the program's call puts
+    them on the device, as a ``jax.jit`` function's does), not copied into the first
+    function's scratch ``Data`` first, and without a plan. Its broadcast inputs are
+    checked as a call checks them (:meth:`Function._broadcast
+    <synkhronos.api.functions.Function._broadcast>`). Weak references name the Data, so
+    that keeping the call keeps none alive."""
+
+    __slots__ = ("_count", "_kinds", "_rows", "function", "fused", "weights")
+
+    def __init__(self, function: Function, kinds: list, rows: list, count: int, ran: tuple):
+        self.function, self._kinds, self._rows, self._count = function, kinds, rows, count
+        self.fused, self.weights = ran
+
+    @classmethod
+    def of(cls, function: Function, args: tuple, plan, ran: tuple | None) -> _KeptCall | None:
+        """The kept call of a plain call with ``args`` planned as ``plan`` (the chain's
+        first Function's), ``ran``: the program it ran as, with its weights
+        (:attr:`RankState.last_fused <synkhronos.rank.state.RankState.last_fused>`);
+        None where a call like it could not skip the plan."""
+        if ran is None or current_nodes().n_global > 1 or function._spec.sliceable:
+            return None
+        counts_rows = plan.bcast_kinds.size and plan.bcast_kinds[-1] == Arg.ROWS
+        rows = [plan.bcast[-1]] if counts_rows else []  # a training function's row count
+        n = len(plan.scatter)
+        # A training function's hidden scattered input (its rows' positions) is no argument.
+        if len(args) != n + len(plan.bcast) - len(rows):
+            return None
+        length = ran[1][0]  # one rank's rows: the whole selection
+        kinds: list = []
+        for a, d in zip(args[:n], plan.scatter, strict=True):
+            if type(a) is np.ndarray and a.dtype == d.dtype and len(a) == length:
+                kinds.append((None, (a.shape, a.dtype)))
+            elif a is d and len(d) == length:
+                kinds.append((weakref.ref(d), d.layout))
+            else:
+                return None
+        return cls(function, kinds, rows, len(args), ran)
+
+    def arguments(self, args: tuple) -> list | None:
+        """The program's arguments for a call with ``args``, or None where the call is
+        not like the kept one."""
+        if len(args) != self._count:
+            return None
+        values = []
+        # A loop, not all() of a generator: these are most of the call's own checks.
+        for a, (ref, layout) in zip(args, self._kinds, strict=False):  # the scattered
+            if type(a) is np.ndarray:
+                if ref is not None or (a.shape, a.dtype) != layout:
+                    return None
+                values.append(a)
+            elif ref is not None and ref() is a and a.layout == layout:
+                values.append(a.data)
+            else:
+                return None
+        if len(args) == len(self._kinds):  # no broadcast input but the row count
+            return values + self._rows
+        bcast, _ = self.function._broadcast((*args[len(self._kinds) :], *self._rows))
+        values += [b.data if isinstance(b, Data) else b for b in bcast]
+        return values
+
+
 class Chain:
     """Functions and collectives run on every rank by one command; build it with
     :func:`chain`."""
@@ -117,6 +189,7 @@ class Chain:
         )
         self._steps, self._functions = steps, functions
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
+        self._kept: _KeptCall | None = None
         self._table = encode_table(steps, fuse)
         self._written = written  # by id()
         handed = {id(v) for f in functions for v in f._handover}
@@ -189,11 +262,15 @@ class Chain:
             raise RuntimeError("this chain was built before the last synk.fork(); build it again")
         if any(not f._shipped for f in self._functions):
             session.distribute()
+        plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
         plan, arrays = None, [self._table]
         if self._members:
             first = self._members[0][0]
             if kwargs:
                 args = first._by_name(args, kwargs)
+            outputs = self._call_kept(session, args) if plain else None
+            if outputs is not None:
+                return outputs
             plan = first._plan(
                 session, args, batch, batch_s, num_slices, output_subset, self._every_rank_rows
             )
@@ -201,21 +278,52 @@ class Chain:
                 arrays += plan.encode()
         elif args or kwargs:
             raise TypeError("this chain has no function to take arguments")
+        state = session.state
+
+        def local() -> tuple[list, tuple | None]:
+            results = run_steps(state, self._steps, plan, lambda d: d.data, self._fuse)
+            return results, state.last_fused  # the program this call ran as, if it did
+
+        results, ran = self._executed(session, arrays, local)
+        if plain and plan is not None:
+            self._kept = _KeptCall.of(self._functions[0], args, plan, ran)
+        return self._outputs(session, plan, results, output_subset)
+
+    def _call_kept(self, session, args: tuple) -> list | None:
+        """A call with no option like the kept one (:class:`_KeptCall`), straight to its
+        program: its outputs; None where the call is not like it (or a timeline records
+        the call's steps)."""
+        kept = self._kept
+        if kept is None or session.timeline_path is not None:
+            return None
+        values = kept.arguments(args)
+        if values is None:
+            return None
+        fused, weights, state = kept.fused, kept.weights, session.state
+
+        def local() -> list:
+            with fused_notes(state):
+                return fused.run(fused.inputs(values), weights)
+
+        return self._outputs(session, None, self._executed(session, [self._table], local), None)
+
+    def _executed(self, session, arrays: list, local) -> Any:
+        """The command run (:meth:`Session.execute
+        <synkhronos.session.launch.Session.execute>`), with what a call does around it."""
         send_changes(session, self._reads)
         try:
-            results = session.execute(
-                Command.CHAIN,
-                arrays,
-                lambda: run_steps(session.state, self._steps, plan, lambda d: d.data, self._fuse),
-            )
+            results = session.execute(Command.CHAIN, arrays, local)
         except Exception as error:
             if self._may_differ:
                 error.add_note(self._may_differ)
             raise
-        session.agreed.agree(self._leaves)  # as the call left them
+        # The records decide what send_changes broadcasts, which is nothing where rank 0
+        # is the only rank of the only node.
+        if current_nodes().n_global > 1:
+            session.agreed.agree(self._leaves)  # as the call left them
         if not self._written.keys().isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
-        return self._outputs(session, plan, results, output_subset)
+        return results
 
     def _outputs(self, session, plan, results: list, output_subset) -> list:
         """Per synkhronos function of the chain, what calling it alone would return."""

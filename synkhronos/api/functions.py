@@ -463,33 +463,61 @@ class _LastCall:
     layouts (:attr:`Data.layout <synkhronos.transport.shared_arrays.Data.layout>`),
     and no option (``batch``, ``batch_s``, ``num_slices``, ``output_subset``). Such a call
     passes the same checks and has the same plan, so the message to the workers and rank
-    0's share of it (its :class:`~synkhronos.rank.compiled.Piece`) are reused. Weak
-    references name the Data, so that keeping the call keeps none alive; rank 0's views
-    of them are taken anew at each call."""
+    0's share of it (its :class:`~synkhronos.rank.compiled.Piece`) are reused. Where rank
+    0 is the only rank (``alone``), a numpy array of the scratch Data's shape and dtype
+    (C-contiguous and aligned, as the scratch is) passes those checks too, and is taken
+    as it is: no worker reads the scratch. Weak references name the Data, so that
+    keeping the call keeps none alive; rank 0's views of them are taken anew at each
+    call."""
 
-    __slots__ = ("_layouts", "_n", "_refs", "alone", "arrays", "fn", "piece", "subset")
+    __slots__ = ("_host", "_layouts", "_n", "_refs", "alone", "arrays", "fn", "piece", "subset")
 
-    def __init__(self, args: tuple, arrays, fn, piece, subset: list[int], n_scattered: int):
+    def __init__(
+        self,
+        args: tuple,
+        arrays,
+        fn,
+        piece,
+        subset: list[int],
+        n_scattered: int,
+        alone: bool = False,
+        scratch: dict | None = None,
+    ):
         self._refs = [weakref.ref(a) for a in args]
         self._layouts = [a.layout for a in args]
         self.arrays, self.fn, self.piece, self.subset = arrays, fn, piece, subset
         self._n = n_scattered
-        self.alone = False  # whether rank 0 is the only rank (Function._call_alone)
+        self.alone = alone  # whether rank 0 is the only rank (Function._call_alone)
+        # Per argument, the (shape, dtype) of a numpy array taken in its place, where the
+        # argument is the function's scratch Data (``scratch``, by input) and rank 0 alone.
+        own = [scratch.get(i) if alone and scratch else None for i in range(len(args))]
+        self._host = [
+            (d.shape, d.dtype) if d is not None and a is d and not d.minibatch else None
+            for a, d in zip(args, own, strict=True)
+        ]
 
     def matches(self, args: tuple) -> bool:
-        """Whether ``args`` are the kept call's Data, of the same layouts."""
+        """Whether ``args`` are the kept call's Data, of the same layouts (or numpy arrays
+        that may take a scratch Data's place)."""
         if len(args) != len(self._refs):
             return False
         # A loop, not all() of a generator: this is most of a tiny call's own checks.
-        for r, a, layout in zip(self._refs, args, self._layouts, strict=True):
-            if not isinstance(a, Data) or a.layout != layout or r() is not a:
+        for r, a, layout, host in zip(self._refs, args, self._layouts, self._host, strict=True):
+            if type(a) is np.ndarray:
+                if host is None or (a.shape, a.dtype) != host:
+                    return False
+                flags = a.flags
+                if not (flags.c_contiguous and flags.aligned):
+                    return False
+            elif not isinstance(a, Data) or a.layout != layout or r() is not a:
                 return False
         return True
 
     def views(self, args: tuple) -> tuple[list, list]:
         """Rank 0's arrays of ``args``: the scattered inputs', the broadcast inputs'."""
         n = self._n
-        return [d.data for d in args[:n]], [d.data for d in args[n:]]
+        scattered = [a if type(a) is np.ndarray else a.data for a in args[:n]]
+        return scattered, [d.data for d in args[n:]]
 
     def run(self, state, args: tuple) -> tuple:
         """Rank 0's share of a call with ``args`` (:func:`~synkhronos.rank.state.run_piece`)."""
@@ -657,8 +685,9 @@ class Function(BaseFunction):
                 )  # fmt: skip
                 alone = session.n_ranks == 1 and current_nodes().n_global == 1
                 alone = alone and piece is not None and not session.verify_every
-                self._last = _LastCall(args, arrays, fn, piece, subset, len(self._spec.inputs))
-                self._last.alone = alone
+                self._last = _LastCall(
+                    args, arrays, fn, piece, subset, len(self._spec.inputs), alone, self._scratch
+                )
                 return self._last.run(state, args)
 
         send_changes(session, self._reads)

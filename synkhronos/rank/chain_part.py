@@ -32,7 +32,9 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,14 +138,10 @@ def run_steps(
     Returns :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host, reduced)`` per function
     step. An exception from a step gets a note naming the step and this rank.
     """
+    state.last_fused = None
     if fuse:
-        try:
+        with fused_notes(state):
             fused = run_fused(state, steps, plan, resolve)
-        except Aborted:
-            raise
-        except BaseException as error:
-            error.add_note(f"in the fused program of a synkhronos chain, on rank {state.rank}")
-            raise
         if fused is not None:
             return fused
     ahead = _queue_ahead(state, steps)
@@ -152,6 +150,19 @@ def run_steps(
     finally:
         for key in ahead:
             state.first_calls.meanwhile.pop(key, None)
+
+
+@contextlib.contextmanager
+def fused_notes(state: RankState) -> Iterator[None]:
+    """An exception (but another rank's abort) in a chain's fused program gets a note
+    naming the program and this rank."""
+    try:
+        yield
+    except Aborted:
+        raise
+    except BaseException as error:
+        error.add_note(f"in the fused program of a synkhronos chain, on rank {state.rank}")
+        raise
 
 
 def _queue_ahead(state: RankState, steps: list[Step]) -> list[tuple]:

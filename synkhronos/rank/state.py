@@ -43,6 +43,9 @@ class RankState:
         self.registry = SharedRegistry()
         self.functions: dict[int, RankFunction] = {}
         self.fused: dict = {}  # chains run as one XLA program (rank.fused_chain), by key
+        # (The only rank) the program the last chained call ran as, with its weights (rows
+        # per function step), or None: a call like it runs it again (api.chains).
+        self.last_fused: tuple | None = None
         self.held: dict = {}  # per chain, what each step's updates leave pending (chain_part)
         # The last call's updates, (shared variable, value) pairs, applied once every rank
         # computed the call (see Session.execute): a call failing on any rank changes none.
