@@ -612,7 +612,8 @@ def resnet_figures(
 ) -> dict:
     """Samples/s per rank of ResNet-50 on ``batch`` images of ``size`` pixels per rank
     (``n_ranks`` GPU ranks; None: fork's default): ``{"synk": make_step_function's fused
-    step, "jax": the JAX loop by hand}``, medians of ``steps`` steps. With ``more`` (one
+    step, "jax": the JAX loop by hand}``, each fed from host memory (numpy rows), medians
+    of ``steps`` steps. With ``more`` (one
     rank), also ``"one-line"``: the one-line training function (``synk.function`` with
     the rule's updates), and ``"pytensor"``: the same step as a plain
     ``pytensor.function(mode="JAX")``, each timed in turns with the fused step."""
@@ -644,8 +645,9 @@ def resnet_figures(
             loss, params, inputs, updates.momentum, learning_rate=0.01, momentum=0.9
         )
         rng = np.random.default_rng(0)
-        images = synk.data(rng.random((batch * n, 3, size, size), dtype=np.float32))
-        labels = synk.data(rng.integers(0, classes, batch * n, dtype=np.int32))
+        # Fed from host memory, as the JAX loop is (xla_timing.jax_resnet_seconds).
+        images = rng.random((batch * n, 3, size, size), dtype=np.float32)
+        labels = rng.integers(0, classes, batch * n, dtype=np.int32)
         runs = {"synk": lambda: step(images, labels)}
         if more and n == 1:
             inputs, params, loss = model()
@@ -654,7 +656,7 @@ def resnet_figures(
             plain = pytensor.function(inputs, loss, updates=rule(loss, params), mode="JAX")
 
             def run_plain():  # its updates are left running: wait for them
-                plain(images.data, labels.data)
+                plain(images, labels)
                 jax.block_until_ready([c.storage[0] for c in plain.input_storage])
 
             runs.update({"one-line": lambda: one_line(images, labels), "pytensor": run_plain})

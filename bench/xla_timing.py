@@ -74,7 +74,9 @@ def all_reduce_seconds(state, size, repeat) -> list[np.ndarray]:
 def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
     """Seconds per step of the hand-written JAX ResNet-50 (``jax_resnet``), trained
     data-parallel over the ranks' devices: ``shape`` is ``(rows per rank, image size,
-    classes)``; ``[first step with compilation, median of steps]``."""
+    classes)``; ``[first step with compilation, median of steps]``. Each step is fed
+    from host memory (its rows, numpy arrays, put on the device in the step's time), as
+    the synkhronos steps of ``gpu_check.resnet_figures`` are."""
     import jax
     import jax_resnet
     from jax.sharding import NamedSharding
@@ -92,16 +94,20 @@ def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
     params = jax.tree.map(lambda a: whole(a, P()), params)
     velocity = jax.tree.map(lambda a: a * 0, params)
     rng = np.random.default_rng(comm.rank)
-    x = whole(jax.device_put(rng.random((rows, 3, size, size), np.float32), comm.device), P(axis))
-    y = whole(jax.device_put(rng.integers(0, classes, rows).astype(np.int32), comm.device), P(axis))
+    host = [rng.random((rows, 3, size, size), np.float32), rng.integers(0, classes, rows)]
+    host[1] = host[1].astype(np.int32)
+
+    def rows_put() -> list:
+        return [whole(jax.device_put(a, comm.device), P(axis)) for a in host]
+
     step = jax_resnet.data_parallel_step(mesh, axis)
     start = time.perf_counter()
-    params, velocity, loss = step(params, velocity, x, y)
+    params, velocity, loss = step(params, velocity, *rows_put())
     jax.block_until_ready(loss)
     first, times = time.perf_counter() - start, []
     for _ in range(int(steps[0])):
         start = time.perf_counter()
-        params, velocity, loss = step(params, velocity, x, y)
+        params, velocity, loss = step(params, velocity, *rows_put())
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - start)
     return [np.array([first, float(np.median(times))])]
