@@ -26,14 +26,14 @@ from tests.test_gpu_step import ROWS, WIDTHS, _entry, _model
 pytest.importorskip("jax")
 
 
-@pytest.fixture(scope="module", params=["1", "0"], ids=["donated", "undonated"])
+@pytest.fixture(scope="module", params=["1", "0", ""], ids=["donated", "undonated", "auto"])
 def one_rank(request):
-    """One GPU rank whose fused chains donate their cells' buffers (as on GPUs) or not
-    (the default on CPU devices); yields whether they do."""
+    """One GPU rank whose fused chains donate their cells' buffers (as on GPUs), or not,
+    or decide each (the default on CPU devices); yields True, False or None."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv(xla.DONATE_VAR, request.param)
         synk.fork(1, backend="gpu")
-    yield request.param == "1"
+    yield {"1": True, "0": False, "": None}[request.param]
     synk.close()
 
 
@@ -54,7 +54,8 @@ def test_one_ranks_fused_step_copies_no_parameter(one_rank, rng, rule):
     """No copy, except where donated buffers meet an update rule that reads a variable
     after another update overwrote it: Lasagne's momentum computes the new velocity from
     the old parameter and the new parameter from the old velocity, so XLA keeps one old
-    copy per parameter."""
+    copy per parameter. Left to decide (CPU devices), a program donates unless its
+    updates read each other so."""
     from synkhronos.extensions import train
     from synkhronos.extensions.lasagne import updates
 
@@ -65,11 +66,12 @@ def test_one_ranks_fused_step_copies_no_parameter(one_rank, rng, rule):
     step = train.make_step_function(loss, params, inputs, getattr(updates, rule), 0.02)
     losses = [float(step(x, y)) for _ in range(2)]
     (reply,) = routines.run(copied_arrays, np.array([ROWS]), np.array([WIDTHS[0]]))
-    copied = len(params) if one_rank and rule == "momentum" else 0
+    donated = rule != "momentum" if one_rank is None else one_rank
+    copied = len(params) if donated and rule == "momentum" else 0
     assert int(reply[0][0]) == copied  # donated sgd, adam: three weights before
     old = params[0].get_value(borrow=True)
     losses.append(float(step(x, y)))
-    assert old.is_deleted() == one_rank  # donated: updated in place; else left valid
+    assert old.is_deleted() == donated  # donated: updated in place; else left valid
     trained = [p.get_value() for p in params]
     inputs, params, loss = _model(float_x)
     plain = pytensor.function(inputs, loss, updates=getattr(updates, rule)(loss, params, 0.02))
@@ -78,9 +80,9 @@ def test_one_ranks_fused_step_copies_no_parameter(one_rank, rng, rule):
         np.testing.assert_allclose(got, p.get_value(), rtol=2e-5, atol=1e-6)
 
 
-def test_donation_is_on_for_gpus_and_off_for_cpu_devices(monkeypatch):
+def test_donation_is_on_for_gpus_and_decided_per_program_on_cpu_devices(monkeypatch):
     monkeypatch.delenv(xla.DONATE_VAR, raising=False)
-    assert xla.donate_from_env("gpu") and not xla.donate_from_env("cpu")
+    assert xla.donate_from_env("gpu") is True and xla.donate_from_env("cpu") is None
     for text, donate in (("1", True), ("0", False), (" 1 ", True)):
         monkeypatch.setenv(xla.DONATE_VAR, text)
         assert xla.donate_from_env("cpu") is donate and xla.donate_from_env("gpu") is donate

@@ -37,6 +37,7 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
+from pytensor.tensor.shape import Shape, Shape_i
 
 from synkhronos.rank.outputs import host_outputs
 from synkhronos.rank.state import RankState, bare_plan, share_of
@@ -172,7 +173,8 @@ class FusedChain:
         )
         # Donated (GPUs): XLA writes the new values over the old ones (the old arrays are
         # deleted), so parameters and optimizer state are not held twice.
-        self.donate = comm.donate  # this program's, whatever comes later
+        # This program's, whatever comes later.
+        self.donate = not reads_overwritten(calls) if comm.donate is None else comm.donate
         self.program = comm.program(self._body, donate=self.donate, buckets=bucketed)
 
     def _body(self, xs: list) -> list:
@@ -255,6 +257,35 @@ class FusedChain:
             host = host_outputs(self.state, call.fn, call.subset, outs, set(call.reduced))
             results.append((weight, host, reduced))
         return results
+
+
+def reads_overwritten(calls: list[_Call]) -> bool:
+    """Whether an update of a function step of ``calls`` reads the old value of another
+    shared variable the step updates (not only its shape, nor through its new value), as
+    Lasagne's momentum computes the new parameter from the old velocity: donated, XLA
+    keeps a copy of that variable (Adam's new parameter reads its moments' new values)."""
+    for call in calls:
+        fgraph = call.compiled.maker.fgraph
+        updates = fgraph.outputs[call.n_out :]
+        new = set(updates)
+        # Per variable of the graph, the cells whose old values it reads, as bits; a new
+        # value passes none on.
+        reads = {v: 1 << k for k, v in enumerate(fgraph.inputs[call.n_args :])}
+        own = {}
+        for node in fgraph.toposort():
+            bits = 0
+            if not isinstance(node.op, Shape | Shape_i):  # a shape reads no values
+                for i in node.inputs:
+                    bits |= reads.get(i, 0)
+            for o in node.outputs:
+                own[o], reads[o] = bits, 0 if o in new else bits
+        cell = {id(c): k for k, c in enumerate(call.cells)}
+        written = {cell[id(c)] for c in call.updates}
+        for c, out in zip(call.updates, updates, strict=True):
+            others = written - {cell[id(c)]}
+            if any(own.get(out, 0) >> k & 1 for k in others):
+                return True
+    return False
 
 
 def _transient(state: RankState, steps, calls: list[_Call]) -> set[int]:
@@ -354,4 +385,4 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
     return fused.run(inputs, weights)
 
 
-__all__ = ["FusedChain", "run_fused"]
+__all__ = ["FusedChain", "reads_overwritten", "run_fused"]

@@ -92,12 +92,12 @@ buckets (bench/RESULTS.md)."""
 DONATE_VAR = "SYNK_DONATE"
 """Whether a fused chain's program gives the old buffers of the shared variables it
 updates to their new values ("1": updated in place, the old arrays deleted) or writes the
-new values into buffers of their own ("0"); read by every rank as it joins (default "1"
-on GPUs, "0" on CPU devices). Donating saves a GPU's memory a second copy of the
-parameters and optimizer state; on CPU devices it costs time: XLA copies each array an
-update rule reads after another update overwrote it (Lasagne's momentum reads the old
-parameter for the new velocity), and the update phase waits for the whole backward pass
-(:mod:`synkhronos.rank.fused_chain`) instead of overlapping it on the other cores
+new values into buffers of their own ("0"); read by every rank as it joins. Unset: "1" on
+GPUs, where donating saves a second copy of the parameters and optimizer state; on CPU
+devices each program decides (:func:`synkhronos.rank.fused_chain.reads_overwritten`): it
+donates unless an update reads the old value of another variable it updates, as
+Lasagne's momentum computes the new parameter from the old velocity, where XLA would
+copy that variable and the update phase could not overlap the backward pass
 (bench/RESULTS.md)."""
 
 AXIS = "ranks"  # the mesh axis: one device per rank
@@ -212,9 +212,9 @@ def bucket_bytes_from_env(platform: str = "gpu") -> int:
     return int(megabytes * 1e6)
 
 
-def donate_from_env(platform: str = "gpu") -> bool:
-    """:data:`DONATE_VAR`; where unset, True on GPUs and False on CPU devices (``platform``
-    "cpu").
+def donate_from_env(platform: str = "gpu") -> bool | None:
+    """:data:`DONATE_VAR`; where unset, True on GPUs and None (each program decides) on
+    CPU devices (``platform`` "cpu").
 
     Raises
     ------
@@ -224,7 +224,9 @@ def donate_from_env(platform: str = "gpu") -> bool:
     text = os.environ.get(DONATE_VAR, "").strip()
     if text not in ("", "0", "1"):
         raise ValueError(f"{DONATE_VAR}={text!r}: 1 (donate) or 0")
-    return text == "1" if text else platform != "cpu"
+    if text:
+        return text == "1"
+    return None if platform == "cpu" else True
 
 
 def broadcast_traced(x, root: int):
@@ -302,14 +304,14 @@ class XlaCommunicator(ShmCommunicator):
     bucket_bytes : int
         The size of a fused step's all-reduce buckets (see the module docstring), from
         :data:`BUCKET_VAR` as this rank joined (:func:`bucket_bytes_from_env`); 0: none.
-    donate : bool
-        Whether fused chains built from now on donate their cells' buffers, from
-        :data:`DONATE_VAR` as this rank joined (:func:`donate_from_env`).
+    donate : bool or None
+        Whether fused chains built from now on donate their cells' buffers (None: each
+        decides), from :data:`DONATE_VAR` as this rank joined (:func:`donate_from_env`).
     """
 
     span: Span | None = None
     bucket_bytes = 0
-    donate = False
+    donate: bool | None = False
     mesh = None
     sharding: Any = None  # a jax.sharding.Sharding once started
     _config = None  # JAX's settings before start() changed them
