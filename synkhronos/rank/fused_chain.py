@@ -11,8 +11,9 @@ bucket (:data:`~synkhronos.transport.comm.xla.BUCKET_VAR`) runs as one all-reduc
 bucket, each waiting only for the gradients it holds, which XLA can overlap with the rest
 of the backward pass (the schedule: ``tests/test_gpu_step.py``). Shared variables
 pass through the program as its inputs and outputs, updated as each step would update
-them (on GPUs their old buffers are donated to the new values: updated in place, and
-deleted; :data:`~synkhronos.transport.comm.xla.DONATE_VAR`), and outputs that the
+them (their old buffers donated to the new values, updated in place and deleted, on
+GPUs; on CPU devices where no update reads another's old value:
+:data:`~synkhronos.transport.comm.xla.DONATE_VAR`), and outputs that the
 communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced inside it. What a
 training function hands between its phases (the spec's ``handover``: its gradients,
 say), which the program writes before it reads it, stays inside the program: neither an
@@ -171,7 +172,7 @@ class FusedChain:
             if not isinstance(step, int)
             for v in state.shared(step.indices)
         )
-        # Donated (GPUs): XLA writes the new values over the old ones (the old arrays are
+        # Donated: XLA writes the new values over the old ones (the old arrays are
         # deleted), so parameters and optimizer state are not held twice.
         # This program's, whatever comes later.
         self.donate = not reads_overwritten(calls) if comm.donate is None else comm.donate
