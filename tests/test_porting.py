@@ -128,6 +128,8 @@ def test_check_reports_what_the_port_lacks_with_its_line():
         "device = theano.config.device\n"
         "layer, relu = L.DenseLayer, theano.tensor.nnet.relu\n"
         "theano.config.floatX = 'float32'\n"
+        "dnn = importlib.import_module('lasagne.layers.dnn')\n"
+        "names = ['theano.tensor.nnet', 'lasagne', 'lasagne.layers.get_output', 'a.b']\n"
     )
     assert [str(gap) for gap in find_gaps(program)] == [
         "3: theano.tensor.nnet.no_such_op: synkhronos.theano.tensor.nnet has no no_such_op",
@@ -135,6 +137,10 @@ def test_check_reports_what_the_port_lacks_with_its_line():
         "5: lasagne.layers.NoSuchLayer: synkhronos.extensions.lasagne.layers has no NoSuchLayer",
         "7: theano.tensor.nnet.no_such_activation: not in the port",
         "8: theano.config.device: not in the port",
+        "11: lasagne.layers.dnn: a module's name in a string, not rewritten: "
+        "synkhronos.extensions.lasagne.layers.dnn",
+        "12: theano.tensor.nnet: a module's name in a string, not rewritten: "
+        "synkhronos.theano.tensor.nnet",
     ]
 
 

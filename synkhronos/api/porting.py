@@ -12,7 +12,8 @@ import X as Y``; Lasagne's likewise under ``synkhronos.extensions``.
 The check imports the port's modules named by the program's imports (their names come
 from the program, so they are imported by name) and reports, with its line, each module,
 ``from X import name`` and attribute chain (``T.nnet.foo``, ``theano.config.device``) that
-the port lacks, before the program runs.
+the port lacks, and each string naming a module of the port (the rewrite leaves strings as
+they are), before the program runs.
 
 >>> print(port_source("import theano.tensor as T  # tensors\\nx = T.matrix()\\n"), end="")
 from synkhronos.theano import tensor as T  # tensors
@@ -244,6 +245,21 @@ def _chain_gap(line: int, original: str, attributes: list[str]) -> Gap | None:
     return None
 
 
+def _string_gap(node: ast.Constant) -> Gap | None:
+    """A string that is the dotted name of a module the port has (``"lasagne.layers.dnn"``
+    given to ``importlib.import_module``): the command rewrites import statements only.
+    Undotted names (``backend = "theano"``) are left alone."""
+    name = node.value
+    if not isinstance(name, str) or "." not in name:
+        return None
+    if not all(part.isidentifier() for part in name.split(".")):
+        return None
+    ported = _ported(name)
+    if ported is None or _import_or_none(ported) is None:
+        return None
+    return Gap(node.lineno, name, f"a module's name in a string, not rewritten: {ported}")
+
+
 def find_gaps(source: str, filename: str = "<source>") -> list[Gap]:
     """The Theano/Lasagne modules and names ``source`` uses that the port does not provide.
 
@@ -258,7 +274,9 @@ def find_gaps(source: str, filename: str = "<source>") -> list[Gap]:
     -------
     list of Gap
         In line order; names reached through an attribute chain are checked while the
-        chain goes through modules, and one step into a non-module.
+        chain goes through modules, and one step into a non-module; strings that name
+        one of the port's modules (``"lasagne.layers"``) are listed too, as the port
+        leaves them as they are.
     """
     tree = _parse(source, filename)
     bound: dict[str, str] = {}
@@ -272,6 +290,10 @@ def find_gaps(source: str, filename: str = "<source>") -> list[Gap]:
                 gap = _chain_gap(node.lineno, bound[chain[0]], chain[1:])
                 if gap:
                     gaps.append(gap)
+        elif isinstance(node, ast.Constant):
+            string_gap = _string_gap(node)
+            if string_gap:
+                gaps.append(string_gap)
     return sorted(set(gaps), key=lambda g: (g.line, g.name))
 
 
