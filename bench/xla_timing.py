@@ -71,19 +71,17 @@ def all_reduce_seconds(state, size, repeat) -> list[np.ndarray]:
     return [np.array([first, best_of(lambda: comm.all_reduce(arrays, "sum"), int(repeat[0]), 5)])]
 
 
-def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
-    """Seconds per step of the hand-written JAX ResNet-50 (``jax_resnet``), trained
-    data-parallel over the ranks' devices: ``shape`` is ``(rows per rank, image size,
-    classes)``; ``[first step with compilation, median of steps]``. Each step is fed
-    from host memory (its rows, numpy arrays, put on the device in the step's time), as
-    the synkhronos steps of ``gpu_check.resnet_figures`` are."""
+def jax_resnet_step(comm, rows: int, size: int, classes: int):
+    """One step of the hand-written JAX ResNet-50 (``jax_resnet``), trained data-parallel
+    over the ranks' devices of ``comm`` (an XLA communicator): a function that runs it on
+    this rank's ``rows`` images and waits for it. Each step is fed from host memory (its
+    rows, numpy arrays, put on the device in the step's time), as the synkhronos steps of
+    ``gpu_check.resnet_figures`` are."""
     import jax
     import jax_resnet
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    comm = state.comm
-    rows, size, classes = (int(v) for v in shape)
     mesh, axis = comm.mesh, comm.mesh.axis_names[0]
 
     def whole(local, spec):  # this rank's part of a global array
@@ -91,24 +89,31 @@ def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
         return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, spec), [local])
 
     params = jax.device_put(jax_resnet.init(jax.random.key(0), classes), comm.device)
-    params = jax.tree.map(lambda a: whole(a, P()), params)
-    velocity = jax.tree.map(lambda a: a * 0, params)
+    state = [jax.tree.map(lambda a: whole(a, P()), params)]
+    state.append(jax.tree.map(lambda a: a * 0, state[0]))
     rng = np.random.default_rng(comm.rank)
     host = [rng.random((rows, 3, size, size), np.float32), rng.integers(0, classes, rows)]
     host[1] = host[1].astype(np.int32)
+    program = jax_resnet.data_parallel_step(mesh, axis)
 
-    def rows_put() -> list:
-        return [whole(jax.device_put(a, comm.device), P(axis)) for a in host]
+    def step() -> None:
+        put = [whole(jax.device_put(a, comm.device), P(axis)) for a in host]
+        state[0], state[1], loss = program(state[0], state[1], *put)
+        jax.block_until_ready(loss)
 
-    step = jax_resnet.data_parallel_step(mesh, axis)
+    return step
+
+
+def jax_resnet_seconds(state, shape, steps) -> list[np.ndarray]:
+    """(A routine) Seconds per step of :func:`jax_resnet_step`: ``shape`` is ``(rows per
+    rank, image size, classes)``; ``[first step with compilation, median of steps]``."""
+    step = jax_resnet_step(state.comm, *(int(v) for v in shape))
     start = time.perf_counter()
-    params, velocity, loss = step(params, velocity, *rows_put())
-    jax.block_until_ready(loss)
+    step()
     first, times = time.perf_counter() - start, []
     for _ in range(int(steps[0])):
         start = time.perf_counter()
-        params, velocity, loss = step(params, velocity, *rows_put())
-        jax.block_until_ready(loss)
+        step()
         times.append(time.perf_counter() - start)
     return [np.array([first, float(np.median(times))])]
 
