@@ -636,15 +636,12 @@ def resnet_figures(
         loss = objectives.categorical_crossentropy(L.get_output(net), y).mean()
         return [x, y], L.get_all_params(net, trainable=True), loss
 
-    def rule(loss, params):
-        return updates.momentum(loss, params, learning_rate=0.01, momentum=0.9)
+    momentum = {"learning_rate": 0.01, "momentum": 0.9}  # as the JAX loop's (jax_resnet.py)
 
     n = synk.fork(n_ranks, backend="gpu")
     try:
         inputs, params, loss = model()
-        step = make_step_function(
-            loss, params, inputs, updates.momentum, learning_rate=0.01, momentum=0.9
-        )
+        step = make_step_function(loss, params, inputs, updates.momentum, **momentum)
         rng = np.random.default_rng(0)
         # Fed from host memory, as the JAX loop is (xla_timing.jax_resnet_seconds).
         images = rng.random((batch * n, 3, size, size), dtype=np.float32)
@@ -652,9 +649,12 @@ def resnet_figures(
         runs = {"synk": lambda: step(images, labels)}
         if more and n == 1:
             inputs, params, loss = model()
-            one_line = synk.function(inputs, loss, updates=rule(loss, params))
+            one_line = synk.function(
+                inputs, loss, updates=updates.momentum(loss, params, **momentum)
+            )
             inputs, params, loss = model()
-            plain = pytensor.function(inputs, loss, updates=rule(loss, params), mode="JAX")
+            rule = updates.momentum(loss, params, **momentum)
+            plain = pytensor.function(inputs, loss, updates=rule, mode="JAX")
 
             def run_plain():  # its updates are left running: wait for them
                 plain(images, labels)

@@ -158,7 +158,6 @@ class FusedChain:
                     (id(v.container.storage), v.container.storage)
                     for v in state.shared(step.indices)
                 )
-        self.alone = comm.alone  # no peer to agree with; host arguments taken as they are
         self._written: list = []  # (weak references to) the cells' values as run() left them
         self._held: dict = {}  # the cells' values as the mesh's arrays (XlaCommunicator.run)
         self.transient = _transient(state, steps, calls)
@@ -172,9 +171,9 @@ class FusedChain:
             if not isinstance(step, int)
             for v in state.shared(step.indices)
         )
-        # Donated: XLA writes the new values over the old ones (the old arrays are
-        # deleted), so parameters and optimizer state are not held twice.
-        # This program's, whatever comes later.
+        # This program's, whatever comes later. Donated, XLA writes the new values over
+        # the old ones (the old arrays are deleted): parameters and optimizer state are
+        # not held twice.
         self.donate = not reads_overwritten(calls) if comm.donate is None else comm.donate
         self.program = comm.program(self._body, donate=self.donate, buckets=bucketed)
 
@@ -219,15 +218,16 @@ class FusedChain:
         import jax
         import jax.numpy as jnp
 
+        alone = self.comm.alone  # host arguments taken as they are
         cells = [c[0] for c in self.cells]
         written = self._written
         if len(written) != len(cells) or any(
             c is not w() for c, w in zip(cells, written, strict=True)
         ):
             cells = self.comm.to_device(cells)  # not all as the last run left them
-        elif self._distinct and self.alone and not any(isinstance(a, jax.Array) for a in args):
+        elif self._distinct and alone and not any(isinstance(a, jax.Array) for a in args):
             return [*args, *cells]  # as the last run left them: none read twice
-        values = [*(args if self.alone else self.comm.to_device(args)), *cells]
+        values = [*(args if alone else self.comm.to_device(args)), *cells]
         seen = {id(v) for v in values[: len(args)]}
         for i in range(len(args), len(values)):
             if id(values[i]) in seen:  # one buffer cannot be donated twice, nor also be read
@@ -370,7 +370,7 @@ def run_fused(state: RankState, steps, plan: CallPlan | None, resolve) -> list[t
         if fused is None:
             fused = state.fused[key] = FusedChain(state, comm, steps, calls)
         inputs = fused.inputs(args)
-        if fused.alone:
+        if comm.alone:  # no peer to agree with
             results = fused.run(inputs, weights)
             state.last_fused = (fused, weights)
             return results
