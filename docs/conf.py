@@ -14,7 +14,9 @@ release = __import__("synkhronos").__version__
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
 
 # GPU/JAX backends are optional; mocking them lets autodoc import every module anywhere.
-autodoc_mock_imports = ["jax"]
+# numpyro too: PyTensor's JAX dispatch imports it where installed, and it does not import
+# over a mocked JAX.
+autodoc_mock_imports = ["jax", "numpyro"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 napoleon_google_docstring = False
