@@ -22,7 +22,7 @@ from synkhronos.api import routines
 from synkhronos.rank.backends import gpu
 from synkhronos.rank.compiled import RankFunction
 from synkhronos.rank.outputs import HOST_BYTES_VAR
-from synkhronos.session import launch
+from synkhronos.session import backend_choice, launch
 from synkhronos.transport.comm import xla
 from synkhronos.transport.comm.xla import XlaCommunicator
 from tests.graphs import check_ops, ops_function, random_xy, record_reduce_ops
@@ -480,18 +480,18 @@ def test_auto_takes_gpus_only_where_jax_may_use_them(monkeypatch, caplog):
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["JAX's CUDA plugin"])
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     with caplog.at_level(logging.WARNING):
-        assert launch.auto_backend()[0] == "cpu"
+        assert backend_choice.auto_backend()[0] == "cpu"
     assert "synkhronos[cuda]" in caplog.text
     caplog.clear()
-    choice, why = launch.auto_backend(deciding=False)  # as `python -m synkhronos check` asks
+    choice, why = backend_choice.auto_backend(deciding=False)  # as `python -m synkhronos check`
     assert choice == "cpu" and "CUDA plugin is missing" in why and not caplog.text
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: [])
-    assert launch.auto_backend()[0] == "gpu"
+    assert backend_choice.auto_backend()[0] == "gpu"
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # JAX told to leave the GPUs alone
-    assert launch.auto_backend()[0] == "cpu"
+    assert backend_choice.auto_backend()[0] == "cpu"
     monkeypatch.delenv("JAX_PLATFORMS")
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
-    assert launch.auto_backend()[0] == "cpu"
+    assert backend_choice.auto_backend()[0] == "cpu"
 
 
 @pytest.fixture
