@@ -23,7 +23,7 @@ from synkhronos.rank.backends import gpu
 from synkhronos.rank.compiled import RankFunction
 from synkhronos.rank.outputs import HOST_BYTES_VAR
 from synkhronos.session import backend_choice, launch
-from synkhronos.transport.comm import xla
+from synkhronos.transport.comm import xla_settings
 from synkhronos.transport.comm.xla import XlaCommunicator
 from tests.graphs import check_ops, ops_function, random_xy, record_reduce_ops
 from tests.test_split_training import assert_extrema_step_exact
@@ -35,7 +35,7 @@ pytest.importorskip("jax")
 def gpu_ranks():
     with pytest.MonkeyPatch.context() as env:
         env.setenv(HOST_BYTES_VAR, "0")  # read at the fork, by every rank
-        env.setenv(xla.DONATE_VAR, "1")  # as on GPUs: fused chains update in place
+        env.setenv(xla_settings.DONATE_VAR, "1")  # as on GPUs: fused chains update in place
         n = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu")
     yield n
     synk.close()
