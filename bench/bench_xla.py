@@ -7,7 +7,8 @@ a diagnostic, not a target (CPU ranks keep the shared-memory communicator).
    against the same chain run step by step; rounds alternate, medians.
 3. With ``--buckets MB ...``: the fused step of a larger MLP (``--bucket-sizes``, Adam)
    whose gradient is all-reduced in buckets of each size (0: one all-reduce), same
-   processes, rounds alternate, medians (``synkhronos.transport.comm.xla.BUCKET_VAR``).
+   processes, rounds alternate, medians
+   (``synkhronos.transport.comm.xla_settings.BUCKET_VAR``).
 
 Run: ``JAX_PLATFORMS=cpu .venv/bin/python bench/bench_xla.py [--ranks 2]``, or
 ``... bench/bench_xla.py --sizes --rows --buckets 0 25 4`` for the buckets alone.

@@ -1,12 +1,12 @@
-"""``python -m synkhronos check`` (and ``sweep``): see :mod:`synkhronos.api.machine_check`;
-``python -m synkhronos timeline``: see :mod:`synkhronos.api.timeline_report`;
-``python -m synkhronos port``: see :mod:`synkhronos.api.porting`."""
+"""``python -m synkhronos check`` (and ``sweep``): see :mod:`synkhronos.tools.machine_check`;
+``python -m synkhronos timeline``: see :mod:`synkhronos.tools.timeline_report`;
+``python -m synkhronos port``: see :mod:`synkhronos.tools.porting`."""
 
 import logging
 import os
 import sys
 
-from synkhronos.api import machine_check, porting, timeline_report
+from synkhronos.tools import machine_check, porting, timeline_report
 
 TOOLS = {"timeline": timeline_report.main, "port": porting.main}  # else machine_check.main
 

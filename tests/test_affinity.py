@@ -6,7 +6,7 @@ import pytest
 
 import synkhronos as synk
 from synkhronos.rank.backends.cpu import XLA_ONE_THREAD
-from synkhronos.session import launch
+from synkhronos.session import launch, placement
 
 CORES = sorted(os.sched_getaffinity(0))
 
@@ -30,19 +30,19 @@ def test_ranks_pinned_to_their_own_cores_and_restored(monkeypatch):
 
 
 def test_no_pinning_when_asked_or_with_more_ranks_than_cores(monkeypatch):
-    assert launch.rank_cores(len(CORES) + 1) is None
+    assert placement.rank_cores(len(CORES) + 1) is None
     monkeypatch.delenv("SYNK_AFFINITY")
-    assert launch.cores_to_pin(1, "cpu") == [CORES]
+    assert placement.cores_to_pin(1, "cpu") == [CORES]
     monkeypatch.setenv("SYNK_AFFINITY", "0")
-    assert launch.cores_to_pin(1, "cpu") is None
+    assert placement.cores_to_pin(1, "cpu") is None
 
 
 def test_xla_gets_one_thread_on_one_core(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    env = launch._worker_env(1, "jax-cpu", None)
+    env = placement.worker_env(1, "jax-cpu", None)
     assert env["XLA_FLAGS"] == XLA_ONE_THREAD
-    assert "XLA_FLAGS" not in launch._worker_env(2, "jax-cpu", None)
+    assert "XLA_FLAGS" not in placement.worker_env(2, "jax-cpu", None)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
-    assert launch._worker_env(1, "jax-cpu", None)["XLA_FLAGS"] == (
+    assert placement.worker_env(1, "jax-cpu", None)["XLA_FLAGS"] == (
         "--xla_cpu_multi_thread_eigen=true"
     )  # the user's choice stands

@@ -8,7 +8,7 @@ import pytest
 
 import synkhronos as synk
 from synkhronos.rank.backends import cpu_choice
-from synkhronos.session import launch
+from synkhronos.session import backend_choice
 
 
 @pytest.fixture
@@ -92,9 +92,9 @@ def test_environment_decides(measured, monkeypatch):
 
 def test_mpi_launcher_keeps_cpu(measured, monkeypatch):
     monkeypatch.setenv("PMI_RANK", "0")
-    assert launch.auto_cpu_backend()[0] == "cpu"
+    assert backend_choice.auto_cpu_backend()[0] == "cpu"
     monkeypatch.setenv(cpu_choice.CHOICE_VAR, "jax-cpu")
-    assert launch.auto_cpu_backend()[0] == "jax-cpu"
+    assert backend_choice.auto_cpu_backend()[0] == "jax-cpu"
     assert measured.runs == []
 
 

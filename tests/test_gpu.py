@@ -22,8 +22,8 @@ from synkhronos.api import routines
 from synkhronos.rank.backends import gpu
 from synkhronos.rank.compiled import RankFunction
 from synkhronos.rank.outputs import HOST_BYTES_VAR
-from synkhronos.session import launch
-from synkhronos.transport.comm import xla
+from synkhronos.session import backend_choice, launch
+from synkhronos.transport.comm import xla_settings
 from synkhronos.transport.comm.xla import XlaCommunicator
 from tests.graphs import check_ops, ops_function, random_xy, record_reduce_ops
 from tests.test_split_training import assert_extrema_step_exact
@@ -35,7 +35,7 @@ pytest.importorskip("jax")
 def gpu_ranks():
     with pytest.MonkeyPatch.context() as env:
         env.setenv(HOST_BYTES_VAR, "0")  # read at the fork, by every rank
-        env.setenv(xla.DONATE_VAR, "1")  # as on GPUs: fused chains update in place
+        env.setenv(xla_settings.DONATE_VAR, "1")  # as on GPUs: fused chains update in place
         n = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu")
     yield n
     synk.close()
@@ -480,18 +480,18 @@ def test_auto_takes_gpus_only_where_jax_may_use_them(monkeypatch, caplog):
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: ["JAX's CUDA plugin"])
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     with caplog.at_level(logging.WARNING):
-        assert launch.auto_backend()[0] == "cpu"
+        assert backend_choice.auto_backend()[0] == "cpu"
     assert "synkhronos[cuda]" in caplog.text
     caplog.clear()
-    choice, why = launch.auto_backend(deciding=False)  # as `python -m synkhronos check` asks
+    choice, why = backend_choice.auto_backend(deciding=False)  # as `python -m synkhronos check`
     assert choice == "cpu" and "CUDA plugin is missing" in why and not caplog.text
     monkeypatch.setattr(gpu, "gpu_packages_missing", lambda: [])
-    assert launch.auto_backend()[0] == "gpu"
+    assert backend_choice.auto_backend()[0] == "gpu"
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # JAX told to leave the GPUs alone
-    assert launch.auto_backend()[0] == "cpu"
+    assert backend_choice.auto_backend()[0] == "cpu"
     monkeypatch.delenv("JAX_PLATFORMS")
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
-    assert launch.auto_backend()[0] == "cpu"
+    assert backend_choice.auto_backend()[0] == "cpu"
 
 
 @pytest.fixture

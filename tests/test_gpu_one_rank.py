@@ -20,7 +20,7 @@ import pytest
 
 import synkhronos as synk
 from synkhronos.api import routines
-from synkhronos.transport.comm import xla
+from synkhronos.transport.comm import xla_settings
 from tests.test_gpu_step import ROWS, WIDTHS, _entry, _model
 
 pytest.importorskip("jax")
@@ -31,7 +31,7 @@ def one_rank(request):
     """One GPU rank whose fused chains donate their cells' buffers (as on GPUs), or not,
     or decide each (the default on CPU devices); yields True, False or None."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv(xla.DONATE_VAR, request.param)
+        env.setenv(xla_settings.DONATE_VAR, request.param)
         synk.fork(1, backend="gpu")
     yield {"1": True, "0": False, "": None}[request.param]
     synk.close()
@@ -81,14 +81,19 @@ def test_one_ranks_fused_step_copies_no_parameter(one_rank, rng, rule):
 
 
 def test_donation_is_on_for_gpus_and_decided_per_program_on_cpu_devices(monkeypatch):
-    monkeypatch.delenv(xla.DONATE_VAR, raising=False)
-    assert xla.donate_from_env("gpu") is True and xla.donate_from_env("cpu") is None
+    monkeypatch.delenv(xla_settings.DONATE_VAR, raising=False)
+    assert (
+        xla_settings.donate_from_env("gpu") is True and xla_settings.donate_from_env("cpu") is None
+    )
     for text, donate in (("1", True), ("0", False), (" 1 ", True)):
-        monkeypatch.setenv(xla.DONATE_VAR, text)
-        assert xla.donate_from_env("cpu") is donate and xla.donate_from_env("gpu") is donate
-    monkeypatch.setenv(xla.DONATE_VAR, "yes")
+        monkeypatch.setenv(xla_settings.DONATE_VAR, text)
+        assert (
+            xla_settings.donate_from_env("cpu") is donate
+            and xla_settings.donate_from_env("gpu") is donate
+        )
+    monkeypatch.setenv(xla_settings.DONATE_VAR, "yes")
     with pytest.raises(ValueError, match="SYNK_DONATE='yes'"):
-        xla.donate_from_env()
+        xla_settings.donate_from_env()
 
 
 def _convnet(float_x):

@@ -22,7 +22,7 @@ import synkhronos as synk
 from synkhronos.api import routines
 from synkhronos.rank.backends import gpu
 from synkhronos.session import launch
-from synkhronos.transport.comm import xla
+from synkhronos.transport.comm import xla_settings
 
 pytest.importorskip("jax")
 
@@ -34,8 +34,8 @@ ROWS = 8  # per rank: every rank the same rows, so the step runs fused
 @pytest.fixture(scope="module")
 def gpu_ranks():
     with pytest.MonkeyPatch.context() as env:  # read by every rank as it joins
-        env.setenv(xla.BUCKET_VAR, BUCKET_MB)
-        env.setenv(xla.DONATE_VAR, "1")  # as on GPUs: the cells' buffers donated
+        env.setenv(xla_settings.BUCKET_VAR, BUCKET_MB)
+        env.setenv(xla_settings.DONATE_VAR, "1")  # as on GPUs: the cells' buffers donated
         n = synk.fork(2 if gpu.on_cpu_devices() else None, backend="gpu")
     yield n
     synk.close()
@@ -154,7 +154,7 @@ def test_bucketed_steps_are_bit_identical_to_one_all_reduce(gpu_ranks, rng):
     for part in (0, 1):  # losses, then parameters
         if gpu_ranks == 2:  # a + b: the same bits in any pieces
             np.testing.assert_array_equal(got[4000][part], got[0][part])
-        else:  # NCCL's order of additions may follow the vector's length (xla.py)
+        else:  # NCCL's order of additions may follow the vector's length (xla_settings.py)
             np.testing.assert_allclose(got[4000][part], got[0][part], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(got[4000][part], one[part], rtol=2e-5, atol=1e-6)
 

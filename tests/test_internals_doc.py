@@ -87,7 +87,8 @@ def test_no_directive_names_a_missing_module():
 
 # The audiences of internals.rst's table, lowest layer first; a module may import from its
 # own package and from packages of a lower layer only. "session" and "worker" share a layer,
-# as do "transport" and "ops" (Theano's Ops: below the Theano face and the Lasagne port).
+# as do "transport" and "ops" (Theano's Ops: below the Theano face and the Lasagne port);
+# "tools", the command-line tools, is the top one.
 LAYERS = {
     "transport": 0,
     "ops": 0,
@@ -97,6 +98,7 @@ LAYERS = {
     "api": 3,
     "": 4,
     "theano": 5,
+    "tools": 6,
 }
 # The training function's split: a package inside api, below the rest of it.
 SPLIT = "synkhronos.api.split"

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from synkhronos.api import machine_check
+from synkhronos.tools import machine_check
 from synkhronos.transport import names, shm
 
 
@@ -48,7 +48,7 @@ def test_sweep_cache_removes_the_compile_caches(tmp_path):
     env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path}"}
     compile_and_sweep = (
         "import numpy as np, pytensor, pytensor.tensor as pt\n"
-        "from synkhronos.api import machine_check\n"
+        "from synkhronos.tools import machine_check\n"
         "x = pt.vector('x')\n"
         "pytensor.function([x], x * 2)(np.ones(3))\n"
         "folders = machine_check.cache_folders()\n"

@@ -152,10 +152,10 @@ def test_one_gpu_ranks_training_step_runs_on_its_devices_own_arrays(rng, monkeyp
 
     from synkhronos.extensions.lasagne import updates
     from synkhronos.session import launch
-    from synkhronos.transport.comm import xla
+    from synkhronos.transport.comm import xla_settings
     from tests.test_gpu_step import WIDTHS, _model, program_layout
 
-    monkeypatch.setenv(xla.DONATE_VAR, "1")  # as on GPUs (read at the fork)
+    monkeypatch.setenv(xla_settings.DONATE_VAR, "1")  # as on GPUs (read at the fork)
     synk.fork(1, backend="gpu")
     try:
         float_x = pytensor.config.floatX

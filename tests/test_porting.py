@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from synkhronos.api.porting import find_gaps, port_source
+from synkhronos.tools.porting import find_gaps, port_source
 
 # Every import form of Theano-era programs (the original Synkhronos' demos, Lasagne's
 # examples and Recipes), with comments and odd spacing that must survive.

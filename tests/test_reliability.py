@@ -29,6 +29,7 @@ from threadpoolctl import threadpool_info
 import synkhronos as synk
 from synkhronos.api import routines
 from synkhronos.session import launch
+from synkhronos.session import session as session_module
 from synkhronos.session.liveness import Watchdog, process_state
 from synkhronos.transport import names, shm
 from synkhronos.transport.channel import WorkerHung
@@ -436,9 +437,9 @@ def test_ctrl_c_inside_a_compiled_graph_is_a_keyboard_interrupt():
         except KeyboardInterrupt as interrupt:
             raise SystemError("returned a result with an exception set") from interrupt
     except SystemError as error:
-        assert isinstance(launch._interrupt_behind(error), KeyboardInterrupt)
+        assert isinstance(session_module._interrupt_behind(error), KeyboardInterrupt)
     other = ValueError("x")
-    assert launch._interrupt_behind(other) is other
+    assert session_module._interrupt_behind(other) is other
 
 
 # ---- close() always finishes its work --------------------------------------------------------

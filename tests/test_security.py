@@ -25,6 +25,7 @@ import pytest
 
 import synkhronos as synk
 from synkhronos.session import launch
+from synkhronos.session import session as session_module
 from synkhronos.transport import names
 from synkhronos.transport.names import SHM_DIR
 from tests.conftest import shm_entries
@@ -175,11 +176,11 @@ def test_squatted_names_are_skipped_or_named(other_user, monkeypatch):
     squatted, fresh = names.new_session_name(), names.new_session_name()
     _as(other_user, lambda: _plant(f"{squatted}_control"))
     offered = iter([squatted, fresh])
-    monkeypatch.setattr(launch, "new_session_name", lambda: next(offered))
+    monkeypatch.setattr(session_module, "new_session_name", lambda: next(offered))
     synk.fork(2, backend="cpu")
     assert launch.current().name == fresh
     synk.close()
-    monkeypatch.setattr(launch, "new_session_name", lambda: squatted)
+    monkeypatch.setattr(session_module, "new_session_name", lambda: squatted)
     with pytest.raises(names.NameTaken, match=rf"{SHM_DIR}/{squatted}_control: .*by {uid}"):
         synk.fork(2, backend="cpu")
     assert launch._session is None

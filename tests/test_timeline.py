@@ -14,10 +14,11 @@ import pytest
 from conftest import shm_entries
 
 import synkhronos as synk
-from synkhronos.api import routines, timeline_report
+from synkhronos.api import routines
 from synkhronos.rank.backends import gpu
 from synkhronos.rank.outputs import HOST_BYTES_VAR
 from synkhronos.session import launch
+from synkhronos.tools import timeline_report
 from synkhronos.transport import trace
 
 x = pt.matrix("x")

@@ -9,9 +9,9 @@ import pytensor.tensor as pt
 import pytest
 
 import synkhronos as synk
-from synkhronos.api import timeline_report
 from synkhronos.api.functions import BaseFunction
 from synkhronos.api.training import TrainingFunction
+from synkhronos.tools import timeline_report
 
 MODE = "FAST_COMPILE"
 ROWS = 27  # 2 ranks: 14 and 13 rows

@@ -22,6 +22,7 @@ from synkhronos.api.collectives import registered
 from synkhronos.rank import checkpoint_part
 from synkhronos.rank.checkpoint_part import kept_per_rank
 from synkhronos.session import launch
+from synkhronos.session.session import set_periodic_check
 from synkhronos.transport.nodes import current as current_nodes
 
 __all__ = ["Disagreement", "RanksDisagree", "verify"]
@@ -153,4 +154,4 @@ def verify(per_rank: Iterable = ()) -> None:
     raise RanksDisagree(disagreements)
 
 
-launch.set_periodic_check(verify)
+set_periodic_check(verify)

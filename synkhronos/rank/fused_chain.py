@@ -43,13 +43,13 @@ from pytensor.tensor.shape import Shape, Shape_i
 from synkhronos.rank.outputs import host_outputs
 from synkhronos.rank.state import RankState, bare_plan, share_of
 from synkhronos.transport.callplan import CallPlan
-from synkhronos.transport.comm.xla import (
+from synkhronos.transport.comm.traced import (
     AXIS,
-    XlaCommunicator,
     broadcast_traced,
     reduce_buckets_traced,
     reduce_traced,
 )
+from synkhronos.transport.comm.xla import XlaCommunicator
 from synkhronos.transport.protocol import Collective
 from synkhronos.transport.reduction import IN_PLACE_DTYPES
 

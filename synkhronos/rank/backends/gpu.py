@@ -181,7 +181,7 @@ def restore_environment() -> None:
     if _replaced_settings and "jax" in sys.modules:
         import jax
 
-        # JAX's precision followed the session's floatX (launch._match_jax_precision); a
+        # JAX's precision followed the session's floatX (backend_choice._match_jax_precision); a
         # later CPU-rank session's workers take it from the floatX restored here.
         jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
     _replaced_settings.clear()

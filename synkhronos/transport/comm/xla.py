@@ -42,19 +42,13 @@ On CPU devices gloo ends a collective whose peer died with an error at once; a p
 abandoned while a peer still waits in it would leave the ranks out of step, so after one
 this communicator refuses further programs (close and fork again).
 
-**Buckets.** A training step's flat gradient, all-reduced inside a fused program
-(:mod:`synkhronos.rank.fused_chain`), is reduced in pieces of :data:`BUCKET_VAR` megabytes
-(:func:`reduce_buckets_traced`): each piece's all-reduce waits only for the gradients it
-holds, so XLA can run it while the rest of the backward pass computes. The program is
-compiled so that XLA keeps the pieces apart (:meth:`XlaCommunicator.program`). Every rank
-gets the same sums either way; with 2 ranks they are bit for bit those of one all-reduce
-of the whole vector (each element is ``a + b``), while with more an all-reduce's order of
-additions can depend on the vector's length (NCCL's rings cut it into chunks), so the last
-bits of a sum may differ from the unbucketed one's.
-
 Across several nodes (:mod:`synkhronos.transport.comm.node`) the mesh spans every rank of
 every node (:attr:`XlaCommunicator.span`), the coordinator address travels by MPI, and
 gathers and scatters go through the host.
+
+The programs' bodies are the collectives of :mod:`synkhronos.transport.comm.traced`; a
+fused step's buckets and buffer donation are set by
+:mod:`synkhronos.transport.comm.xla_settings`.
 """
 
 from __future__ import annotations
@@ -71,6 +65,8 @@ import numpy as np
 
 from synkhronos.transport.channel import POLL_S
 from synkhronos.transport.comm.shm import ShmCommunicator, check_same_layouts
+from synkhronos.transport.comm.traced import AXIS, broadcast_traced, reduce_traced, sender
+from synkhronos.transport.comm.xla_settings import bucket_bytes_from_env, donate_from_env
 from synkhronos.transport.reduction import IN_PLACE_DTYPES
 from synkhronos.transport.shm import DTYPES, dtype_code
 
@@ -78,29 +74,7 @@ COORDINATOR_VAR = "SYNK_COORDINATOR"
 """``host:port`` of JAX's coordination service, which global rank 0 runs; set by
 :func:`synkhronos.fork` for every rank."""
 
-BUCKET_VAR = "SYNK_BUCKET_MB"
-"""Megabytes per bucket of a fused step's gradient all-reduce (read by every rank as it
-joins; default :data:`BUCKET_MB` on GPUs, 0 on CPU devices); "0" all-reduces the whole
-vector at once."""
 
-BUCKET_MB = 25.0
-"""The default bucket on GPUs: ResNet-50's 102 MB float32 gradient goes in 5 all-reduces.
-On CPU devices buckets are off by default: there gloo's all-reduce runs on the rank's
-own cores, which the backward pass needs too, and a step took 1.14-1.25x as long with 25 MB
-buckets (bench/RESULTS.md)."""
-
-DONATE_VAR = "SYNK_DONATE"
-"""Whether a fused chain's program gives the old buffers of the shared variables it
-updates to their new values ("1": updated in place, the old arrays deleted) or writes the
-new values into buffers of their own ("0"); read by every rank as it joins. Unset: "1" on
-GPUs, where donating saves a second copy of the parameters and optimizer state; on CPU
-devices each program decides (:func:`synkhronos.rank.fused_chain.reads_overwritten`): it
-donates unless an update reads the old value of another variable it updates, as
-Lasagne's momentum computes the new parameter from the old velocity, where XLA would
-copy that variable and the update phase could not overlap the backward pass
-(bench/RESULTS.md)."""
-
-AXIS = "ranks"  # the mesh axis: one device per rank
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's results
 ERROR_GRACE_S = 1.0  # how long a failed program waits for a dead peer to show as dead
 LEAVE_BOUND_S = 60.0  # how long close() waits to leave JAX's runtime after an abandoned program
@@ -136,104 +110,6 @@ def free_address(host: str = "127.0.0.1") -> str:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return f"{host}:{probe.getsockname()[1]}"
-
-
-def _root_bits(x, root: int):
-    """(Traced) ``x`` as unsigned integers of its width on ``root``, zeros elsewhere: their
-    sum over the ranks is ``root``'s exact bits (a float sum would turn -0.0 into 0.0)."""
-    import jax.numpy as jnp
-    from jax import lax
-
-    bits = (
-        x
-        if x.dtype.kind != "f"
-        else lax.bitcast_convert_type(x, np.dtype(f"uint{x.dtype.itemsize * 8}"))
-    )
-    return jnp.where(lax.axis_index(AXIS) == root, bits, jnp.zeros_like(bits))
-
-
-def _unbits(bits, dtype):
-    from jax import lax
-
-    return bits if bits.dtype == dtype else lax.bitcast_convert_type(bits, dtype)
-
-
-def reduce_traced(x, op: str, n_ranks: int):
-    """(Traced, inside a program over the mesh) ``x`` reduced over the ranks with ``op``.
-
-    "avg" keeps the dtype, as on the host: floats are scaled by ``1 / n_ranks``, integers
-    divided toward zero.
-    """
-    import jax.numpy as jnp
-    from jax import lax
-
-    if n_ranks == 1:  # every op's identity (XLA copies a one-device all-reduce's operands)
-        return x
-    if op == "max":
-        return lax.pmax(x, AXIS)
-    if op == "min":
-        return lax.pmin(x, AXIS)
-    if op == "prod":
-        return jnp.prod(lax.all_gather(x, AXIS), axis=0, dtype=x.dtype)
-    total = lax.psum(x, AXIS)
-    if op != "avg":
-        return total
-    if x.dtype.kind == "f":
-        return total * np.asarray(1.0 / n_ranks, x.dtype)
-    return lax.div(total, np.asarray(n_ranks, x.dtype))
-
-
-def reduce_buckets_traced(x, op: str, n_ranks: int, bucket_bytes: int):
-    """(Traced) :func:`reduce_traced` of ``x``, a vector longer than ``bucket_bytes`` in
-    pieces of that size, each its own all-reduce, concatenated: element by element the
-    same reduction. Other arrays, and ``bucket_bytes`` 0, in one all-reduce."""
-    import jax.numpy as jnp
-
-    step = bucket_bytes // x.dtype.itemsize
-    if x.ndim != 1 or step <= 0 or x.shape[0] <= step:
-        return reduce_traced(x, op, n_ranks)
-    pieces = [reduce_traced(x[i : i + step], op, n_ranks) for i in range(0, x.shape[0], step)]
-    return jnp.concatenate(pieces)
-
-
-def bucket_bytes_from_env(platform: str = "gpu") -> int:
-    """:data:`BUCKET_VAR` in bytes; where unset, :data:`BUCKET_MB` on GPUs and 0 on CPU
-    devices (``platform`` "cpu").
-
-    Raises
-    ------
-    ValueError
-        If the variable is not a number of megabytes, at least 0.
-    """
-    text = os.environ.get(BUCKET_VAR, "").strip()
-    megabytes = float(text) if text else (0.0 if platform == "cpu" else BUCKET_MB)
-    if not megabytes >= 0:
-        raise ValueError(f"{BUCKET_VAR}={text!r}: a number of megabytes, at least 0")
-    return int(megabytes * 1e6)
-
-
-def donate_from_env(platform: str = "gpu") -> bool | None:
-    """:data:`DONATE_VAR`; where unset, True on GPUs and None (each program decides) on
-    CPU devices (``platform`` "cpu").
-
-    Raises
-    ------
-    ValueError
-        If the variable is not "0" or "1".
-    """
-    text = os.environ.get(DONATE_VAR, "").strip()
-    if text not in ("", "0", "1"):
-        raise ValueError(f"{DONATE_VAR}={text!r}: 1 (donate) or 0")
-    if text:
-        return text == "1"
-    return None if platform == "cpu" else True
-
-
-def broadcast_traced(x, root: int):
-    """(Traced) ``root``'s ``x`` on every rank."""
-    from jax import lax
-
-    return _unbits(lax.psum(_root_bits(x, root), AXIS), x.dtype)
 
 
 def signature(arrays) -> np.ndarray:
@@ -302,11 +178,13 @@ class XlaCommunicator(ShmCommunicator):
         The sharding of the arrays the programs take and give (set by :meth:`start`):
         replicated over the mesh, or on one rank this device's own.
     bucket_bytes : int
-        The size of a fused step's all-reduce buckets (see the module docstring), from
-        :data:`BUCKET_VAR` as this rank joined (:func:`bucket_bytes_from_env`); 0: none.
+        The size of a fused step's all-reduce buckets (see
+        :mod:`~synkhronos.transport.comm.xla_settings`), from its ``BUCKET_VAR`` as this
+        rank joined (its ``bucket_bytes_from_env``); 0: none.
     donate : bool or None
         Whether fused chains built from now on donate their cells' buffers (None: each
-        decides), from :data:`DONATE_VAR` as this rank joined (:func:`donate_from_env`).
+        decides), from ``DONATE_VAR`` of :mod:`~synkhronos.transport.comm.xla_settings`
+        as this rank joined (its ``donate_from_env``).
     """
 
     span: Span | None = None
@@ -438,13 +316,15 @@ class XlaCommunicator(ShmCommunicator):
     # ---- programs ---------------------------------------------------------------------------
     def program(self, body, donate: bool = False, buckets: bool = False):
         """``body(list of arrays) -> list of arrays`` as a jitted program over the mesh, in
-        which each rank's body sees its own arrays (collectives over the axis :data:`AXIS`).
-        With ``donate``, the arrays :meth:`run` passes as ``donated`` give their buffers to
-        the results (XLA updates them in place) and are deleted. With ``buckets`` (where
-        :attr:`bucket_bytes` is not 0), compiled so that XLA keeps the separate
-        all-reduces of :func:`reduce_buckets_traced` apart: XLA's all-reduce combiner would
-        merge them back into one (on CPU devices whatever their size, on GPUs up to its
-        threshold), which would wait for the whole backward pass again."""
+        which each rank's body sees its own arrays (collectives over the axis
+        :data:`~synkhronos.transport.comm.traced.AXIS`). With ``donate``, the arrays
+        :meth:`run` passes as ``donated`` give their buffers to the results (XLA updates
+        them in place) and are deleted. With ``buckets`` (where :attr:`bucket_bytes` is not
+        0), compiled so that XLA keeps the separate all-reduces of
+        :func:`~synkhronos.transport.comm.traced.reduce_buckets_traced` apart: XLA's
+        all-reduce combiner would merge them back into one (on CPU devices whatever their
+        size, on GPUs up to its threshold), which would wait for the whole backward pass
+        again."""
         import jax
         from jax.sharding import PartitionSpec
 
@@ -675,32 +555,17 @@ class XlaCommunicator(ShmCommunicator):
         for k in range(self.n_ranks):
             if k == root:
                 continue
-            program = self._program(("send", root, k), lambda k=k: _sender(root, k))
+            program = self._program(("send", root, k), lambda k=k: sender(root, k))
             sent = self.run(program, self.to_device(parts[k]) if mine else blank)
             got = sent if self.rank == k else got
         return got
 
 
-def _sender(root: int, to: int):
-    """(A body) each array of ``root`` on rank ``to``; zeros elsewhere."""
-    from jax import lax
-
-    return lambda xs: [lax.ppermute(x, AXIS, [(root, to)]) for x in xs]
-
-
 __all__ = [
-    "BUCKET_MB",
-    "BUCKET_VAR",
     "COORDINATOR_VAR",
-    "DONATE_VAR",
     "Span",
     "XlaCommunicator",
-    "broadcast_traced",
     "check_not_leaving",
-    "bucket_bytes_from_env",
-    "donate_from_env",
     "free_address",
-    "reduce_buckets_traced",
-    "reduce_traced",
     "signature",
 ]

@@ -31,7 +31,7 @@ from synkhronos.api.builders import function
 from synkhronos.api.collectives import all_reduce, gather
 from synkhronos.rank.backends import gpu
 from synkhronos.rank.versions import installed_versions
-from synkhronos.session import launch
+from synkhronos.session import backend_choice, launch
 from synkhronos.transport import names, shm
 from synkhronos.transport.nodes import LAUNCHER_VARS, under_mpi_launcher
 
@@ -91,7 +91,7 @@ def _gpus() -> tuple[list[str], list]:
 
 
 def _fork_plan(table: list) -> list[str]:
-    choice, why = launch.auto_backend(deciding=False)
+    choice, why = backend_choice.auto_backend(deciding=False)
     if choice == "gpu":
         ranks = f"{len(gpu.visible_gpus(table))} ranks (one per visible GPU)"
     else:

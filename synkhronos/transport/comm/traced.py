@@ -1,0 +1,86 @@
+"""The collectives as traced functions, for bodies of programs over the mesh of one device
+per rank (the mesh axis :data:`AXIS`): the programs of
+:class:`~synkhronos.transport.comm.xla.XlaCommunicator` and a fused chain's
+(:mod:`synkhronos.rank.fused_chain`), whose gradient all-reduce goes in buckets
+(:func:`reduce_buckets_traced`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+AXIS = "ranks"  # the mesh axis: one device per rank
+
+
+def _root_bits(x, root: int):
+    """(Traced) ``x`` as unsigned integers of its width on ``root``, zeros elsewhere: their
+    sum over the ranks is ``root``'s exact bits (a float sum would turn -0.0 into 0.0)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    bits = (
+        x
+        if x.dtype.kind != "f"
+        else lax.bitcast_convert_type(x, np.dtype(f"uint{x.dtype.itemsize * 8}"))
+    )
+    return jnp.where(lax.axis_index(AXIS) == root, bits, jnp.zeros_like(bits))
+
+
+def _unbits(bits, dtype):
+    from jax import lax
+
+    return bits if bits.dtype == dtype else lax.bitcast_convert_type(bits, dtype)
+
+
+def reduce_traced(x, op: str, n_ranks: int):
+    """(Traced, inside a program over the mesh) ``x`` reduced over the ranks with ``op``.
+
+    "avg" keeps the dtype, as on the host: floats are scaled by ``1 / n_ranks``, integers
+    divided toward zero.
+    """
+    import jax.numpy as jnp
+    from jax import lax
+
+    if n_ranks == 1:  # every op's identity (XLA copies a one-device all-reduce's operands)
+        return x
+    if op == "max":
+        return lax.pmax(x, AXIS)
+    if op == "min":
+        return lax.pmin(x, AXIS)
+    if op == "prod":
+        return jnp.prod(lax.all_gather(x, AXIS), axis=0, dtype=x.dtype)
+    total = lax.psum(x, AXIS)
+    if op != "avg":
+        return total
+    if x.dtype.kind == "f":
+        return total * np.asarray(1.0 / n_ranks, x.dtype)
+    return lax.div(total, np.asarray(n_ranks, x.dtype))
+
+
+def reduce_buckets_traced(x, op: str, n_ranks: int, bucket_bytes: int):
+    """(Traced) :func:`reduce_traced` of ``x``, a vector longer than ``bucket_bytes`` in
+    pieces of that size, each its own all-reduce, concatenated: element by element the
+    same reduction. Other arrays, and ``bucket_bytes`` 0, in one all-reduce."""
+    import jax.numpy as jnp
+
+    step = bucket_bytes // x.dtype.itemsize
+    if x.ndim != 1 or step <= 0 or x.shape[0] <= step:
+        return reduce_traced(x, op, n_ranks)
+    pieces = [reduce_traced(x[i : i + step], op, n_ranks) for i in range(0, x.shape[0], step)]
+    return jnp.concatenate(pieces)
+
+
+def broadcast_traced(x, root: int):
+    """(Traced) ``root``'s ``x`` on every rank."""
+    from jax import lax
+
+    return _unbits(lax.psum(_root_bits(x, root), AXIS), x.dtype)
+
+
+def sender(root: int, to: int):
+    """(A body) each array of ``root`` on rank ``to``; zeros elsewhere."""
+    from jax import lax
+
+    return lambda xs: [lax.ppermute(x, AXIS, [(root, to)]) for x in xs]
+
+
+__all__ = ["AXIS", "broadcast_traced", "reduce_buckets_traced", "reduce_traced", "sender"]
