@@ -7,15 +7,29 @@ any other, a plain :class:`~synkhronos.Function`.
 
 from __future__ import annotations
 
+import logging
+import warnings
+from dataclasses import replace
+
 import pytensor
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
+from pytensor.tensor.random.type import RandomType
 
+from synkhronos.api import given_rows
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts, _label
 from synkhronos.api.split.analysis import RowGraph
 from synkhronos.api.split.phases import PhaseSplit
-from synkhronos.api.training import TrainingFunction, plan_split
+from synkhronos.api.training import (
+    GivenMinibatch,
+    TrainingFunction,
+    plan_split,
+    random_generators,
+    shipped_apart,
+)
 from synkhronos.session import launch
+
+_log = logging.getLogger(__name__)
 
 # The original Synkhronos' names of its reduce ops.
 _ORIGINAL_OPS = {
@@ -94,6 +108,79 @@ def _row_axes(outputs: list, givens: list, sources: list) -> list[list[int]]:
     with pytensor.config.change_flags(traceback__limit=0):
         graph = RowGraph(outputs, sources)
     return [graph.row_axes_of(v) for v in outputs]
+
+
+def _broadcast_by_themselves(inputs, bcast_inputs) -> tuple[list, list]:
+    """``inputs`` less those without the rows (scalars), and ``bcast_inputs`` with them
+    first: every rank receives a scalar whole. The call's argument order stays the
+    program's, so a scalar may only follow the inputs with the rows (``TypeError``)."""
+    inputs = list(inputs)
+
+    def without_rows(var) -> bool:
+        return isinstance(var, Variable) and getattr(var.type, "ndim", None) == 0
+
+    first = next((k for k, v in enumerate(inputs) if without_rows(v)), len(inputs))
+    after = [k for k in range(first, len(inputs)) if not without_rows(inputs[k])]
+    if after:
+        raise TypeError(
+            f"{_label(inputs[first], first, 'input')} is a scalar, which every rank receives "
+            f"whole, listed before {_label(inputs[after[0]], after[0], 'input')}, whose "
+            f"rows are split over the ranks: a call takes the inputs with the rows first, "
+            f"so list the scalars after them"
+        )
+    return inputs[:first], inputs[first:] + list(bcast_inputs or ())
+
+
+def _drawn_alike(parts: FunctionParts, session) -> None:
+    """Where no input has the rows and an update writes more than the generators, every
+    rank computes the whole call as one device: its random generators draw with rank
+    0's state on every rank (else each rank would draw its own numbers, apply its own
+    update, and the ranks would end apart). Warns of a generator an earlier function
+    shipped already: each rank has its own state. (Draws that only the outputs read
+    stay each rank's own: ``"per_rank"`` samples.)"""
+    if parts.inputs or parts.sliceable:
+        return
+    if all(isinstance(v.type, RandomType) for v, _ in parts.updates):
+        return
+    generators = random_generators(parts)
+    parts.same_on_every_rank = generators
+    shipped = shipped_apart(session, generators)
+    if shipped:
+        warnings.warn(
+            f"{parts.what} computes the whole call on every rank, but the random "
+            f"generator(s) {', '.join(map(str, shipped))} were shipped with an earlier "
+            f"function, so each rank draws its own numbers and the ranks will differ",
+            stacklevel=3,
+        )
+
+
+def _selected_split(parts: FunctionParts) -> tuple | None:
+    """The split of ``parts`` whose givens select the minibatch from shared data by
+    broadcast inputs (:mod:`synkhronos.api.given_rows`), with the selection; None where
+    none do, or where the split of the selected rows cannot be exact (then every rank
+    computes the whole minibatch, which is one device's answer)."""
+    if not parts.givens or parts.inputs:
+        return None
+    selected = given_rows.select(parts.givens, parts.bcast_inputs, parts.sliceable)
+    if selected is None:
+        return None
+    givens, rows = selected
+    split_parts = replace(parts, inputs=[rows.hidden], givens=givens)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        planned = plan_split(split_parts)
+    if planned is None or planned[1].inexact:
+        reasons = [str(w.message) for w in caught] + list(planned[1].inexact if planned else ())
+        _log.info(
+            "%s: its givens' minibatch is computed whole on every rank, not split: %s",
+            parts.what,
+            "; ".join(reasons) or "no update depends on it",
+        )
+        return None
+    # A minibatch of fewer rows than ranks: every rank computes it whole, its rows
+    # selected by the same hidden input, broadcast (JAX slices by static bounds only).
+    whole = replace(parts, bcast_inputs=[rows.hidden, *parts.bcast_inputs], givens=givens)
+    return (*planned, GivenMinibatch(rows, whole))
 
 
 def function(
@@ -204,6 +291,7 @@ def function(
     """
     if collect_modes is not None or reduce_ops is not None:
         outputs = _with_collect_modes(outputs, collect_modes, reduce_ops)
+    inputs, bcast_inputs = _broadcast_by_themselves(inputs, bcast_inputs)
     parts = FunctionParts.parse(
         inputs=inputs,
         outputs=outputs,
@@ -216,15 +304,19 @@ def function(
         function_kwargs=dict(kwargs),
     )
     session = launch.current()
-    planned = None
+    planned, selected = None, None
     if not local_updates and all(op == "avg" for op in parts.update_ops):
-        planned = plan_split(parts)
+        selected = _selected_split(parts)
+        planned = selected[:3] if selected else plan_split(parts)
     if planned is None:
         _rows_gathered(parts, None)
+        _drawn_alike(parts, session)
         return Function(session, parts)
     parts, split, all_updates = planned  # the givens made in parts' graphs
     _rows_gathered(parts, split)
-    return TrainingFunction(session, parts, split, all_updates)
+    if selected is None:
+        return TrainingFunction(session, parts, split, all_updates)
+    return TrainingFunction(session, parts, split, all_updates, selected[3])
 
 
 __all__ = ["function"]
