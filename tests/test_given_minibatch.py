@@ -17,6 +17,7 @@ import pytest
 from pytensor.tensor.random.type import RandomType
 
 import synkhronos as synk
+from synkhronos import theano
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
@@ -239,3 +240,26 @@ def test_scalar_before_rows_refused():
     x, lr = pt.matrix("x"), pt.scalar("lr")
     with pytest.raises(TypeError, match="list the scalars after them"):
         synk.function([lr, x], (x * lr).sum())
+
+
+def test_inputs_with_defaults(session):
+    """``In(var, value=...)`` as Theano took it: dA's corruption level omitted (its
+    default), against ``synkhronos.theano.function`` of the same line; a plain
+    function's scalar default, omitted or passed by name, and ``pytensor.In`` without
+    one."""
+    _cpu_ranks_only()
+    x, level, cost, updates, params = _denoising_autoencoder()
+    train_x = _unit_data(ROWS)
+    index, size = pt.lscalar("index"), 7
+    givens = {x: train_x[index * size : (index + 1) * size]}
+    line = ([index, theano.In(level, value=0.3)], cost)
+    train = synk.function(*line, updates=updates, givens=givens, mode=_mode())
+    reference = theano.function(*line, updates=updates, givens=givens, mode=_mode())
+    _as_one_device(session, train, reference, [(0,), (2,)], params)
+    rows, scale = pt.matrix("rows"), pt.scalar("scale")
+    total = ((rows * scale).sum(), "sum")
+    plain = synk.function([rows, theano.In(scale, value=2.0)], total)
+    X = np.ones((5, 2), pytensor.config.floatX)
+    assert float(plain(X)) == 20.0 and float(plain(X, 3.0)) == 30.0
+    assert float(plain(X, scale=4.0)) == 40.0 and float(plain(X)) == 20.0
+    assert float(synk.function([pytensor.In(rows)], (rows.sum(), "sum"))(X)) == 10.0

@@ -12,8 +12,10 @@ import warnings
 from dataclasses import replace
 
 import pytensor
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
+from pytensor.link.basic import Container
 from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api import given_rows
@@ -108,6 +110,86 @@ def _row_axes(outputs: list, givens: list, sources: list) -> list[list[int]]:
     with pytensor.config.change_flags(traceback__limit=0):
         graph = RowGraph(outputs, sources)
     return [graph.row_axes_of(v) for v in outputs]
+
+
+class In(pytensor.In):
+    """An input with Theano's ``value=``: the default a call takes where it omits the
+    argument (``pytensor.In`` refuses a default; ``synkhronos.theano.In`` is this class).
+
+    Parameters
+    ----------
+    variable : Variable
+        The input.
+    name : str, optional
+        As for :class:`pytensor.In`.
+    value : optional
+        The default, cast to ``variable``'s type; a shared variable or container is
+        ``pytensor.In``'s own ``value`` (an implicit input).
+    **kwargs
+        The rest of :class:`pytensor.In`'s arguments.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> level = pt.scalar("level")
+    >>> float(In(level, value=0.2).default)
+    0.2
+    """
+
+    def __init__(self, variable, name=None, value=None, **kwargs) -> None:
+        implicit = isinstance(value, SharedVariable | Container)
+        super().__init__(variable, name=name, value=value if implicit else None, **kwargs)
+        self.default = None
+        if value is not None and not implicit:
+            self.default = variable.type.filter(value, allow_downcast=True)
+
+
+class WithDefaults:
+    """A compiled ``pytensor`` function whose inputs made with :class:`In` take their
+    defaults where a call omits them (``synkhronos.theano.function``'s); its other
+    attributes are the function's."""
+
+    def __init__(self, compiled, inputs: list) -> None:
+        self._compiled = compiled
+        self._names = [getattr(e, "name", None) for e in inputs]
+        self._defaults = {
+            k: e.default for k, e in enumerate(inputs) if getattr(e, "default", None) is not None
+        }
+
+    def __call__(self, *args, **kwargs):
+        args = list(args)
+        for k in range(len(args), len(self._names)):
+            if self._names[k] is not None and self._names[k] in kwargs:
+                args.append(kwargs.pop(self._names[k]))
+            elif k in self._defaults:
+                args.append(self._defaults[k])
+            else:
+                break
+        return self._compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._compiled, name)
+
+
+def without_in(entries) -> tuple[list, dict[int, object]]:
+    """``entries`` with each ``pytensor.In`` replaced by its variable, and the defaults
+    (:class:`In`'s ``value``) by position; ``TypeError`` for an ``In`` that a call
+    could not take as one (an update, an implicit value)."""
+    variables: list = []
+    defaults: dict[int, object] = {}
+    for k, entry in enumerate(entries):
+        if isinstance(entry, pytensor.In):
+            if entry.update is not None or entry.implicit:
+                raise TypeError(
+                    f"input {k} ({entry}): an In's update or implicit value has no "
+                    f"synkhronos form; pass the variable, with value= at most"
+                )
+            default = getattr(entry, "default", None)
+            if default is not None:
+                defaults[k] = default
+            entry = entry.variable
+        variables.append(entry)
+    return variables, defaults
 
 
 def _broadcast_by_themselves(inputs, bcast_inputs) -> tuple[list, list]:
@@ -291,7 +373,9 @@ def function(
     """
     if collect_modes is not None or reduce_ops is not None:
         outputs = _with_collect_modes(outputs, collect_modes, reduce_ops)
-    inputs, bcast_inputs = _broadcast_by_themselves(inputs, bcast_inputs)
+    inputs = list(inputs)
+    every, defaults = without_in([*inputs, *(bcast_inputs or ())])
+    inputs, bcast_inputs = _broadcast_by_themselves(every[: len(inputs)], every[len(inputs) :])
     parts = FunctionParts.parse(
         inputs=inputs,
         outputs=outputs,
@@ -311,12 +395,15 @@ def function(
     if planned is None:
         _rows_gathered(parts, None)
         _drawn_alike(parts, session)
-        return Function(session, parts)
-    parts, split, all_updates = planned  # the givens made in parts' graphs
-    _rows_gathered(parts, split)
-    if selected is None:
-        return TrainingFunction(session, parts, split, all_updates)
-    return TrainingFunction(session, parts, split, all_updates, selected[3])
+        built: BaseFunction = Function(session, parts)
+    else:
+        parts, split, all_updates = planned  # the givens made in parts' graphs
+        _rows_gathered(parts, split)
+        given = selected[3] if selected else None
+        built = TrainingFunction(session, parts, split, all_updates, given)
+    if defaults:
+        built._defaults = defaults
+    return built
 
 
-__all__ = ["function"]
+__all__ = ["In", "WithDefaults", "function", "without_in"]

@@ -343,9 +343,9 @@ class TrainingFunction(BaseFunction):
         ranks is computed whole on every rank.
         """
         session = self._check_session()
+        if kwargs or (self._defaults and len(args) < len(self.inputs)):
+            args, kwargs = self._by_name(args, kwargs), {}
         if self._given is not None:
-            if kwargs:
-                args, kwargs = self._by_name(args, kwargs), {}
             if len(args) == len(self.inputs) and batch is None and batch_s is None:
                 rows = self._given.rows.rows(args)
                 if len(rows) < current_nodes().n_global:
