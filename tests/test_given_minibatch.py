@@ -104,6 +104,9 @@ def test_slice_of_constant_length(session):
     reference = _reference([index], outputs, updates=updates, givens=givens, mode=_mode())
     calls = [(k,) for k in (0, 1, 3, 2)]
     _as_one_device(session, train, reference, calls, params)
+    test_model = synk.function([index], outputs[1:], givens=givens, mode=_mode())
+    test_reference = _reference([index], outputs[1:], givens=givens)
+    _as_one_device(session, test_model, test_reference, calls, params)  # no update
 
 
 def test_index_vector_of_shuffled_minibatches(session):
@@ -263,3 +266,23 @@ def test_inputs_with_defaults(session):
     assert float(plain(X)) == 20.0 and float(plain(X, 3.0)) == 30.0
     assert float(plain(X, scale=4.0)) == 40.0 and float(plain(X)) == 20.0
     assert float(synk.function([pytensor.In(rows)], (rows.sum(), "sum"))(X)) == 10.0
+
+
+def test_batch_size_written_in_a_reshape(session):
+    """LeNet's ``x.reshape((batch_size, ...))``: no rank's share has that length, so a
+    warning names the op and the fix, and every rank computes the minibatch whole."""
+    train_x, train_y = _shared_data(3)
+    x, y = pt.matrix("x"), pt.ivector("y")
+    weights = pytensor.shared(np.full((2, 2), 0.1, pytensor.config.floatX), name="weights")
+    index, size = pt.lscalar("index"), 7
+    score = (x.reshape((size, 2, 2)) * weights).sum(axis=(1, 2))
+    cost = ((score - y) ** 2).mean()
+    updates = [(weights, weights - 0.05 * pytensor.grad(cost, weights))]
+    givens = {
+        x: train_x[index * size : (index + 1) * size],
+        y: train_y[index * size : (index + 1) * size],
+    }
+    with pytest.warns(UserWarning, match=r"Reshape\{3\} reshapes it .* write -1"):
+        train = synk.function([index], cost, updates=updates, givens=givens, mode=_mode())
+    reference = _reference([index], cost, updates=updates, givens=givens)
+    _as_one_device(session, train, reference, [(0,), (2,)], [weights])

@@ -24,6 +24,7 @@ from synkhronos.api.split.analysis import RowGraph
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.training import (
     GivenMinibatch,
+    SelectedWhole,
     TrainingFunction,
     plan_split,
     random_generators,
@@ -236,17 +237,24 @@ def _drawn_alike(parts: FunctionParts, session) -> None:
         )
 
 
-def _selected_split(parts: FunctionParts) -> tuple | None:
+def _selected_split(parts: FunctionParts, selected: tuple) -> tuple | None:
     """The split of ``parts`` whose givens select the minibatch from shared data by
-    broadcast inputs (:mod:`synkhronos.api.given_rows`), with the selection; None where
-    none do, or where the split of the selected rows cannot be exact (then every rank
-    computes the whole minibatch, which is one device's answer)."""
-    if not parts.givens or parts.inputs:
-        return None
-    selected = given_rows.select(parts.givens, parts.bcast_inputs, parts.sliceable)
-    if selected is None:
-        return None
+    broadcast inputs (``selected``: :func:`synkhronos.api.given_rows.select`'s), with the
+    selection; None where the split of the selected rows cannot be exact (then every
+    rank computes the whole minibatch, which is one device's answer)."""
     givens, rows = selected
+    made = graph_replace([*parts.outputs, *(u for _, u in parts.updates)], givens, strict=False)
+    reshapes = given_rows.batch_size_reshapes(made, rows, parts.bcast_inputs)
+    if reshapes:
+        warnings.warn(
+            f"{parts.what}: its givens select the minibatch, but {reshapes[0].op} "
+            f"reshapes it to the shape {reshapes[0].inputs[1].data.tolist()}, with the "
+            f"minibatch's length written in, which no rank's share of the rows has: every "
+            f"rank computes the whole minibatch (one device's answer, no speed-up); write "
+            f"-1 (or x.shape[0]) there for the minibatch to be split over the ranks",
+            stacklevel=3,
+        )
+        return None
     split_parts = replace(parts, inputs=[rows.hidden], givens=givens)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -259,10 +267,49 @@ def _selected_split(parts: FunctionParts) -> tuple | None:
             "; ".join(reasons) or "no update depends on it",
         )
         return None
-    # A minibatch of fewer rows than ranks: every rank computes it whole, its rows
-    # selected by the same hidden input, broadcast (JAX slices by static bounds only).
-    whole = replace(parts, bcast_inputs=[rows.hidden, *parts.bcast_inputs], givens=givens)
-    return (*planned, GivenMinibatch(rows, whole))
+    return (*planned, GivenMinibatch(rows, _whole(parts, selected)))
+
+
+def _whole(parts: FunctionParts, selected: tuple) -> FunctionParts:
+    """``parts`` computing the selected minibatch whole on every rank: the selected rows'
+    numbers a first broadcast input (JAX slices by static bounds only, but gathers rows
+    by a traced index vector)."""
+    givens, rows = selected
+    return replace(parts, bcast_inputs=[rows.hidden, *parts.bcast_inputs], givens=givens)
+
+
+def _built(session, parts: FunctionParts, local_updates: bool) -> BaseFunction:
+    """The function ``parts`` make: a training function where its updates train (its
+    givens' minibatch split where they select one), a :class:`SelectedWhole` where its
+    givens select a minibatch that is not split, else a plain ``Function``."""
+    planned, split_selected, selected = None, None, None
+    if parts.givens and not parts.inputs:
+        selected = given_rows.select(parts.givens, parts.bcast_inputs, parts.sliceable)
+    if not local_updates and all(op == "avg" for op in parts.update_ops):
+        split_selected = _selected_split(parts, selected) if selected else None
+        planned = split_selected[:3] if split_selected else plan_split(parts)
+    built: BaseFunction
+    if planned is None:
+        _rows_gathered(parts, None)
+        if selected is not None:  # every rank's outputs are rank 0's, which it keeps
+            whole = replace(
+                _whole(parts, selected),
+                ops=[
+                    op if given else None
+                    for op, given in zip(parts.ops, parts.explicit, strict=True)
+                ],
+            )
+            _drawn_alike(whole, session)
+            built = SelectedWhole(session, parts, whole, selected[1])
+        else:
+            _drawn_alike(parts, session)
+            built = Function(session, parts)
+    else:
+        parts, split, all_updates = planned  # the givens made in parts' graphs
+        _rows_gathered(parts, split)
+        given = split_selected[3] if split_selected else None
+        built = TrainingFunction(session, parts, split, all_updates, given)
+    return built
 
 
 def function(
@@ -285,8 +332,11 @@ def function(
 
     Parameters
     ----------
-    inputs : list of Variable
-        Inputs scattered along axis 0 across ranks (uneven splits are fine).
+    inputs : list of Variable or pytensor.In
+        Inputs scattered along axis 0 across ranks (uneven splits are fine); scalars,
+        listed after them, are broadcast (every rank receives them whole). An
+        :class:`In` input's ``value`` is the default a call takes where it omits the
+        argument.
     outputs : Variable, (Variable, op), or a list of them
         ``op`` reduces the ranks' results: "avg" (weighted by each rank's rows, so a
         per-sample mean equals the single-device mean; the default, but for an output
@@ -316,7 +366,11 @@ def function(
     givens : dict or list of pairs
         As for :func:`pytensor.function`. Updates that train are split on the graph the
         givens make, so the rows may reach it through a given's value only
-        (``givens={x: x_in}``, or ``{x: x_all}`` with ``x_all`` sliceable).
+        (``givens={x: x_in}``, or ``{x: x_all}`` with ``x_all`` sliceable). Givens that
+        select rows of shared variables by broadcast inputs (``x_all[index * B:(index +
+        1) * B]``, ``x_all[order[...]]``) with updates that train: each rank computes its
+        share of the selected rows (:mod:`synkhronos.api.given_rows`); a selection of
+        fewer rows than ranks is computed whole on every rank.
     sliceable_shareds : list of SharedVariable
         Shared variables whose rows a call may select with ``batch_s``.
     name : str, optional
@@ -387,20 +441,7 @@ def function(
         mode=mode,
         function_kwargs=dict(kwargs),
     )
-    session = launch.current()
-    planned, selected = None, None
-    if not local_updates and all(op == "avg" for op in parts.update_ops):
-        selected = _selected_split(parts)
-        planned = selected[:3] if selected else plan_split(parts)
-    if planned is None:
-        _rows_gathered(parts, None)
-        _drawn_alike(parts, session)
-        built: BaseFunction = Function(session, parts)
-    else:
-        parts, split, all_updates = planned  # the givens made in parts' graphs
-        _rows_gathered(parts, split)
-        given = selected[3] if selected else None
-        built = TrainingFunction(session, parts, split, all_updates, given)
+    built = _built(launch.current(), parts, local_updates)
     if defaults:
         built._defaults = defaults
     return built

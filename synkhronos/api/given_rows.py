@@ -20,8 +20,10 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable, equal_computations
-from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
+from pytensor.tensor.shape import Reshape
 from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor, get_idx_list
+from pytensor.tensor.variable import TensorConstant
 
 
 @dataclass
@@ -63,6 +65,28 @@ class GivenRows:
                 f"whose lengths differ"
             )
         return chosen[0]
+
+
+def batch_size_reshapes(variables: list, rows: GivenRows, bcast_inputs: list) -> list:
+    """The reshapes of a value of the selected rows to a constant shape whose first
+    entry is the minibatch's length (LeNet's ``x.reshape((batch_size, 1, 28, 28))``): no
+    rank's share of the rows has that length. The length is the selection's where every
+    broadcast input is zero; none are found where it cannot be had, or is 1."""
+    try:
+        zeros = [np.zeros((0,) * v.type.ndim, v.type.dtype) for v in bcast_inputs]
+        length = len(rows.rows(zeros))
+    except Exception:  # noqa: BLE001 - a selection that needs other values: none found
+        return []
+    if length < 2:
+        return []
+    found = []
+    for node in io_toposort(list(graph_inputs(variables)), variables):
+        shape = node.inputs[1] if isinstance(node.op, Reshape) else None
+        if not isinstance(shape, TensorConstant) or shape.data.ndim != 1:
+            continue
+        if int(shape.data[0]) == length and rows.hidden in ancestors([node.inputs[0]]):
+            found.append(node)
+    return found
 
 
 def _selection(value, bcast_ids: set[int]) -> tuple | None:
@@ -133,4 +157,4 @@ def select(givens: list, bcast_inputs: list, sliceable: list) -> tuple[list, Giv
     return rewritten, GivenRows(hidden, data, is_slice, compiled, present)
 
 
-__all__ = ["GivenRows", "select"]
+__all__ = ["GivenRows", "batch_size_reshapes", "select"]

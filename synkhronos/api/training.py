@@ -228,6 +228,57 @@ class GivenMinibatch:
         return self.function(rows, *args, **kwargs)
 
 
+class SelectedWhole(BaseFunction):
+    """A function whose givens select its minibatch from shared data, computed whole on
+    every rank (no update needs a split, or the split could not be exact): its
+    :class:`~synkhronos.Function` takes the selected rows' numbers, computed on rank 0
+    for each call, as a first broadcast input (:mod:`synkhronos.api.given_rows`)."""
+
+    def __init__(self, session, parts: FunctionParts, whole: FunctionParts, rows: GivenRows):
+        self.function = Function(session, whole)
+        super().__init__(session, parts, parts.spec(-1, self.function.mode))
+        self._rows = rows
+
+    def __repr__(self) -> str:
+        return f"<synkhronos.Function {self.name or ''}>".replace(" >", ">")
+
+    @property
+    def mode(self):
+        """The compile mode (its Function's)."""
+        return self.function.mode
+
+    def get_shared(self) -> list:
+        """The shared variables the function uses."""
+        return self.function.get_shared()
+
+    def __call__(self, *args, num_slices: int = 1, output_subset=None, **kwargs):
+        """Run on every rank, as :meth:`synkhronos.Function.__call__` (no ``batch``: the
+        givens select the rows)."""
+        self._check_session()
+        if kwargs or (self._defaults and len(args) < len(self.inputs)):
+            args = self._by_name(args, kwargs)
+        return self.function(
+            self._rows.rows(args), *args, num_slices=num_slices, output_subset=output_subset
+        )
+
+    def _chain_entries(self) -> list:
+        return [self.function]
+
+    def _plan(
+        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=False
+    ) -> CallPlan:
+        if batch is not None or batch_s is not None:
+            raise ValueError(
+                f"{self._what}: its givens select the minibatch; batch and batch_s do not apply"
+            )
+        return self.function._plan(
+            session, (self._rows.rows(args), *args), None, None, num_slices, output_subset
+        )
+
+    def _collect(self, results: list, output_subset: Sequence[int] | None):
+        return results[0]
+
+
 class TrainingFunction(BaseFunction):
     """A synkhronos function whose updates train (see the module docstring): one
     :class:`~synkhronos.api.chains.Chain` of its phases, each a
@@ -644,6 +695,7 @@ def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:
 
 __all__ = [
     "GivenMinibatch",
+    "SelectedWhole",
     "TrainingFunction",
     "plan_split",
     "random_generators",
