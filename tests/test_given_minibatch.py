@@ -86,9 +86,13 @@ def _classifier(batch_norm=False):
 
 def test_slice_of_constant_length(session):
     """The tutorials' line: the mean loss, the per-row predicted classes and the error
-    rate; SGD's parameters after every minibatch, the last one short."""
+    rate; SGD's parameters after every minibatch, the last one short; the labels a cast
+    of a float shared variable, as the tutorials' ``shared_dataset`` makes them. The
+    tutorials' ``test_model`` (no update), and the training function's reference."""
     x, y, prediction, ce, params, _ = _classifier()
-    train_x, train_y = _shared_data()
+    train_x, labels = _shared_data()
+    float_labels = pytensor.shared(labels.get_value().astype(pytensor.config.floatX))
+    train_y = pt.cast(float_labels, "int32")
     index, size = pt.lscalar("index"), 7
     errors = pt.mean(pt.neq(pt.argmax(prediction, axis=1), y))
     outputs = [ce.mean(), pt.argmax(prediction, axis=1), errors]
@@ -104,6 +108,14 @@ def test_slice_of_constant_length(session):
     reference = _reference([index], outputs, updates=updates, givens=givens, mode=_mode())
     calls = [(k,) for k in (0, 1, 3, 2)]
     _as_one_device(session, train, reference, calls, params)
+    _, tol = session
+    start = [p.get_value() for p in params]
+    alone = train.as_pytensor(1)  # its reference, on rank 0: it takes the index too
+    for p, value in zip(params, start, strict=True):
+        p.set_value(value)
+    for got, want in zip(alone, reference(1), strict=True):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    synk.broadcast(params)
     test_model = synk.function([index], outputs[1:], givens=givens, mode=_mode())
     test_reference = _reference([index], outputs[1:], givens=givens)
     _as_one_device(session, test_model, test_reference, calls, params)  # no update

@@ -20,7 +20,9 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable, equal_computations
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor, get_idx_list
 from pytensor.tensor.variable import TensorConstant
@@ -90,14 +92,15 @@ def batch_size_reshapes(variables: list, rows: GivenRows, bcast_inputs: list) ->
 
 
 def _selection(value, bcast_ids: set[int]) -> tuple | None:
-    """``(shared variable, key)`` where ``value`` selects rows of a whole shared variable
-    on axis 0 only, by bounds (a slice's) or an index vector computed from broadcast
-    inputs, constants and shared variables; ``key``: (is_slice, bound variables, which
-    bounds are given)."""
+    """``(shared variable, key, base)`` where ``value`` selects rows of ``base``, a whole
+    shared variable or elementwise ops of it (:func:`_whole_data`), on axis 0 only, by
+    bounds (a slice's) or an index vector computed from broadcast inputs, constants and
+    shared variables; ``key``: (is_slice, bound variables, which bounds are given)."""
     node = value.owner
-    if node is None or not isinstance(node.inputs[0], SharedVariable):
+    if node is None or not isinstance(node.op, Subtensor | AdvancedSubtensor):
         return None
-    if not isinstance(node.op, Subtensor | AdvancedSubtensor):
+    root = _whole_data(node.inputs[0])
+    if root is None:
         return None
     index = get_idx_list(node.inputs, node.op.idx_list)
     if len(index) != 1:
@@ -116,7 +119,27 @@ def _selection(value, bcast_ids: set[int]) -> tuple | None:
     free = [v for v in graph_inputs(key[1]) if v.owner is None]
     if any(not _known(v, bcast_ids) for v in free):
         return None
-    return node.inputs[0], key
+    return root, key, node.inputs[0]
+
+
+def _whole_data(base) -> SharedVariable | None:
+    """The shared variable whose rows ``base`` is, elementwise (the tutorials' labels,
+    ``T.cast(shared_y, "int32")``), or None."""
+    while not isinstance(base, SharedVariable):
+        node = base.owner
+        if node is None or not isinstance(node.op, Elemwise):
+            return None
+        varying = [v for v in node.inputs if not isinstance(v, Constant)]
+        if len(varying) != 1 or varying[0].type.ndim != base.type.ndim:
+            return None
+        base = varying[0]
+    return base
+
+
+def _selected(root, base, hidden):
+    """``base``'s rows at ``hidden``: the rows of ``root`` selected, then ``base``'s
+    elementwise ops on them alone."""
+    return clone_replace(base, {root: root[hidden]}) if base is not root else root[hidden]
 
 
 def _known(var, bcast_ids: set[int]) -> bool:
@@ -137,9 +160,12 @@ def select(givens: list, bcast_inputs: list, sliceable: list) -> tuple[list, Giv
         selection = _selection(value, bcast_ids)
         if selection is not None:
             found[k] = selection
-    if not found or any(id(data) in sliceable_ids for data, _ in found.values()):
+    if not found or any(id(data) in sliceable_ids for data, _, _ in found.values()):
         return None
-    keys = [key for _, key in found.values()]
+    unselected = [value for k, (_, value) in enumerate(givens) if k not in found]
+    if any(id(v) in bcast_ids for v in graph_inputs(unselected)):
+        return None  # another given reads the index: the selection is not all
+    keys = [key for _, key, _ in found.values()]
     is_slice, bounds, present = keys[0]
     for other in keys[1:]:
         same = other[0] == is_slice and other[2] == present
@@ -147,13 +173,14 @@ def select(givens: list, bcast_inputs: list, sliceable: list) -> tuple[list, Giv
             return None
     hidden = pt.lvector("given rows")
     rewritten = [
-        (var, found[k][0][hidden] if k in found else value) for k, (var, value) in enumerate(givens)
+        (var, _selected(found[k][0], found[k][2], hidden) if k in found else value)
+        for k, (var, value) in enumerate(givens)
     ]
     outputs = bounds if is_slice else [pt.as_tensor_variable(bounds[0])]
     compiled = pytensor.function(
         list(bcast_inputs), outputs, mode="FAST_COMPILE", on_unused_input="ignore"
     )
-    data = list({id(d): d for d, _ in found.values()}.values())
+    data = list({id(d): d for d, _, _ in found.values()}.values())
     return rewritten, GivenRows(hidden, data, is_slice, compiled, present)
 
 

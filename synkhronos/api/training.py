@@ -414,6 +414,15 @@ class TrainingFunction(BaseFunction):
     def _chain_entries(self) -> list:
         return list(self._entries)
 
+    def as_pytensor(self, *args):
+        """Run the same graph in this process alone (see
+        :meth:`~synkhronos.api.functions.BaseFunction.as_pytensor`)."""
+        if self._given is not None:  # the selected rows' numbers: its first input
+            args = (self._given.rows.rows(args), *args)
+        return super().as_pytensor(*args)
+
+    as_theano = as_pytensor
+
     def _plan(
         self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=True
     ) -> CallPlan:
