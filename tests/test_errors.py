@@ -64,8 +64,8 @@ def test_unknown_reduce_op_at_build(ranks):
         synk.function([x], (x.sum(), "mean"))
     with pytest.raises(ValueError, match="unknown reduce op"):
         synk.all_reduce(w, op="median")
-    with pytest.raises(TypeError, match="at least one dimension"):
-        synk.function([pt.scalar("a")], x.sum())
+    with pytest.raises(TypeError, match="list the scalars after them"):
+        synk.function([pt.scalar("a"), x], x.sum())
     generator = pytensor.shared(np.random.default_rng(0))  # a shared variable without ndim
     with pytest.raises(TypeError, match=r"sliceable_shareds\[0\] must be a shared variable"):
         synk.function([x], x.sum(), sliceable_shareds=[generator])

@@ -18,7 +18,6 @@ import synkhronos as synk
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
-from synkhronos.session import launch
 from tests import test_training_outputs as training_outputs
 from tests.test_training_outputs import _mode
 
@@ -147,8 +146,9 @@ def test_batch_norm_of_given_rows_trains_as_one_device(session):
 
 def test_minibatch_given_by_position(session):
     """The Theano idiom ``givens={x: x_all[idx * B:(idx + 1) * B]}``: from a shared
-    variable every rank holds whole, every rank computes the minibatch as one device (no
-    split); from a sliceable one, each rank would slice its own rows, which is said."""
+    variable every rank holds whole, each rank computes its share of the minibatch
+    (tests/test_given_minibatch.py); from a sliceable one, each rank would slice its own
+    rows, which is said."""
     x, y, prediction, _, params, _ = _classifier()
     # No arange over the rows (cross-entropy's): JAX mode takes its bounds from shapes only.
     err = (prediction.max(axis=1) - y) ** 2
@@ -168,12 +168,11 @@ def test_minibatch_given_by_position(session):
             sliceable_shareds=[x_all, y_all],
             mode=_mode(),
         )
-    if launch.current().backend.name != "cpu":
-        pytest.skip("JAX mode slices by static bounds only (IndexError on every rank)")
     train = synk.function(
         [], [err.mean(), err], bcast_inputs=[idx], updates=updates, givens=givens, mode=_mode()
     )
-    reference = pytensor.function(
-        [idx], [err.mean(), err], updates=updates, givens=givens, mode=_mode()
+    assert isinstance(train, TrainingFunction)
+    reference = pytensor.function(  # in C: JAX slices by static bounds only
+        [idx], [err.mean(), err], updates=updates, givens=givens, mode=training_outputs.MODE
     )
     _same_as_one_device(session, train, reference, (1,), params)

@@ -7,15 +7,32 @@ any other, a plain :class:`~synkhronos.Function`.
 
 from __future__ import annotations
 
+import logging
+import warnings
+from dataclasses import replace
+
 import pytensor
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
+from pytensor.link.basic import Container
+from pytensor.tensor.random.type import RandomType
 
+from synkhronos.api import given_rows
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts, _label
 from synkhronos.api.split.analysis import RowGraph
 from synkhronos.api.split.phases import PhaseSplit
-from synkhronos.api.training import TrainingFunction, plan_split
+from synkhronos.api.training import (
+    GivenMinibatch,
+    SelectedWhole,
+    TrainingFunction,
+    plan_split,
+    random_generators,
+    shipped_apart,
+)
 from synkhronos.session import launch
+
+_log = logging.getLogger(__name__)
 
 # The original Synkhronos' names of its reduce ops.
 _ORIGINAL_OPS = {
@@ -96,6 +113,205 @@ def _row_axes(outputs: list, givens: list, sources: list) -> list[list[int]]:
     return [graph.row_axes_of(v) for v in outputs]
 
 
+class In(pytensor.In):
+    """An input with Theano's ``value=``: the default a call takes where it omits the
+    argument (``pytensor.In`` refuses a default; ``synkhronos.theano.In`` is this class).
+
+    Parameters
+    ----------
+    variable : Variable
+        The input.
+    name : str, optional
+        As for :class:`pytensor.In`.
+    value : optional
+        The default, cast to ``variable``'s type; a shared variable or container is
+        ``pytensor.In``'s own ``value`` (an implicit input).
+    **kwargs
+        The rest of :class:`pytensor.In`'s arguments.
+
+    Examples
+    --------
+    >>> import pytensor.tensor as pt
+    >>> level = pt.scalar("level")
+    >>> float(In(level, value=0.2).default)
+    0.2
+    """
+
+    def __init__(self, variable, name=None, value=None, **kwargs) -> None:
+        implicit = isinstance(value, SharedVariable | Container)
+        super().__init__(variable, name=name, value=value if implicit else None, **kwargs)
+        self.default = None
+        if value is not None and not implicit:
+            self.default = variable.type.filter(value, allow_downcast=True)
+
+
+class WithDefaults:
+    """A compiled ``pytensor`` function whose inputs made with :class:`In` take their
+    defaults where a call omits them (``synkhronos.theano.function``'s); its other
+    attributes are the function's."""
+
+    def __init__(self, compiled, inputs: list) -> None:
+        self._compiled = compiled
+        self._names = [getattr(e, "name", None) for e in inputs]
+        self._defaults = {
+            k: e.default for k, e in enumerate(inputs) if getattr(e, "default", None) is not None
+        }
+
+    def __call__(self, *args, **kwargs):
+        args = list(args)
+        for k in range(len(args), len(self._names)):
+            if self._names[k] is not None and self._names[k] in kwargs:
+                args.append(kwargs.pop(self._names[k]))
+            elif k in self._defaults:
+                args.append(self._defaults[k])
+            else:
+                break
+        return self._compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._compiled, name)
+
+
+def without_in(entries) -> tuple[list, dict[int, object]]:
+    """``entries`` with each ``pytensor.In`` replaced by its variable, and the defaults
+    (:class:`In`'s ``value``) by position; ``TypeError`` for an ``In`` that a call
+    could not take as one (an update, an implicit value)."""
+    variables: list = []
+    defaults: dict[int, object] = {}
+    for k, entry in enumerate(entries):
+        if isinstance(entry, pytensor.In):
+            if entry.update is not None or entry.implicit:
+                raise TypeError(
+                    f"input {k} ({entry}): an In's update or implicit value has no "
+                    f"synkhronos form; pass the variable, with value= at most"
+                )
+            default = getattr(entry, "default", None)
+            if default is not None:
+                defaults[k] = default
+            entry = entry.variable
+        variables.append(entry)
+    return variables, defaults
+
+
+def _broadcast_by_themselves(inputs, bcast_inputs) -> tuple[list, list]:
+    """``inputs`` less those without the rows (scalars), and ``bcast_inputs`` with them
+    first: every rank receives a scalar whole. The call's argument order stays the
+    program's, so a scalar may only follow the inputs with the rows (``TypeError``)."""
+    inputs = list(inputs)
+
+    def without_rows(var) -> bool:
+        return isinstance(var, Variable) and getattr(var.type, "ndim", None) == 0
+
+    first = next((k for k, v in enumerate(inputs) if without_rows(v)), len(inputs))
+    after = [k for k in range(first, len(inputs)) if not without_rows(inputs[k])]
+    if after:
+        raise TypeError(
+            f"{_label(inputs[first], first, 'input')} is a scalar, which every rank receives "
+            f"whole, listed before {_label(inputs[after[0]], after[0], 'input')}, whose "
+            f"rows are split over the ranks: a call takes the inputs with the rows first, "
+            f"so list the scalars after them"
+        )
+    return inputs[:first], inputs[first:] + list(bcast_inputs or ())
+
+
+def _drawn_alike(parts: FunctionParts, session) -> None:
+    """Where no input has the rows and an update writes more than the generators, every
+    rank computes the whole call as one device: its random generators draw with rank
+    0's state on every rank (else each rank would draw its own numbers, apply its own
+    update, and the ranks would end apart). Warns of a generator an earlier function
+    shipped already: each rank has its own state. (Draws that only the outputs read
+    stay each rank's own: ``"per_rank"`` samples.)"""
+    if parts.inputs or parts.sliceable:
+        return
+    if all(isinstance(v.type, RandomType) for v, _ in parts.updates):
+        return
+    generators = random_generators(parts)
+    parts.same_on_every_rank = generators
+    shipped = shipped_apart(session, generators)
+    if shipped:
+        warnings.warn(
+            f"{parts.what} computes the whole call on every rank, but the random "
+            f"generator(s) {', '.join(map(str, shipped))} were shipped with an earlier "
+            f"function, so each rank draws its own numbers and the ranks will differ",
+            stacklevel=3,
+        )
+
+
+def _selected_split(parts: FunctionParts, selected: tuple) -> tuple | None:
+    """The split of ``parts`` whose givens select the minibatch from shared data by
+    broadcast inputs (``selected``: :func:`synkhronos.api.given_rows.select`'s), with the
+    selection; None where the split of the selected rows cannot be exact (then every
+    rank computes the whole minibatch, which is one device's answer)."""
+    givens, rows = selected
+    made = graph_replace([*parts.outputs, *(u for _, u in parts.updates)], givens, strict=False)
+    reshapes = given_rows.batch_size_reshapes(made, rows, parts.bcast_inputs)
+    if reshapes:
+        warnings.warn(
+            f"{parts.what}: its givens select the minibatch, but {reshapes[0].op} "
+            f"reshapes it to the shape {reshapes[0].inputs[1].data.tolist()}, with the "
+            f"minibatch's length written in, which no rank's share of the rows has: every "
+            f"rank computes the whole minibatch (one device's answer, no speed-up); write "
+            f"-1 (or x.shape[0]) there for the minibatch to be split over the ranks",
+            stacklevel=3,
+        )
+        return None
+    split_parts = replace(parts, inputs=[rows.hidden], givens=givens)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        planned = plan_split(split_parts)
+    if planned is None or planned[1].inexact:
+        reasons = [str(w.message) for w in caught] + list(planned[1].inexact if planned else ())
+        _log.info(
+            "%s: its givens' minibatch is computed whole on every rank, not split: %s",
+            parts.what,
+            "; ".join(reasons) or "no update depends on it",
+        )
+        return None
+    return (*planned, GivenMinibatch(rows, _whole(parts, selected)))
+
+
+def _whole(parts: FunctionParts, selected: tuple) -> FunctionParts:
+    """``parts`` computing the selected minibatch whole on every rank: the selected rows'
+    numbers a first broadcast input (JAX slices by static bounds only, but gathers rows
+    by a traced index vector)."""
+    givens, rows = selected
+    return replace(parts, bcast_inputs=[rows.hidden, *parts.bcast_inputs], givens=givens)
+
+
+def _built(session, parts: FunctionParts, local_updates: bool) -> BaseFunction:
+    """The function ``parts`` make: a training function where its updates train (its
+    givens' minibatch split where they select one), a :class:`SelectedWhole` where its
+    givens select a minibatch that is not split, else a plain ``Function``."""
+    planned, split_selected, selected = None, None, None
+    if parts.givens and not parts.inputs:
+        selected = given_rows.select(parts.givens, parts.bcast_inputs, parts.sliceable)
+    if not local_updates and all(op == "avg" for op in parts.update_ops):
+        split_selected = _selected_split(parts, selected) if selected else None
+        planned = split_selected[:3] if split_selected else plan_split(parts)
+    built: BaseFunction
+    if planned is None:
+        _rows_gathered(parts, None)
+        if selected is not None:  # every rank's outputs are rank 0's, which it keeps
+            whole = replace(
+                _whole(parts, selected),
+                ops=[
+                    op if given else None
+                    for op, given in zip(parts.ops, parts.explicit, strict=True)
+                ],
+            )
+            _drawn_alike(whole, session)
+            built = SelectedWhole(session, parts, whole, selected[1])
+        else:
+            _drawn_alike(parts, session)
+            built = Function(session, parts)
+    else:
+        parts, split, all_updates = planned  # the givens made in parts' graphs
+        _rows_gathered(parts, split)
+        given = split_selected[3] if split_selected else None
+        built = TrainingFunction(session, parts, split, all_updates, given)
+    return built
+
+
 def function(
     inputs=(),
     outputs=None,
@@ -116,8 +332,11 @@ def function(
 
     Parameters
     ----------
-    inputs : list of Variable
-        Inputs scattered along axis 0 across ranks (uneven splits are fine).
+    inputs : list of Variable or pytensor.In
+        Inputs scattered along axis 0 across ranks (uneven splits are fine); scalars,
+        listed after them, are broadcast (every rank receives them whole). An
+        :class:`In` input's ``value`` is the default a call takes where it omits the
+        argument.
     outputs : Variable, (Variable, op), or a list of them
         ``op`` reduces the ranks' results: "avg" (weighted by each rank's rows, so a
         per-sample mean equals the single-device mean; the default, but for an output
@@ -147,7 +366,11 @@ def function(
     givens : dict or list of pairs
         As for :func:`pytensor.function`. Updates that train are split on the graph the
         givens make, so the rows may reach it through a given's value only
-        (``givens={x: x_in}``, or ``{x: x_all}`` with ``x_all`` sliceable).
+        (``givens={x: x_in}``, or ``{x: x_all}`` with ``x_all`` sliceable). Givens that
+        select rows of shared variables by broadcast inputs (``x_all[index * B:(index +
+        1) * B]``, ``x_all[order[...]]``) with updates that train: each rank computes its
+        share of the selected rows (:mod:`synkhronos.api.given_rows`); a selection of
+        fewer rows than ranks is computed whole on every rank.
     sliceable_shareds : list of SharedVariable
         Shared variables whose rows a call may select with ``batch_s``.
     name : str, optional
@@ -204,6 +427,9 @@ def function(
     """
     if collect_modes is not None or reduce_ops is not None:
         outputs = _with_collect_modes(outputs, collect_modes, reduce_ops)
+    inputs = list(inputs)
+    every, defaults = without_in([*inputs, *(bcast_inputs or ())])
+    inputs, bcast_inputs = _broadcast_by_themselves(every[: len(inputs)], every[len(inputs) :])
     parts = FunctionParts.parse(
         inputs=inputs,
         outputs=outputs,
@@ -215,16 +441,10 @@ def function(
         mode=mode,
         function_kwargs=dict(kwargs),
     )
-    session = launch.current()
-    planned = None
-    if not local_updates and all(op == "avg" for op in parts.update_ops):
-        planned = plan_split(parts)
-    if planned is None:
-        _rows_gathered(parts, None)
-        return Function(session, parts)
-    parts, split, all_updates = planned  # the givens made in parts' graphs
-    _rows_gathered(parts, split)
-    return TrainingFunction(session, parts, split, all_updates)
+    built = _built(launch.current(), parts, local_updates)
+    if defaults:
+        built._defaults = defaults
+    return built
 
 
-__all__ = ["function"]
+__all__ = ["In", "WithDefaults", "function", "without_in"]

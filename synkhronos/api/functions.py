@@ -325,6 +325,9 @@ class BaseFunction(ABC):
     # its first wrote): then it is a chain's first step, and the chain refuses a rank
     # without rows.
     _reads_call_plan = False
+    # Per call position, the value a call takes where it omits the argument
+    # (``In(var, value=...)``; synk.function sets it).
+    _defaults: dict = {}
 
     def __init__(self, session, parts: FunctionParts, spec: GraphSpec) -> None:
         self._session = session
@@ -446,6 +449,9 @@ class BaseFunction(ABC):
             if given[i]:
                 raise TypeError(f"{self._what}: input {name!r} given twice")
             ordered[i], given[i] = value, True
+        for i, value in self._defaults.items():
+            if not given[i]:
+                ordered[i], given[i] = value, True
         if not all(given):
             missing = [_label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
             raise TypeError(f"{self._what}: missing {', '.join(missing)}")
@@ -643,7 +649,7 @@ class Function(BaseFunction):
         # abort_on_error inline: its wrapper's frame cost a tiny one-rank call 3%.
         try:
             session = self._check_session()
-            if kwargs:
+            if kwargs or (self._defaults and len(args) < len(self.inputs)):
                 args = self._by_name(args, kwargs)
             if not self._shipped:
                 session.distribute()

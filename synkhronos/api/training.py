@@ -24,6 +24,7 @@ followed by an all-reduce ("sum") of the statistics it computed
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -38,9 +39,11 @@ from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
+from synkhronos.api.given_rows import GivenRows
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
 from synkhronos.transport.callplan import CallPlan
+from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import resolve_rows, selection_length
 from synkhronos.transport.shared_arrays import Data
 
@@ -160,6 +163,122 @@ def _free(values: list, known: list) -> list:
     ]
 
 
+# The random generators some function listed to draw with rank 0's state on every rank
+# (FunctionParts.same_on_every_rank): shipped with it, or with an earlier function that
+# listed them too, they stay alike.
+_LISTED_ALIKE: weakref.WeakSet = weakref.WeakSet()
+
+
+def shipped_apart(session, generators: Sequence) -> list:
+    """Of ``generators``, those an earlier function shipped for each rank to draw its
+    own numbers from (reseeded per rank); then lists them all as alike."""
+    apart = [
+        g
+        for g in generators
+        if session.state.registry.index(g) is not None and g not in _LISTED_ALIKE
+    ]
+    _LISTED_ALIKE.update(generators)
+    return apart
+
+
+def random_generators(parts: FunctionParts) -> list:
+    """The random generators the graph of ``parts`` draws from."""
+    roots = [*parts.outputs, *(u for _, u in parts.updates), *(g for _, g in parts.givens)]
+    return [
+        v
+        for v in graph_inputs(roots)
+        if isinstance(v, SharedVariable) and isinstance(v.type, RandomType)
+    ]
+
+
+@dataclass
+class GivenMinibatch:
+    """A training function's minibatch that its givens select from shared data
+    (:mod:`synkhronos.api.given_rows`), and the function's parts with the selected rows
+    a first broadcast input: a call whose minibatch has fewer rows than ranks runs them
+    whole on every rank (as one device; the ranks draw alike), for a rank without rows
+    cannot take part in the split."""
+
+    rows: GivenRows
+    whole: FunctionParts
+    function: Function | None = None
+
+    def run_whole(self, session, rows, args: tuple, kwargs: dict):
+        """The call of the parts as written, every rank computing it whole; rank 0's
+        outputs (every rank's are the same)."""
+        if self.function is None:
+            generators = random_generators(self.whole)
+            # Explicit: a rank keeps the default update the training function shipped,
+            # which reads that function's own copy of the inputs.
+            written = {id(v) for v, _ in self.whole.updates}
+            drawn = [
+                (g, g.default_update)
+                for g in generators
+                if getattr(g, "default_update", None) is not None and id(g) not in written
+            ]
+            shipped_apart(session, generators)  # the training function's: alike
+            parts = replace(
+                self.whole,
+                ops=[None] * len(self.whole.outputs),
+                updates=[*self.whole.updates, *drawn],
+                update_ops=[*self.whole.update_ops, *(["avg"] * len(drawn))],
+                same_on_every_rank=generators,
+            )
+            self.function = Function(session, parts)
+        return self.function(rows, *args, **kwargs)
+
+
+class SelectedWhole(BaseFunction):
+    """A function whose givens select its minibatch from shared data, computed whole on
+    every rank (no update needs a split, or the split could not be exact): its
+    :class:`~synkhronos.Function` takes the selected rows' numbers, computed on rank 0
+    for each call, as a first broadcast input (:mod:`synkhronos.api.given_rows`)."""
+
+    def __init__(self, session, parts: FunctionParts, whole: FunctionParts, rows: GivenRows):
+        self.function = Function(session, whole)
+        super().__init__(session, parts, parts.spec(-1, self.function.mode))
+        self._rows = rows
+
+    def __repr__(self) -> str:
+        return f"<synkhronos.Function {self.name or ''}>".replace(" >", ">")
+
+    @property
+    def mode(self):
+        """The compile mode (its Function's)."""
+        return self.function.mode
+
+    def get_shared(self) -> list:
+        """The shared variables the function uses."""
+        return self.function.get_shared()
+
+    def __call__(self, *args, num_slices: int = 1, output_subset=None, **kwargs):
+        """Run on every rank, as :meth:`synkhronos.Function.__call__` (no ``batch``: the
+        givens select the rows)."""
+        self._check_session()
+        if kwargs or (self._defaults and len(args) < len(self.inputs)):
+            args = self._by_name(args, kwargs)
+        return self.function(
+            self._rows.rows(args), *args, num_slices=num_slices, output_subset=output_subset
+        )
+
+    def _chain_entries(self) -> list:
+        return [self.function]
+
+    def _plan(
+        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=False
+    ) -> CallPlan:
+        if batch is not None or batch_s is not None:
+            raise ValueError(
+                f"{self._what}: its givens select the minibatch; batch and batch_s do not apply"
+            )
+        return self.function._plan(
+            session, (self._rows.rows(args), *args), None, None, num_slices, output_subset
+        )
+
+    def _collect(self, results: list, output_subset: Sequence[int] | None):
+        return results[0]
+
+
 class TrainingFunction(BaseFunction):
     """A synkhronos function whose updates train (see the module docstring): one
     :class:`~synkhronos.api.chains.Chain` of its phases, each a
@@ -182,9 +301,18 @@ class TrainingFunction(BaseFunction):
     _reads_call_plan = True
 
     def __init__(
-        self, session, parts: FunctionParts, split: PhaseSplit, all_updates: list[tuple]
+        self,
+        session,
+        parts: FunctionParts,
+        split: PhaseSplit,
+        all_updates: list[tuple],
+        given: GivenMinibatch | None = None,
     ) -> None:
         super().__init__(session, parts, parts.spec(-1, parts.mode))
+        self._given = given
+        if given is not None:  # its selected rows are a hidden input, no argument
+            self.inputs = self.inputs[1:]
+            self._positions = {v.name: i for i, v in enumerate(self.inputs) if v.name}
         self._draws = split.positions is not None
         self._positions_dtype = getattr(split.positions, "dtype", None)
         self._positions_data: Data | None = None
@@ -261,9 +389,19 @@ class TrainingFunction(BaseFunction):
         """Run the training step on every rank; return the outputs as one device would.
 
         Arguments as for :meth:`synkhronos.Function.__call__`. Every rank needs at least
-        one row of the call (a ``ValueError`` says which rank has none).
+        one row of the call (a ``ValueError`` says which rank has none), but where the
+        givens select the minibatch from shared data: a minibatch of fewer rows than
+        ranks is computed whole on every rank.
         """
-        self._check_session()
+        session = self._check_session()
+        if kwargs or (self._defaults and len(args) < len(self.inputs)):
+            args, kwargs = self._by_name(args, kwargs), {}
+        if self._given is not None:
+            if len(args) == len(self.inputs) and batch is None and batch_s is None:
+                rows = self._given.rows.rows(args)
+                if len(rows) < current_nodes().n_global:
+                    subset = {"output_subset": output_subset}
+                    return self._given.run_whole(session, rows, args, subset)
         return self.chain(
             *args,
             batch=batch,
@@ -276,12 +414,27 @@ class TrainingFunction(BaseFunction):
     def _chain_entries(self) -> list:
         return list(self._entries)
 
+    def as_pytensor(self, *args):
+        """Run the same graph in this process alone (see
+        :meth:`~synkhronos.api.functions.BaseFunction.as_pytensor`)."""
+        if self._given is not None:  # the selected rows' numbers: its first input
+            args = (self._given.rows.rows(args), *args)
+        return super().as_pytensor(*args)
+
+    as_theano = as_pytensor
+
     def _plan(
         self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=True
     ) -> CallPlan:
         """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
         if len(args) != len(self.inputs):
             raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
+        if self._given is not None:
+            if batch is not None or batch_s is not None:
+                raise ValueError(
+                    f"{self._what}: its givens select the minibatch; batch and batch_s do not apply"
+                )
+            args = (self._given.rows.rows(args), *args)
         if num_slices != 1 and self.round_functions:
             raise ValueError(
                 f"{self._what} reads statistics of the whole batch (batch normalization's), "
@@ -352,12 +505,11 @@ def _drawn_alike(split: PhaseSplit) -> list:
 def _warn_inexact(session, split: PhaseSplit, what: str) -> None:
     """Warn of what the split cannot make one device's update."""
     inexact = list(split.inexact)
-    for generator in _drawn_alike(split):
-        if session.state.registry.index(generator) is not None:
-            inexact.append(
-                f"the random generator {generator} was shipped with an earlier "
-                f"function, so each rank has its own state"
-            )
+    for generator in shipped_apart(session, _drawn_alike(split)):
+        inexact.append(
+            f"the random generator {generator} was shipped with an earlier "
+            f"function, so each rank has its own state"
+        )
     if inexact:
         warnings.warn(
             f"{what} trains every rank identically, but not as one device would: "
@@ -550,4 +702,11 @@ def _frontier_variables(split: PhaseSplit, label: str) -> list[tuple]:
     return pairs
 
 
-__all__ = ["TrainingFunction", "plan_split", "running_updates"]
+__all__ = [
+    "GivenMinibatch",
+    "SelectedWhole",
+    "TrainingFunction",
+    "plan_split",
+    "random_generators",
+    "running_updates",
+]

@@ -28,7 +28,6 @@ import sys
 
 import pytensor
 from pytensor import (
-    In,
     Lop,
     Mode,
     OpFromGraph,
@@ -65,6 +64,7 @@ for _name, _module in {
     sys.modules[f"{__name__}.{_name}"] = _module
 
 from synkhronos.api import mode_choice  # noqa: E402 - after the aliases
+from synkhronos.api.builders import In, WithDefaults  # noqa: E402 - after the aliases
 from synkhronos.theano import gof, gpuarray, misc, sandbox, tensor  # noqa: E402 - after the aliases
 
 
@@ -94,7 +94,10 @@ def function(inputs, outputs=None, mode=None, updates=None, *args, **kwargs):
             wanted = outputs if isinstance(outputs, list | tuple) else [outputs]
         roots = [getattr(o, "variable", o) for o in wanted if o is not None] + values
         mode = mode_choice.choose(None, None, [], roots, "theano.function's graph")
-    return pytensor.function(inputs, outputs, mode, updates, *args, **kwargs)
+    compiled = pytensor.function(inputs, outputs, mode, updates, *args, **kwargs)
+    if any(getattr(e, "default", None) is not None for e in inputs):
+        return WithDefaults(compiled, list(inputs))  # Theano's In(var, value=...)
+    return compiled
 
 
 def clone(output, replace=None, strict: bool = True, share_inputs: bool = True):

@@ -12,8 +12,9 @@ import X as Y``; Lasagne's likewise under ``synkhronos.extensions``.
 The check imports the port's modules named by the program's imports (their names come
 from the program, so they are imported by name) and reports, with its line, each module,
 ``from X import name`` and attribute chain (``T.nnet.foo``, ``theano.config.device``) that
-the port lacks, and each string naming a module of the port (the rewrite leaves strings as
-they are), before the program runs.
+the port lacks, each string naming a module of the port (the rewrite leaves strings as
+they are), and each truth test of a parameter that defaults to None (``if not W:``: a
+PyTensor variable has no truth value), before the program runs.
 
 >>> print(port_source("import theano.tensor as T  # tensors\\nx = T.matrix()\\n"), end="")
 from synkhronos.theano import tensor as T  # tensors
@@ -260,6 +261,51 @@ def _string_gap(node: ast.Constant) -> Gap | None:
     return Gap(node.lineno, name, f"a module's name in a string, not rewritten: {ported}")
 
 
+def _tested(node: ast.AST) -> list[ast.expr]:
+    """The expressions ``node`` takes the truth value of (``if x:``, ``not x``, ``x or y``)."""
+    if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert):
+        return [node.test]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return [node.operand]
+    if isinstance(node, ast.BoolOp):
+        return list(node.values)
+    return []
+
+
+def _truth_test_gaps(tree: ast.AST) -> list[Gap]:
+    """Each truth test of a function's parameter that defaults to None (``if not W:``, the
+    tutorials' way to make a weight the caller did not pass): a Theano variable was true,
+    a PyTensor variable has no truth value, so the test raises where one is passed."""
+    gaps = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        arguments = function.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        pairs = [
+            *zip(
+                positional[len(positional) - len(arguments.defaults) :],
+                arguments.defaults,
+                strict=True,
+            ),
+            *zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True),
+        ]
+        optional = {a.arg for a, d in pairs if isinstance(d, ast.Constant) and d.value is None}
+        for node in ast.walk(function):
+            for test in _tested(node):
+                if isinstance(test, ast.Name) and test.id in optional:
+                    gaps.append(
+                        Gap(
+                            test.lineno,
+                            test.id,
+                            f"a truth test of a parameter that defaults to None: a Theano "
+                            f"variable was true, a PyTensor variable has no truth value "
+                            f"(TypeError); write `{test.id} is None` (or `is not None`)",
+                        )
+                    )
+    return gaps
+
+
 def find_gaps(source: str, filename: str = "<source>") -> list[Gap]:
     """The Theano/Lasagne modules and names ``source`` uses that the port does not provide.
 
@@ -294,6 +340,8 @@ def find_gaps(source: str, filename: str = "<source>") -> list[Gap]:
             string_gap = _string_gap(node)
             if string_gap:
                 gaps.append(string_gap)
+    if bound:  # a program of Theano's or Lasagne's
+        gaps.extend(_truth_test_gaps(tree))
     return sorted(set(gaps), key=lambda g: (g.line, g.name))
 
 
