@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from synkhronos import theano
-from synkhronos.api.porting import find_gaps
+from synkhronos.tools.porting import find_gaps
 
 TUTORIAL_LIKE = """\
 import numpy

@@ -12,7 +12,7 @@ import pytensor
 import pytest
 
 import synkhronos as synk
-from synkhronos.api.porting import port_source
+from synkhronos.tools.porting import port_source
 
 PROGRAM = """\
 import numpy
