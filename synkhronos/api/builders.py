@@ -11,7 +11,8 @@ import pytensor
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
-from synkhronos.api.functions import BaseFunction, Function, FunctionParts, _label
+from synkhronos.api.functions import BaseFunction, Function, FunctionParts
+from synkhronos.api.planning import label
 from synkhronos.api.split.analysis import RowGraph
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.training import TrainingFunction, plan_split
@@ -80,7 +81,7 @@ def _rows_gathered(parts: FunctionParts, split: PhaseSplit | None) -> None:
             parts.ops[k] = "gather"
         elif axes:
             raise ValueError(
-                f"{parts.what}: {_label(parts.outputs[k], k, 'output')} has the rows on axis "
+                f"{parts.what}: {label(parts.outputs[k], k, 'output')} has the rows on axis "
                 f"{axes[0]}, not 0: no reduce op gives one device's value; put the rows "
                 f'first (dimshuffle) for "gather", or name the op'
             )

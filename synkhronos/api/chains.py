@@ -20,6 +20,7 @@ import numpy as np
 
 from synkhronos.api.collectives import check_tensor, registered, send_changes
 from synkhronos.api.functions import BaseFunction, Function
+from synkhronos.api.planning import PLAIN, CallOptions
 from synkhronos.rank.chain_part import (
     CHAINABLE,
     CollectiveStep,
@@ -89,8 +90,8 @@ class _KeptCall:
     straight to the program, its arrays passed as they are (the program's call puts
     them on the device, as a ``jax.jit`` function's does), not copied into the first
     function's scratch ``Data`` first, and without a plan. Its broadcast inputs are
-    checked as a call checks them (:meth:`Function._broadcast
-    <synkhronos.api.functions.Function._broadcast>`). Weak references name the Data, so
+    checked as a call checks them (:meth:`Planner.broadcast
+    <synkhronos.api.planning.Planner.broadcast>`). Weak references name the Data, so
     that keeping the call keeps none alive."""
 
     __slots__ = ("_count", "_kinds", "_rows", "function", "fused", "weights")
@@ -142,7 +143,7 @@ class _KeptCall:
                 return None
         if len(args) == len(self._kinds):  # no broadcast input but the row count
             return values + self._rows
-        bcast, _ = self.function._broadcast((*args[len(self._kinds) :], *self._rows))
+        bcast, _ = self.function._planner.broadcast((*args[len(self._kinds) :], *self._rows))
         values += [b.data if isinstance(b, Data) else b for b in bcast]
         return values
 
@@ -233,21 +234,13 @@ class Chain:
         return f"<synkhronos.Chain of {len(self._steps)} steps>"
 
     @abort_on_error("a synkhronos chained call")
-    def __call__(
-        self,
-        *args,
-        batch=None,
-        batch_s=None,
-        num_slices: int = 1,
-        output_subset: Sequence[int] | None = None,
-        **kwargs,
-    ) -> list:
+    def __call__(self, *args, **kwargs) -> list:
         """Run every step on every rank, in order, with one command.
 
         Parameters
         ----------
-        *args, batch, batch_s, num_slices, output_subset, **kwargs
-            The call of the chain's first function, as for a
+        *args, **kwargs
+            The call of the chain's first function, options included, as for a
             :class:`~synkhronos.Function` call; later functions are called without
             arguments.
 
@@ -257,12 +250,13 @@ class Chain:
             One entry per function of the chain, in order: what calling it alone would
             return.
         """
+        options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
         session = launch.current()
         if session is not self._session:
             raise RuntimeError("this chain was built before the last synk.fork(); build it again")
         if any(not f._shipped for f in self._functions):
             session.distribute()
-        plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
+        plain = options.plain
         plan, arrays = None, [self._table]
         if self._members:
             first = self._members[0][0]
@@ -271,9 +265,7 @@ class Chain:
             outputs = self._call_kept(session, args) if plain else None
             if outputs is not None:
                 return outputs
-            plan = first._plan(
-                session, args, batch, batch_s, num_slices, output_subset, self._every_rank_rows
-            )
+            plan = first._plan(session, args, options, self._every_rank_rows)
             if session.n_ranks > 1:
                 arrays += plan.encode()
         elif args or kwargs:
@@ -287,7 +279,7 @@ class Chain:
         results, ran = self._executed(session, arrays, local)
         if plain and plan is not None:
             self._kept = _KeptCall.of(self._functions[0], args, plan, ran)
-        return self._outputs(session, plan, results, output_subset)
+        return self._outputs(session, plan, results, options.output_subset)
 
     def _call_kept(self, session, args: tuple) -> list | None:
         """A call with no option like the kept one (:class:`_KeptCall`), straight to its

@@ -16,6 +16,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,10 +27,10 @@ from pytensor.graph.traversal import graph_inputs
 from synkhronos.api import mode_choice
 from synkhronos.api.collectives import (
     check_tensor,
-    checked_value,
     send_changes,
     sliceable_lengths,
 )
+from synkhronos.api.planning import PLAIN, CallOptions, Planner, Ranks, label
 from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.graphs import GraphSpec, check_shippable, with_default_updates
 from synkhronos.rank.outputs import collect_outputs, own_outputs
@@ -37,12 +38,11 @@ from synkhronos.rank.rewritten_graphs import graph_key, mark_checked, was_checke
 from synkhronos.rank.state import run_piece, run_share_of, share_of
 from synkhronos.session import launch
 from synkhronos.transport import trace
-from synkhronos.transport.callplan import CallPlan, RankRows
+from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.channel import check_count
 from synkhronos.transport.nodes import abort_nodes
 from synkhronos.transport.nodes import current as current_nodes
-from synkhronos.transport.partition import Selection, resolve_rows, selection_length, split_bounds
-from synkhronos.transport.protocol import Arg, Command
+from synkhronos.transport.protocol import Command
 from synkhronos.transport.reduction import check_output_op, check_update_op
 from synkhronos.transport.shared_arrays import Data, released_ids
 from synkhronos.transport.shm import check_travels
@@ -110,27 +110,6 @@ def parse_outputs(outputs) -> tuple[list, list, list, bool]:
 # Arrays a call's message holds besides its broadcast values: the plan's words, two index
 # arrays, a chain's step table, the released Data ids.
 _MESSAGE_ARRAYS = 5
-
-
-def _label(var, i: int, kind: str) -> str:
-    return f"{kind} {i} ({var.name!r})" if var.name else f"{kind} {i}"
-
-
-def _check_static_shape(var, shape, what: str, skip_first: bool) -> None:
-    if len(shape) != var.ndim:
-        raise TypeError(f"{what}: expected {var.ndim} dimensions, got {len(shape)}")
-    static = getattr(var.type, "shape", None)
-    if not static or static.count(None) == len(static):
-        return
-    for axis, (want, got) in enumerate(zip(static, shape, strict=True)):
-        if want is not None and want != got and not (skip_first and axis == 0):
-            raise ValueError(f"{what}: axis {axis} must have length {want}, got {got}")
-
-
-def _last_row(sel: Selection) -> int:
-    if isinstance(sel, slice):
-        return sel.stop - 1
-    return int(sel.max()) if len(sel) else -1
 
 
 _64_BIT = ("float64", "complex128", "int64", "uint64")
@@ -250,7 +229,7 @@ class FunctionParts:
         for i, var in enumerate(inputs):
             if var.ndim < 1:
                 raise TypeError(
-                    f"{_label(var, i, 'input')} is scattered along axis 0, so it "
+                    f"{label(var, i, 'input')} is scattered along axis 0, so it "
                     f"needs at least one dimension; pass scalars in bcast_inputs"
                 )
         sliceable = list(sliceable or ())
@@ -361,9 +340,7 @@ class BaseFunction(ABC):
         """What it runs as, as :func:`synkhronos.chain`'s steps: Functions and collectives."""
 
     @abstractmethod
-    def _plan(
-        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=False
-    ) -> CallPlan:
+    def _plan(self, session, args, options: CallOptions, every_rank_rows=False) -> CallPlan:
         """The plan of a call with these arguments, checked: its first Function's."""
 
     @abstractmethod
@@ -447,7 +424,7 @@ class BaseFunction(ABC):
                 raise TypeError(f"{self._what}: input {name!r} given twice")
             ordered[i], given[i] = value, True
         if not all(given):
-            missing = [_label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
+            missing = [label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
             raise TypeError(f"{self._what}: missing {', '.join(missing)}")
         return tuple(ordered)
 
@@ -533,7 +510,6 @@ class Function(BaseFunction):
         roots = parts.outputs + [u for _, u in parts.updates]
         mode = mode_choice.choose(parts.mode, session.backend.mode, inputs, roots, parts.what)
         super().__init__(session, parts, parts.spec(len(session.functions), mode))
-        self._counts_rows = parts.counts_rows
         # Everything below may fail, and must leave the session as it was: nothing in it
         # changes before rank 0's copy is checked.
         self._check_wire(parts.inputs, parts.bcast_inputs, parts.outputs, parts.ops)
@@ -549,10 +525,9 @@ class Function(BaseFunction):
             mark_checked(self._spec.key)
         if is_jax(compiled.mode):
             _warn_if_computed_in_32_bits(self._spec, self._what)
-        self._all_outputs = np.arange(len(parts.outputs), dtype=np.int64)
+        self._planner = Planner(self._spec, self._what, self._downcast, parts.counts_rows)
+        self._all_outputs = self._planner.all_outputs
         self._shipped = False
-        self._scratch: dict[int, Data] = {}
-        self._in_dtypes = [np.dtype(v.dtype) for v in self._spec.inputs]
         self._last: _LastCall | None = None
         self._update_targets = {id(v) for v, _ in self._spec.updates}
         self._handover = list(parts.handover)
@@ -574,9 +549,9 @@ class Function(BaseFunction):
         a dtype or number of dimensions it has no code for, more arrays than a message
         holds."""
         for i, var in enumerate(inputs):
-            check_tensor(var, f"{self._what}, {_label(var, i, 'input')}", in_data=True)
+            check_tensor(var, f"{self._what}, {label(var, i, 'input')}", in_data=True)
         for i, var in enumerate(bcast_inputs):
-            check_tensor(var, f"{self._what}, {_label(var, i, 'broadcast input')}")
+            check_tensor(var, f"{self._what}, {label(var, i, 'broadcast input')}")
         sent = [
             (i, var) for i, (var, op) in enumerate(zip(outputs, ops, strict=True)) if op is not None
         ]  # op None: rank 0's own result, never sent
@@ -604,15 +579,7 @@ class Function(BaseFunction):
         return results[0]  # collected with the plan's subset
 
     # ---- a call --------------------------------------------------------------------------
-    def __call__(
-        self,
-        *args,
-        batch=None,
-        batch_s=None,
-        num_slices: int = 1,
-        output_subset: Sequence[int] | None = None,
-        **kwargs,
-    ):
+    def __call__(self, *args, **kwargs):
         """Run data-parallel on every rank and return the reduced outputs.
 
         Parameters
@@ -620,21 +587,10 @@ class Function(BaseFunction):
         *args : Data or array_like
             Scattered inputs (split along axis 0 across ranks), then broadcast inputs.
             Numpy arrays are copied into shared memory; ``Data`` is read in place.
-        batch : int, slice or array of int, optional
-            Rows of the scattered inputs to use (the first ``n``, a slice, or indices),
-            split across ranks in order. ``Data`` made with ``minibatch=True`` is read by
-            position: its row k pairs with the k-th selected row.
-        batch_s : slice or array of int, or a list of them (one per rank), optional
-            Rows of the sliceable shared variables each rank uses (default: all).
-        num_slices : int
-            Each rank computes in this many sequential chunks and combines them, which
-            bounds memory; outputs equal the unsliced call's. Every chunk computes from
-            the same shared values; each update's values are combined over the chunks with
-            its op (see :func:`function`) and applied once, at the end.
-        output_subset : sequence of int, optional
-            Indices of the outputs to return (one index: the value, else a list).
-        **kwargs : Data or array_like
-            Inputs by their variables' names, as ``pytensor`` functions take them.
+        **kwargs
+            The call's options (:class:`~synkhronos.api.planning.CallOptions`: ``batch``,
+            ``batch_s``, ``num_slices``, ``output_subset``), and inputs (``Data`` or
+            array_like) by their variables' names, as ``pytensor`` functions take them.
 
         Returns
         -------
@@ -643,24 +599,26 @@ class Function(BaseFunction):
         # abort_on_error inline: its wrapper's frame cost a tiny one-rank call 3%.
         try:
             session = self._check_session()
+            options = PLAIN
             if kwargs:
-                args = self._by_name(args, kwargs)
+                options, kwargs = CallOptions.split(kwargs)
+                if kwargs:
+                    args = self._by_name(args, kwargs)
             if not self._shipped:
                 session.distribute()
-            plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
+            plain = options.plain
             args, last = self._as_called(args, plain)
             # One rank of one node: no worker to command (unless a timeline records it).
             if last is not None and last.alone and session.timeline_path is None:
                 return self._call_alone(session, last, args)
-            return self._call(session, args, last, plain, batch, batch_s, num_slices, output_subset)
+            return self._call(session, args, last, plain, options)
         except BaseException as error:
             abort_nodes("a synkhronos function call", error)
             raise
 
-    def _call(self, session, args: tuple, last, plain: bool, *options):
+    def _call(self, session, args: tuple, last, plain: bool, options: CallOptions):
         """:meth:`__call__` through the workers: ``args`` as called (``last``: the kept
-        call they match), ``plain``: a call with no option of ``options``."""
-        batch, batch_s, num_slices, output_subset = options
+        call they match), ``plain``: a call without ``options``."""
         state = session.state
         if last is not None:
             subset, arrays = last.subset, last.arrays
@@ -670,9 +628,9 @@ class Function(BaseFunction):
 
         else:
             with trace.span("check and plan", "rank 0"):
-                plan = self._plan(session, args, batch, batch_s, num_slices, output_subset)
+                plan = self._plan(session, args, options)
             subset, arrays = plan.subset.tolist(), plan.encode() if session.n_ranks > 1 else ()
-            reusable = plain and self._reusable(args)
+            reusable = plain and self._planner.reusable(args)
 
             def local():
                 with trace.span("select rows", "rows"):
@@ -686,14 +644,21 @@ class Function(BaseFunction):
                 alone = session.n_ranks == 1 and current_nodes().n_global == 1
                 alone = alone and piece is not None and not session.verify_every
                 self._last = _LastCall(
-                    args, arrays, fn, piece, subset, len(self._spec.inputs), alone, self._scratch
+                    args,
+                    arrays,
+                    fn,
+                    piece,
+                    subset,
+                    len(self._spec.inputs),
+                    alone,
+                    self._planner.scratch,
                 )
                 return self._last.run(state, args)
 
         send_changes(session, self._reads)
         weight, host, reduced = session.execute(Command.CALL, arrays, local)
         self._wrote(session)
-        single = self._single if output_subset is None else len(subset) == 1
+        single = self._single if options.output_subset is None else len(subset) == 1
         replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
         with trace.span("collect outputs", "outputs"):
             return collect_outputs(replies, self._spec, subset, weight, host, reduced, single)
@@ -705,17 +670,14 @@ class Function(BaseFunction):
         if last is not None and last.matches(args):
             return args, last  # the kept call's own Data: nothing to copy or cast
         if len(args) == len(self.inputs):  # (a wrong count is _plan's error)
-            args = self._in_data(args)
+            args = self._planner.in_data(args)
         return args, last if last is not None and last.matches(args) else None
 
-    def _in_data(self, args: tuple) -> tuple:
-        """``args`` with the scattered inputs' arrays, and Data cast by
-        allow_input_downcast, in the scratch Data."""
-        for i, dtype in enumerate(self._in_dtypes):
-            a = args[i]
-            if not (isinstance(a, Data) and a.dtype == dtype):
-                args = (*args[:i], self._scattered(i, self._spec.inputs[i], a), *args[i + 1 :])
-        return args
+    def _plan(self, session, args, options: CallOptions, every_rank_rows: bool = False) -> CallPlan:
+        """The call's plan, every argument checked (:meth:`Planner.plan
+        <synkhronos.api.planning.Planner.plan>`)."""
+        ranks = Ranks(session.n_ranks, current_nodes(), partial(sliceable_lengths, session))
+        return self._planner.plan(args, options, ranks, every_rank_rows)
 
     def _call_alone(self, session, last: _LastCall, args):
         """A call like the last one where rank 0 is the only rank of the only node: no
@@ -736,246 +698,3 @@ class Function(BaseFunction):
         session.agreed.agree(self._writes)
         if not self._update_targets.isdisjoint(session.sliceable_ids):
             session.forget_lengths()  # the rows batch_s may select have changed
-
-    def _reusable(self, args) -> bool:
-        """Whether a call like this one may reuse its plan (:class:`_LastCall`): its
-        arguments all ``Data`` (scattered numpy arrays are in the scratch Data by then);
-        not where a call's plan depends on more (a broadcast input's value, the lengths of
-        sliceable shared variables) or where its plan writes a broadcast input (the row
-        count of a training function's row phase). A broadcast Data of another dtype
-        travels as its values (allow_input_downcast): no reuse either."""
-        spec = self._spec
-        if (
-            spec.sliceable
-            or self._counts_rows
-            or len(args) != len(self.inputs)
-            or not all(isinstance(a, Data) for a in args)
-        ):
-            return False
-        bcast = args[len(spec.inputs) :]
-        return all(a.dtype == v.dtype for a, v in zip(bcast, spec.bcast_inputs, strict=True))
-
-    def _plan(
-        self,
-        session,
-        args,
-        batch,
-        batch_s,
-        num_slices,
-        output_subset,
-        every_rank_rows: bool = False,
-    ) -> CallPlan:
-        """The call's plan, every argument checked; with ``every_rank_rows``, a call that
-        gives some rank (of any node) no rows is refused too."""
-        spec = self._spec
-        n_in, n_b = len(spec.inputs), len(spec.bcast_inputs)
-        if len(args) != n_in + n_b:
-            raise TypeError(
-                f"{self._what}: expected {n_in + n_b} arguments ({n_in} scattered "
-                f"inputs, then {n_b} broadcast inputs), got {len(args)}"
-            )
-        if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)):
-            raise TypeError(f"num_slices must be an int, got {num_slices!r}")
-        if num_slices < 1:
-            raise ValueError(f"num_slices must be at least 1, got {num_slices}")
-        subset = self._subset(output_subset, num_slices)
-        scatter = [
-            self._scattered(i, var, arg)
-            for i, (var, arg) in enumerate(zip(spec.inputs, args[:n_in], strict=True))
-        ]
-        bcast, kinds = self._broadcast(args[n_in:])
-        rows, s_rows, total = self._rows(session, scatter, batch, batch_s, every_rank_rows)
-        if self._counts_rows:  # the plan carries the count (PhaseSplit.rows)
-            bcast[-1], kinds[-1] = np.zeros(total, np.int8), Arg.ROWS
-        return CallPlan(
-            spec.fid,
-            int(num_slices),
-            subset,
-            scatter,
-            np.array([d.minibatch for d in scatter], np.int64),
-            rows,
-            bcast,
-            np.array(kinds, np.int64),
-            s_rows,
-        )
-
-    def _subset(self, output_subset, num_slices) -> np.ndarray:
-        """The indices of the outputs a call computes, checked."""
-        spec = self._spec
-        n_out = len(spec.outputs)
-        if output_subset is None:
-            subset = self._all_outputs
-        else:
-            subset = np.asarray(list(output_subset))
-            if subset.ndim != 1 or (
-                subset.size
-                and (subset.dtype.kind not in "iu" or np.min(subset) < 0 or np.max(subset) >= n_out)
-            ):
-                raise ValueError(f"output_subset must list output indices in 0..{n_out - 1}")
-            subset = subset.astype(np.int64)
-        if num_slices > 1 and any(spec.output_ops[i] in (None, "per_rank") for i in subset):
-            raise ValueError(
-                "outputs with reduce op None or 'per_rank' cannot be combined over num_slices > 1"
-            )
-        return subset
-
-    def _broadcast(self, args) -> tuple[list[Data | np.ndarray], list[Arg]]:
-        """The broadcast inputs' values, checked, and how each travels."""
-        bcast: list[Data | np.ndarray] = []
-        kinds = []
-        for i, (var, arg) in enumerate(zip(self._spec.bcast_inputs, args, strict=True)):
-            what = f"{self._what}, {_label(var, i, 'broadcast input')}"
-            if isinstance(arg, Data) and (arg.dtype == var.dtype or not self._downcast):
-                if arg.dtype != var.dtype:
-                    raise TypeError(f"{what}: Data has dtype {arg.dtype}, expected {var.dtype}")
-                _check_static_shape(var, arg.shape, what, skip_first=False)
-                bcast.append(arg)
-                kinds.append(Arg.DATA)
-            else:  # a value (a Data of another dtype, allow_input_downcast: its values)
-                arg = arg.data if isinstance(arg, Data) else arg
-                bcast.append(checked_value(var, arg, what, self._downcast or None))
-                kinds.append(Arg.VALUE)
-        return bcast, kinds
-
-    def _rows(
-        self, session, scatter: list[Data], batch, batch_s, every_rank_rows: bool
-    ) -> tuple[RankRows | None, RankRows | None, int]:
-        """Each rank's rows of the scattered inputs and of the sliceable shared variables,
-        and the call's rows on every rank of every node."""
-        spec = self._spec
-        rows = None
-        total = 0
-        if scatter:
-            whole = self._batch_rows(scatter, batch)
-            total = selection_length(whole)
-            n_global = current_nodes().n_global  # one rank has the rows, at least one
-            if every_rank_rows and n_global > 1:  # ranks take split_bounds shares of them
-                self._refuse_empty_ranks("batch", split_bounds(total, n_global))
-            sel = current_nodes().node_share(whole)
-            self._check_rows_exist(scatter, sel)
-            rows = RankRows.split(sel, session.n_ranks)
-        elif batch is not None:
-            raise ValueError(f"{self._what} has no scattered inputs; batch does not apply")
-        s_rows = None
-        if batch_s is not None:
-            everyone = self._global_batch_s_rows(session, batch_s)
-            total = total or sum(selection_length(s) for s in everyone)
-            if every_rank_rows and not scatter:
-                self._refuse_empty_ranks(
-                    "batch_s", [0, *np.cumsum([selection_length(s) for s in everyone])]
-                )
-            world = current_nodes()
-            s_rows = RankRows.per_rank(everyone[world.offset : world.offset + session.n_ranks])
-        elif spec.sliceable and not scatter and (every_rank_rows or self._counts_rows):
-            lengths = sliceable_lengths(session, spec.sliceable)  # each rank takes all its rows
-            total = int(np.sum(lengths))
-            if every_rank_rows:
-                self._refuse_empty_ranks("the sliceable shared data", [0, *np.cumsum(lengths)])
-        return rows, s_rows, total
-
-    def _check_rows_exist(self, scatter: list[Data], sel: Selection) -> None:
-        """``ValueError`` unless every scattered input holds the rows ``sel`` selects."""
-        for i, d in enumerate(scatter):
-            if d.minibatch and selection_length(sel) > len(d):
-                raise ValueError(
-                    f"{self._what}: batch selects {selection_length(sel)} "
-                    f"rows but {_label(self._spec.inputs[i], i, 'input')} (minibatch "
-                    f"data, read by position) has {len(d)}"
-                )
-            if not d.minibatch and _last_row(sel) >= len(d):
-                raise ValueError(
-                    f"{self._what}: batch selects row {_last_row(sel)} but "
-                    f"{_label(self._spec.inputs[i], i, 'input')} has {len(d)} rows"
-                )
-
-    def _scattered(self, i: int, var, arg) -> Data:
-        what = f"{self._what}, {_label(var, i, 'input')}"
-        if not isinstance(arg, Data):
-            return self._in_scratch(i, arg)
-        if arg.dtype != var.dtype:
-            if not self._downcast:
-                raise TypeError(
-                    f"{what}: Data has dtype {arg.dtype}, expected {var.dtype} "
-                    f"(make it with dtype={var.dtype!s}, or build the function with "
-                    f"allow_input_downcast=True)"
-                )
-            # allow_input_downcast: cast into the input's scratch, as an array is
-            return self._in_scratch(i, arg.data, minibatch=arg.minibatch)
-        _check_static_shape(var, arg.shape, what, skip_first=True)
-        return arg
-
-    def _in_scratch(self, i: int, arg, minibatch: bool = False) -> Data:
-        """Scattered input ``i``'s array, checked, in this function's scratch ``Data`` for
-        that input (the same Data at every call: a call like the last one then reuses
-        its plan); ``minibatch``: read by position, as the Data it was cast from."""
-        var = self._spec.inputs[i]
-        value = np.asarray(arg)
-        what = f"{self._what}, {_label(var, i, 'input')}"
-        if value.dtype != var.dtype:
-            if not np.can_cast(value.dtype, var.dtype, "same_kind"):
-                raise TypeError(
-                    f"{what}: cannot use an array of dtype {value.dtype} for an input "
-                    f"of dtype {var.dtype}"
-                )
-            if not self._downcast and not np.can_cast(value.dtype, var.dtype, "safe"):
-                raise TypeError(
-                    f"{what}: casting {value.dtype} to {var.dtype} would lose precision; "
-                    f"cast it first"
-                )
-        _check_static_shape(var, value.shape, what, skip_first=True)
-        scratch = self._scratch.get(i)
-        if scratch is None:
-            scratch = self._scratch[i] = Data(var=var, name=f"{var.name or i} scratch")
-        scratch.set_value(value, force_cast=self._downcast, oversize=1.25)
-        scratch.minibatch = minibatch  # read by position as the Data it was cast from
-        return scratch
-
-    def _batch_rows(self, scatter: list[Data], batch) -> Selection:
-        full = [len(d) for d in scatter if not d.minibatch]
-        sel: Selection
-        if batch is None:
-            # Minibatch data is read by position: it may be longer (checked in _plan).
-            lengths = {len(d) for d in scatter if not d.minibatch} or {len(d) for d in scatter}
-            if len(lengths) > 1:
-                names = ", ".join(
-                    f"{_label(v, i, 'input')}: {len(d)}"
-                    for i, (v, d) in enumerate(zip(self._spec.inputs, scatter, strict=True))
-                )
-                raise ValueError(
-                    f"{self._what}: scattered inputs have different lengths "
-                    f"({names}); give batch= to select rows"
-                )
-            sel = slice(0, lengths.pop())
-        else:
-            sel = resolve_rows(batch, min(full) if full else None, "batch")
-        if selection_length(sel) == 0:
-            raise ValueError(f"{self._what}: batch selects no rows")
-        return sel
-
-    def _refuse_empty_ranks(self, what: str, bounds) -> None:
-        """``ValueError`` if a global rank's share ``bounds[r]:bounds[r + 1]`` is empty (the
-        same answer on every node)."""
-        counts = np.diff(np.asarray(bounds, np.int64))
-        empty = np.flatnonzero(counts == 0).tolist()
-        if empty:
-            raise ValueError(
-                f"{self._what}: {what} gives {int(counts.sum())} row(s) to {len(counts)} "
-                f"ranks, none to rank(s) {empty}; in this chain every rank needs at least one "
-                f"row (a later step reads what this function writes): drop or pad the last "
-                f"short batch"
-            )
-
-    def _global_batch_s_rows(self, session, batch_s) -> list[Selection]:
-        """Every global rank's rows of the sliceable shared variables for ``batch_s``."""
-        if not self._spec.sliceable:
-            raise ValueError(f"{self._what} has no sliceable_shareds; batch_s does not apply")
-        lengths = sliceable_lengths(session, self._spec.sliceable)  # per global rank
-        world = current_nodes()
-        n = world.n_global
-        per_rank = (
-            isinstance(batch_s, (list, tuple))
-            and len(batch_s) == n
-            and all(isinstance(b, (slice, list, tuple, np.ndarray)) for b in batch_s)
-        )
-        specs = list(batch_s) if per_rank else [batch_s] * n
-        return [resolve_rows(specs[r], lengths[r], f"batch_s (rank {r})") for r in range(n)]

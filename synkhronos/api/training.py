@@ -38,6 +38,7 @@ from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
+from synkhronos.api.planning import CallOptions
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
 from synkhronos.transport.callplan import CallPlan
@@ -249,39 +250,23 @@ class TrainingFunction(BaseFunction):
                 seen.setdefault(id(v), v)
         return list(seen.values())
 
-    def __call__(
-        self,
-        *args,
-        batch=None,
-        batch_s=None,
-        num_slices: int = 1,
-        output_subset: Sequence[int] | None = None,
-        **kwargs,
-    ):
+    def __call__(self, *args, **kwargs):
         """Run the training step on every rank; return the outputs as one device would.
 
-        Arguments as for :meth:`synkhronos.Function.__call__`. Every rank needs at least
-        one row of the call (a ``ValueError`` says which rank has none).
+        Arguments (and options) as for :meth:`synkhronos.Function.__call__`. Every rank
+        needs at least one row of the call (a ``ValueError`` says which rank has none).
         """
         self._check_session()
-        return self.chain(
-            *args,
-            batch=batch,
-            batch_s=batch_s,
-            num_slices=num_slices,
-            output_subset=output_subset,
-            **kwargs,
-        )[0]
+        return self.chain(*args, **kwargs)[0]
 
     def _chain_entries(self) -> list:
         return list(self._entries)
 
-    def _plan(
-        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=True
-    ) -> CallPlan:
+    def _plan(self, session, args, options: CallOptions, every_rank_rows=True) -> CallPlan:
         """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
         if len(args) != len(self.inputs):
             raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
+        num_slices = options.num_slices
         if num_slices != 1 and self.round_functions:
             raise ValueError(
                 f"{self._what} reads statistics of the whole batch (batch normalization's), "
@@ -295,11 +280,10 @@ class TrainingFunction(BaseFunction):
                     f"draws only with num_slices=1 (each slice would draw anew)"
                 )
             n_in = len(self._spec.inputs)
-            args = (*args[:n_in], self._row_positions(args[0], batch), *args[n_in:])
+            args = (*args[:n_in], self._row_positions(args[0], options.batch), *args[n_in:])
         # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
-        return self.row_function._plan(
-            session, (*args, _NO_ROWS), batch, batch_s, num_slices, None, True
-        )
+        options = replace(options, output_subset=None)
+        return self.row_function._plan(session, (*args, _NO_ROWS), options, True)
 
     def _collect(self, results: list, output_subset: Sequence[int] | None):
         values: list = [None] * len(self.output_modes)
