@@ -101,6 +101,23 @@ def _check_static_shape(var, shape, what: str, skip_first: bool) -> None:
             raise ValueError(f"{what}: axis {axis} must have length {want}, got {got}")
 
 
+def single_result(single: bool, output_subset, subset) -> bool:
+    """Whether a call returns one value, not a list: where it gives ``output_subset``,
+    whether that names one output (``subset``: those it names, as a list or an array);
+    else ``single``, whether the function was built with one output."""
+    return single if output_subset is None else len(subset) == 1
+
+
+def check_arguments(what: str, spec: GraphSpec, args) -> None:
+    """``TypeError`` unless ``args`` holds one argument per input of ``spec``."""
+    n_in, n_b = len(spec.inputs), len(spec.bcast_inputs)
+    if len(args) != n_in + n_b:
+        raise TypeError(
+            f"{what}: expected {n_in + n_b} arguments ({n_in} scattered "
+            f"inputs, then {n_b} broadcast inputs), got {len(args)}"
+        )
+
+
 def _last_row(sel: Selection) -> int:
     if isinstance(sel, slice):
         return sel.stop - 1
@@ -189,12 +206,8 @@ class Planner:
         """The call's plan, every argument checked; with ``every_rank_rows``, a call that
         gives some rank (of any node) no rows is refused too."""
         spec = self.spec
-        n_in, n_b = len(spec.inputs), len(spec.bcast_inputs)
-        if len(args) != n_in + n_b:
-            raise TypeError(
-                f"{self.what}: expected {n_in + n_b} arguments ({n_in} scattered "
-                f"inputs, then {n_b} broadcast inputs), got {len(args)}"
-            )
+        n_in = len(spec.inputs)
+        check_arguments(self.what, spec, args)
         num_slices = options.num_slices
         if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)):
             raise TypeError(f"num_slices must be an int, got {num_slices!r}")

@@ -38,7 +38,7 @@ from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
-from synkhronos.api.planning import CallOptions
+from synkhronos.api.planning import CallOptions, check_arguments, single_result
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
 from synkhronos.transport.callplan import CallPlan
@@ -256,16 +256,14 @@ class TrainingFunction(BaseFunction):
         Arguments (and options) as for :meth:`synkhronos.Function.__call__`. Every rank
         needs at least one row of the call (a ``ValueError`` says which rank has none).
         """
-        self._check_session()
-        return self.chain(*args, **kwargs)[0]
+        return self.chain._run(args, kwargs, self._what)[0]
 
     def _chain_entries(self) -> list:
         return list(self._entries)
 
     def _plan(self, session, args, options: CallOptions, every_rank_rows=True) -> CallPlan:
         """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
-        if len(args) != len(self.inputs):
-            raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
+        check_arguments(self._what, self._spec, args)
         num_slices = options.num_slices
         if num_slices != 1 and self.round_functions:
             raise ValueError(
@@ -295,8 +293,7 @@ class TrainingFunction(BaseFunction):
                 values[k] = value
         if output_subset is not None:
             values = [values[k] for k in output_subset]
-            return values[0] if len(values) == 1 else values
-        return values[0] if self._single else values
+        return values[0] if single_result(self._single, output_subset, values) else values
 
     def _row_positions(self, first, batch) -> Data:
         """Each selected row's position in the selection (a hidden input, read by
