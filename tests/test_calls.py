@@ -139,11 +139,11 @@ def test_run_alone_sends_nothing_and_forgets_released_data():
     session = _Session(sliceable_ids={1})
     shared_arrays.released_ids.append(12345)
     try:
-        assert run_alone(session, lambda: "outputs", ([], {1})) == "outputs"
+        assert run_alone(session, lambda args: args * 2, (1,), ([], {1})) == (1, 1)
     finally:
         released = list(shared_arrays.released_ids)
         shared_arrays.released_ids.clear()
     assert released == [] and session.commands == [] and session.forgotten == 1
     session.broken = True
     with pytest.raises(RuntimeError, match="broken"):
-        run_alone(session, lambda: pytest.fail("ran on a broken session"), ([], set()))
+        run_alone(session, lambda args: pytest.fail("ran on a broken session"), (), ([], set()))

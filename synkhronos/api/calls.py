@@ -78,16 +78,16 @@ def run_command(
     return result
 
 
-def run_alone(session, local: Callable[[], Any], wrote: tuple) -> Any:
-    """Rank 0's part of a kept call where it :func:`runs_alone`, without a command: of what
-    :meth:`Session.execute <synkhronos.session.launch.Session.execute>` does, this alone
-    applies (a broken session refused, released ``Data`` forgotten: there is no worker to
-    tell); ``local`` applies the call's updates as it runs (no other rank can fail).
-    ``wrote`` as for :func:`run_command`. Through ``execute``, a tiny call took a quarter
-    longer."""
+def run_alone(session, run: Callable[[tuple], Any], args: tuple, wrote: tuple) -> Any:
+    """Rank 0's part of a kept call where it :func:`runs_alone`, ``run(args)``, without a
+    command: of what :meth:`Session.execute <synkhronos.session.launch.Session.execute>`
+    does, this alone applies (a broken session refused, released ``Data`` forgotten:
+    there is no worker to tell); ``run`` applies the call's updates as it runs (no other
+    rank can fail). ``wrote`` as for :func:`run_command`. Through ``execute``, a tiny call
+    took a quarter longer."""
     session.check_sound()
     released_ids.clear()
-    result = local()
+    result = run(args)
     _record(session, wrote, False)
     return result
 

@@ -368,7 +368,7 @@ class Function(BaseFunction):
             if kept is None:
                 return self._call(session, args, options, reuse)
             if kept.alone:  # rank 0's part gives the outputs (own_outputs)
-                return run_alone(session, lambda: kept.run(args), self._touches[1])
+                return run_alone(session, kept.run, args, self._touches[1])
             result = run_command(
                 session, Command.CALL, kept.arrays, lambda: kept.run(args), *self._touches
             )
