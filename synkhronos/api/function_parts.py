@@ -100,8 +100,9 @@ def shared_reads_writes(parts: FunctionParts, sliceable_ids: set[int]) -> tuple[
 
 @dataclass(kw_only=True)
 class FunctionParts:
-    """What a :class:`~synkhronos.api.functions.Function` is made of: :func:`synkhronos.function`'s arguments,
-    checked and sorted (:meth:`parse`), or a training function's phase."""
+    """What a :class:`~synkhronos.api.functions.Function` is made of:
+    :func:`synkhronos.function`'s arguments, checked and sorted (:meth:`parse`), or a
+    training function's phase."""
 
     inputs: list = field(default_factory=list)
     bcast_inputs: list = field(default_factory=list)
