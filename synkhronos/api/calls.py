@@ -4,7 +4,9 @@ A :class:`~synkhronos.api.functions.Function`'s call, a training function's and 
 each send one command through :func:`run_command`: what rank 0's program changed among the
 shared variables the call reads is broadcast first, :meth:`Session.execute
 <synkhronos.session.launch.Session.execute>` runs the command (rank 0's part included, on
-one rank too), and what the call wrote is recorded afterwards.
+one rank too), and what the call wrote is recorded afterwards. The one exception is a
+Function's kept call where rank 0 :func:`runs_alone`: :func:`run_alone` runs it with what
+of ``execute`` applies there, and the same records.
 
 A call's general path checks its arguments and plans it (:mod:`synkhronos.api.planning`);
 it ends in what rank 0 runs: a Function's :class:`~synkhronos.rank.compiled.Piece`, a
