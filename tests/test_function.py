@@ -51,19 +51,19 @@ def test_a_call_like_the_last_reuses_its_checks_and_plan(fns, rng):
     xv, yv = random_xy(rng, 9)
     xd, yd, sd = f.build_inputs(xv, yv, 2.0)
     check_ops(f(xd, yd, sd), ref(xv, yv, 2.0))
-    kept = f._last
+    kept = f._kept
     xv2, yv2 = random_xy(rng, 9)
     xd.set_value(xv2)  # new values, the same layouts
     yd.set_value(yv2)
     sd.set_value(-1.0)
     check_ops(f(xd, yd, sd), ref(xv2, yv2, -1.0))
-    assert f._last is kept  # reused
+    assert f._kept is kept  # reused
     yd.set_length(4)  # checked again: the lengths now differ
     with pytest.raises(ValueError, match="different lengths"):
         f(xd, yd, sd)
     xd.set_length(4)
     check_ops(f(xd, yd, sd), ref(xv2[:4], yv2[:4], -1.0), rows_per_rank=[2, 2])
-    assert f._last is not kept
+    assert f._kept is not kept
     xd.free_memory()
     with pytest.raises(ValueError):
         f(xd, yd, sd)

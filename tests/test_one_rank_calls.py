@@ -1,10 +1,11 @@
 """Calls like the last one (the same ``Data``, of the same layouts), which reuse the last
 call's plan and rank 0's piece of it; on one rank they run that piece at once, with no
-command sent (``Function._call_alone``). Each call's outputs, and the shared variables its
-updates wrote, are compared with a plain ``pytensor.function`` of the same graph on the
-whole data, between calls: a Data changed in place, a shared variable set, a broadcast Data
-set, a Data of another length, numpy arguments. CPU ranks and GPU ranks (on CPU devices
-here), one rank and, for the reuse through the command channel, two with uneven rows."""
+command sent (a ``KeptCall`` run by ``run_alone``, :mod:`synkhronos.api.calls`). Each
+call's outputs, and the shared variables its updates wrote, are compared with a plain
+``pytensor.function`` of the same graph on the whole data, between calls: a Data changed
+in place, a shared variable set, a broadcast Data set, a Data of another length, numpy
+arguments. CPU ranks and GPU ranks (on CPU devices here), one rank and, for the reuse
+through the command channel, two with uneven rows."""
 
 from __future__ import annotations
 
@@ -71,10 +72,10 @@ def test_calls_like_the_last_equal_plain_pytensor(backend, n_ranks, rng):
         xv = rng.normal(size=(11, 3)).astype(dtype)
         xd, kd = f.build_inputs(xv, np.asarray(0.25, dtype))
         first = check(xd, kd)  # planned
-        kept = f._last
+        kept = f._kept
         assert kept.alone == (n_ranks == 1)
         again = check(xd, kd)  # reused
-        assert f._last is kept
+        assert f._kept is kept
         for a, b in zip(first, again, strict=True):  # the same kinds of values
             assert (np.asarray(a).dtype, np.shape(a)) == (np.asarray(b).dtype, np.shape(b))
         assert again[0].flags.writeable and again[1].flags.writeable
@@ -85,18 +86,18 @@ def test_calls_like_the_last_equal_plain_pytensor(backend, n_ranks, rng):
         check(xd, kd)
         kd.set_value(np.asarray(-1.5, dtype))  # the broadcast Data set
         check(xd, kd)
-        assert f._last is kept
+        assert f._kept is kept
         xd.set_value(rng.normal(size=(17, 3)).astype(dtype))  # another length: planned again
         check(xd, kd)
-        assert f._last is not kept
+        assert f._kept is not kept
         check(xd, kd)
         for _ in range(2):  # numpy arrays: the function's scratch Data, then a call like it
             check(rng.normal(size=(5, 3)).astype(dtype), kd)
-        kept, scratch = f._last, f._scratch[0].data.copy()
+        kept, scratch = f._kept, f._planner.scratch[0].data.copy()
         check(rng.normal(size=(5, 3)).astype(dtype), kd)
-        assert f._last is kept
+        assert f._kept is kept
         if n_ranks == 1:  # taken as it is, not copied into the scratch Data
-            np.testing.assert_array_equal(f._scratch[0].data, scratch)
+            np.testing.assert_array_equal(f._planner.scratch[0].data, scratch)
         check(rng.normal(size=(5, 6)).astype(dtype)[:, ::2], kd)  # not C-contiguous: copied
         check(rng.normal(size=(5, 3)).astype("float16"), kd)  # another dtype: cast
         check(rng.normal(size=(8, 3)).astype(dtype), kd)  # another length: planned
@@ -118,7 +119,7 @@ def test_released_data_do_not_pile_up_between_one_rank_calls(rng):
         f = synk.function([x], (x.sum(axis=0), "sum"))
         xd = synk.data(rng.normal(size=(7, 3)))
         f(xd)
-        assert f._last.alone
+        assert f._kept.alone
 
         def data_names():
             return sorted(
@@ -132,7 +133,7 @@ def test_released_data_do_not_pile_up_between_one_rank_calls(rng):
             if i % 2:
                 tmp.free_memory()
             np.testing.assert_allclose(f(xd), xd.data.sum(axis=0), rtol=1e-12)
-            assert f._last.alone
+            assert f._kept.alone
         del tmp
         f(xd)
         assert shared_arrays.released_ids == []
@@ -206,7 +207,7 @@ def planned(monkeypatch):
 def test_one_gpu_ranks_training_calls_like_the_last_equal_plain_pytensor(rng, planned):
     """On one GPU rank a training step called like its last call (no option, numpy rows of
     the same shapes and dtypes, or the same Data of the same layouts) goes straight to its
-    fused program, unplanned (``Chain._call_kept``); between such calls a shared variable
+    fused program, unplanned (``KeptCall``); between such calls a shared variable
     set, another learning rate (a broadcast input), another batch size, Data for numpy
     rows and back, a Data changed in place or set to another length, an option, rows of
     another dtype and arguments by name: each call's outputs and the parameters after it

@@ -19,7 +19,8 @@ from pytensor.link.basic import Container
 from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api import given_rows
-from synkhronos.api.functions import BaseFunction, Function, FunctionParts, _label
+from synkhronos.api.functions import BaseFunction, Function, FunctionParts
+from synkhronos.api.planning import label
 from synkhronos.api.split.analysis import RowGraph
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.training import (
@@ -97,7 +98,7 @@ def _rows_gathered(parts: FunctionParts, split: PhaseSplit | None) -> None:
             parts.ops[k] = "gather"
         elif axes:
             raise ValueError(
-                f"{parts.what}: {_label(parts.outputs[k], k, 'output')} has the rows on axis "
+                f"{parts.what}: {label(parts.outputs[k], k, 'output')} has the rows on axis "
                 f"{axes[0]}, not 0: no reduce op gives one device's value; put the rows "
                 f'first (dimshuffle) for "gather", or name the op'
             )
@@ -206,8 +207,8 @@ def _broadcast_by_themselves(inputs, bcast_inputs) -> tuple[list, list]:
     after = [k for k in range(first, len(inputs)) if not without_rows(inputs[k])]
     if after:
         raise TypeError(
-            f"{_label(inputs[first], first, 'input')} is a scalar, which every rank receives "
-            f"whole, listed before {_label(inputs[after[0]], after[0], 'input')}, whose "
+            f"{label(inputs[first], first, 'input')} is a scalar, which every rank receives "
+            f"whole, listed before {label(inputs[after[0]], after[0], 'input')}, whose "
             f"rows are split over the ranks: a call takes the inputs with the rows first, "
             f"so list the scalars after them"
         )

@@ -12,14 +12,15 @@ the shared variables the ranks may now disagree on.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from synkhronos.api.collectives import check_tensor, registered, send_changes
+from synkhronos.api.calls import KeptCall, reuses, run_command
+from synkhronos.api.collectives import check_tensor, registered
 from synkhronos.api.functions import BaseFunction, Function
+from synkhronos.api.planning import PLAIN, CallOptions, single_result
 from synkhronos.rank.chain_part import (
     CHAINABLE,
     CollectiveStep,
@@ -80,71 +81,44 @@ def _watched(functions: list, written: dict, handed: set[int]) -> tuple[list, li
     )
 
 
-class _KeptCall:
-    """A chain's last call, kept for a call like it where rank 0 is the only rank of the
-    only node and the call ran as one program (:mod:`synkhronos.rank.fused_chain`): no
-    option, and scattered inputs of the same kinds, numpy arrays of the same shapes and
-    dtypes (the inputs' own) or the same ``Data`` of the same layouts, each of the
-    call's row count. Such a call passes the same checks and has the same rows; it goes
-    straight to the program, its arrays passed as they are (the program's call puts
-    them on the device, as a ``jax.jit`` function's does), not copied into the first
-    function's scratch ``Data`` first, and without a plan. Its broadcast inputs are
-    checked as a call checks them (:meth:`Function._broadcast
-    <synkhronos.api.functions.Function._broadcast>`). Weak references name the Data, so
-    that keeping the call keeps none alive."""
+def _keep(function: Function, state, args: tuple, plan, ran: tuple | None) -> tuple | None:
+    """The kept call of a plain call with ``args`` planned as ``plan`` (the chain's first
+    Function's) where it ran as one program (``ran``: the program and its weights,
+    :attr:`RankState.last_fused <synkhronos.rank.state.RankState.last_fused>`), which
+    is only where rank 0 runs alone; with its scattered inputs' count and the row count
+    it passes (a training function's). None where a call like it could not skip the plan.
 
-    __slots__ = ("_count", "_kinds", "_rows", "function", "fused", "weights")
-
-    def __init__(self, function: Function, kinds: list, rows: list, count: int, ran: tuple):
-        self.function, self._kinds, self._rows, self._count = function, kinds, rows, count
-        self.fused, self.weights = ran
-
-    @classmethod
-    def of(cls, function: Function, args: tuple, plan, ran: tuple | None) -> _KeptCall | None:
-        """The kept call of a plain call with ``args`` planned as ``plan`` (the chain's
-        first Function's), ``ran``: the program it ran as, with its weights
-        (:attr:`RankState.last_fused <synkhronos.rank.state.RankState.last_fused>`);
-        None where a call like it could not skip the plan."""
-        if ran is None or current_nodes().n_global > 1 or function._spec.sliceable:
+    A call like it has scattered inputs of the same kinds, numpy arrays of the same shapes
+    and dtypes (the inputs' own) or the same ``Data`` of the same layouts, each of the
+    call's row count: it passes the same checks and has the same rows. It goes straight
+    to the program, its arrays passed as they are (the program's call puts them on the
+    device, as a ``jax.jit`` function's does), not copied into the first function's
+    scratch ``Data`` first, and without a plan; its broadcast inputs are checked as a
+    call checks them (:meth:`Chain._kept_values`)."""
+    if ran is None or current_nodes().n_global > 1 or function._spec.sliceable:
+        return None
+    counts_rows = plan.bcast_kinds.size and plan.bcast_kinds[-1] == Arg.ROWS
+    rows = [plan.bcast[-1]] if counts_rows else []  # a training function's row count
+    n = len(plan.scatter)
+    # A training function's hidden scattered input (its rows' positions) is no argument.
+    if len(args) != n + len(plan.bcast) - len(rows):
+        return None
+    fused, weights = ran
+    length = weights[0]  # one rank's rows: the whole selection
+    hosts: list = []
+    for a, d in zip(args[:n], plan.scatter, strict=True):
+        if type(a) is np.ndarray and a.dtype == d.dtype and len(a) == length:
+            hosts.append((a.shape, a.dtype))
+        elif a is d and len(d) == length:
+            hosts.append(None)
+        else:
             return None
-        counts_rows = plan.bcast_kinds.size and plan.bcast_kinds[-1] == Arg.ROWS
-        rows = [plan.bcast[-1]] if counts_rows else []  # a training function's row count
-        n = len(plan.scatter)
-        # A training function's hidden scattered input (its rows' positions) is no argument.
-        if len(args) != n + len(plan.bcast) - len(rows):
-            return None
-        length = ran[1][0]  # one rank's rows: the whole selection
-        kinds: list = []
-        for a, d in zip(args[:n], plan.scatter, strict=True):
-            if type(a) is np.ndarray and a.dtype == d.dtype and len(a) == length:
-                kinds.append((None, (a.shape, a.dtype)))
-            elif a is d and len(d) == length:
-                kinds.append((weakref.ref(d), d.layout))
-            else:
-                return None
-        return cls(function, kinds, rows, len(args), ran)
 
-    def arguments(self, args: tuple) -> list | None:
-        """The program's arguments for a call with ``args``, or None where the call is
-        not like the kept one."""
-        if len(args) != self._count:
-            return None
-        values = []
-        # A loop, not all() of a generator: these are most of the call's own checks.
-        for a, (ref, layout) in zip(args, self._kinds, strict=False):  # the scattered
-            if type(a) is np.ndarray:
-                if ref is not None or (a.shape, a.dtype) != layout:
-                    return None
-                values.append(a)
-            elif ref is not None and ref() is a and a.layout == layout:
-                values.append(a.data)
-            else:
-                return None
-        if len(args) == len(self._kinds):  # no broadcast input but the row count
-            return values + self._rows
-        bcast, _ = self.function._broadcast((*args[len(self._kinds) :], *self._rows))
-        values += [b.data if isinstance(b, Data) else b for b in bcast]
-        return values
+    def run(values: list) -> list:
+        with fused_notes(state):
+            return fused.run(fused.inputs(values), weights)
+
+    return KeptCall(args[:n], hosts, len(args), None, run, True), n, rows
 
 
 class Chain:
@@ -189,7 +163,7 @@ class Chain:
         )
         self._steps, self._functions = steps, functions
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
-        self._kept: _KeptCall | None = None
+        self._kept: tuple | None = None  # (KeptCall, its scattered count, its row count)
         self._table = encode_table(steps, fuse)
         self._written = written  # by id()
         handed = {id(v) for f in functions for v in f._handover}
@@ -232,22 +206,13 @@ class Chain:
     def __repr__(self) -> str:
         return f"<synkhronos.Chain of {len(self._steps)} steps>"
 
-    @abort_on_error("a synkhronos chained call")
-    def __call__(
-        self,
-        *args,
-        batch=None,
-        batch_s=None,
-        num_slices: int = 1,
-        output_subset: Sequence[int] | None = None,
-        **kwargs,
-    ) -> list:
+    def __call__(self, *args, **kwargs) -> list:
         """Run every step on every rank, in order, with one command.
 
         Parameters
         ----------
-        *args, batch, batch_s, num_slices, output_subset, **kwargs
-            The call of the chain's first function, as for a
+        *args, **kwargs
+            The call of the chain's first function, options included, as for a
             :class:`~synkhronos.Function` call; later functions are called without
             arguments.
 
@@ -257,23 +222,28 @@ class Chain:
             One entry per function of the chain, in order: what calling it alone would
             return.
         """
+        options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
+        return self._run(args, options, kwargs, "this chain")
+
+    @abort_on_error("a synkhronos chained call")
+    def _run(self, args: tuple, options: CallOptions, kwargs: dict, what: str) -> list:
+        """A call of the chain, or of the training function ``what`` that runs as one, with
+        its ``options`` and its inputs given by name (``kwargs``)."""
         session = launch.current()
         if session is not self._session:
-            raise RuntimeError("this chain was built before the last synk.fork(); build it again")
+            raise RuntimeError(f"{what} was built before the last synk.fork(); build it again")
         if any(not f._shipped for f in self._functions):
             session.distribute()
-        plain = batch is None and batch_s is None and num_slices == 1 and output_subset is None
         plan, arrays = None, [self._table]
         if self._members:
             first = self._members[0][0]
             if kwargs:
                 args = first._by_name(args, kwargs)
-            outputs = self._call_kept(session, args) if plain else None
-            if outputs is not None:
-                return outputs
-            plan = first._plan(
-                session, args, batch, batch_s, num_slices, output_subset, self._every_rank_rows
-            )
+            kept = self._kept if reuses(session, options) else None
+            if kept is not None and kept[0].matches(args):
+                values = self._kept_values(args, *kept[1:])  # checked before the command
+                return self._outputs(session, None, self._command(kept[0].run, values), None)
+            plan = first._plan(session, args, options, self._every_rank_rows)
             if session.n_ranks > 1:
                 arrays += plan.encode()
         elif args or kwargs:
@@ -284,46 +254,29 @@ class Chain:
             results = run_steps(state, self._steps, plan, lambda d: d.data, self._fuse)
             return results, state.last_fused  # the program this call ran as, if it did
 
-        results, ran = self._executed(session, arrays, local)
-        if plain and plan is not None:
-            self._kept = _KeptCall.of(self._functions[0], args, plan, ran)
-        return self._outputs(session, plan, results, output_subset)
+        results, ran = self._command(local, arrays=arrays)
+        if plan is not None and reuses(session, options):
+            self._kept = _keep(self._functions[0], state, args, plan, ran)
+        return self._outputs(session, plan, results, options.output_subset)
 
-    def _call_kept(self, session, args: tuple) -> list | None:
-        """A call with no option like the kept one (:class:`_KeptCall`), straight to its
-        program: its outputs; None where the call is not like it (or a timeline records
-        the call's steps)."""
-        kept = self._kept
-        if kept is None or session.timeline_path is not None:
-            return None
-        values = kept.arguments(args)
-        if values is None:
-            return None
-        fused, weights, state = kept.fused, kept.weights, session.state
+    def _kept_values(self, args: tuple, n: int, rows: list) -> list:
+        """The program's arguments for a call like the kept one, with ``args`` (``n``
+        scattered), its broadcast inputs checked as a call checks them (:meth:`Planner.
+        broadcast <synkhronos.api.planning.Planner.broadcast>`), and the kept ``rows``."""
+        values = [a if type(a) is np.ndarray else a.data for a in args[:n]]
+        if len(args) == n:  # no broadcast input but the row count
+            return values + rows
+        bcast, _ = self._functions[0]._planner.broadcast((*args[n:], *rows))
+        return values + [b.data if isinstance(b, Data) else b for b in bcast]
 
-        def local() -> list:
-            with fused_notes(state):
-                return fused.run(fused.inputs(values), weights)
-
-        return self._outputs(session, None, self._executed(session, [self._table], local), None)
-
-    def _executed(self, session, arrays: list, local) -> Any:
-        """The command run (:meth:`Session.execute
-        <synkhronos.session.launch.Session.execute>`), with what a call does around it."""
-        send_changes(session, self._reads)
-        try:
-            results = session.execute(Command.CHAIN, arrays, local)
-        except Exception as error:
-            if self._may_differ:
-                error.add_note(self._may_differ)
-            raise
-        # The records decide what send_changes broadcasts, which is nothing where rank 0
-        # is the only rank of the only node.
-        if current_nodes().n_global > 1:
-            session.agreed.agree(self._leaves)  # as the call left them
-        if not self._written.keys().isdisjoint(session.sliceable_ids):
-            session.forget_lengths()  # the rows batch_s may select have changed
-        return results
+    def _command(self, local, *values, arrays=None) -> Any:
+        """The chain's command (:func:`~synkhronos.api.calls.run_command`), rank 0's part
+        ``local(*values)``; ``arrays``: the message (default: the step table alone)."""
+        return run_command(
+            self._session, Command.CHAIN, [self._table] if arrays is None else arrays,
+            lambda: local(*values), self._reads, (self._leaves, self._written.keys()),
+            self._may_differ,
+        )  # fmt: skip
 
     def _outputs(self, session, plan, results: list, output_subset) -> list:
         """Per synkhronos function of the chain, what calling it alone would return."""
@@ -339,7 +292,9 @@ class Chain:
             zip(self._functions, results, strict=True)
         ):
             subset = plan.subset if j == 0 and plan is not None else f._all_outputs
-            single = len(subset) == 1 if j == 0 and subset_given else f._single
+            single = single_result(
+                f._single, output_subset if j == 0 and subset_given else None, subset
+            )
             per_function.append(
                 collect_outputs(
                     [r[j] for r in replies], f._spec, subset, weight, host, reduced, single

@@ -40,6 +40,7 @@ from pytensor.tensor.random.type import RandomType
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.given_rows import GivenRows
+from synkhronos.api.planning import PLAIN, CallOptions, check_arguments, single_result
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
 from synkhronos.transport.callplan import CallPlan
@@ -228,6 +229,12 @@ class GivenMinibatch:
         return self.function(rows, *args, **kwargs)
 
 
+def _refuse_row_options(what: str, options: CallOptions) -> None:
+    """``ValueError`` where a call whose givens select its minibatch names rows."""
+    if options.batch is not None or options.batch_s is not None:
+        raise ValueError(f"{what}: its givens select the minibatch; batch and batch_s do not apply")
+
+
 class SelectedWhole(BaseFunction):
     """A function whose givens select its minibatch from shared data, computed whole on
     every rank (no update needs a split, or the split could not be exact): its
@@ -251,29 +258,27 @@ class SelectedWhole(BaseFunction):
         """The shared variables the function uses."""
         return self.function.get_shared()
 
-    def __call__(self, *args, num_slices: int = 1, output_subset=None, **kwargs):
-        """Run on every rank, as :meth:`synkhronos.Function.__call__` (no ``batch``: the
-        givens select the rows)."""
+    def __call__(self, *args, **kwargs):
+        """Run on every rank, as :meth:`synkhronos.Function.__call__` (no ``batch`` or
+        ``batch_s``: the givens select the rows)."""
         self._check_session()
+        options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
+        _refuse_row_options(self._what, options)
         if kwargs or (self._defaults and len(args) < len(self.inputs)):
             args = self._by_name(args, kwargs)
         return self.function(
-            self._rows.rows(args), *args, num_slices=num_slices, output_subset=output_subset
+            self._rows.rows(args),
+            *args,
+            num_slices=options.num_slices,
+            output_subset=options.output_subset,
         )
 
     def _chain_entries(self) -> list:
         return [self.function]
 
-    def _plan(
-        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=False
-    ) -> CallPlan:
-        if batch is not None or batch_s is not None:
-            raise ValueError(
-                f"{self._what}: its givens select the minibatch; batch and batch_s do not apply"
-            )
-        return self.function._plan(
-            session, (self._rows.rows(args), *args), None, None, num_slices, output_subset
-        )
+    def _plan(self, session, args, options: CallOptions, every_rank_rows=False) -> CallPlan:
+        _refuse_row_options(self._what, options)
+        return self.function._plan(session, (self._rows.rows(args), *args), options)
 
     def _collect(self, results: list, output_subset: Sequence[int] | None):
         return results[0]
@@ -377,39 +382,23 @@ class TrainingFunction(BaseFunction):
                 seen.setdefault(id(v), v)
         return list(seen.values())
 
-    def __call__(
-        self,
-        *args,
-        batch=None,
-        batch_s=None,
-        num_slices: int = 1,
-        output_subset: Sequence[int] | None = None,
-        **kwargs,
-    ):
+    def __call__(self, *args, **kwargs):
         """Run the training step on every rank; return the outputs as one device would.
 
-        Arguments as for :meth:`synkhronos.Function.__call__`. Every rank needs at least
-        one row of the call (a ``ValueError`` says which rank has none), but where the
-        givens select the minibatch from shared data: a minibatch of fewer rows than
-        ranks is computed whole on every rank.
+        Arguments (and options) as for :meth:`synkhronos.Function.__call__`. Every rank
+        needs at least one row of the call (a ``ValueError`` says which rank has none), but
+        where the givens select the minibatch from shared data: a minibatch of fewer rows
+        than ranks is computed whole on every rank.
         """
-        session = self._check_session()
+        options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
         if kwargs or (self._defaults and len(args) < len(self.inputs)):
             args, kwargs = self._by_name(args, kwargs), {}
-        if self._given is not None:
-            if len(args) == len(self.inputs) and batch is None and batch_s is None:
-                rows = self._given.rows.rows(args)
-                if len(rows) < current_nodes().n_global:
-                    subset = {"output_subset": output_subset}
-                    return self._given.run_whole(session, rows, args, subset)
-        return self.chain(
-            *args,
-            batch=batch,
-            batch_s=batch_s,
-            num_slices=num_slices,
-            output_subset=output_subset,
-            **kwargs,
-        )[0]
+        if self._given is not None and len(args) == len(self.inputs):
+            rows = self._given.rows.rows(args)
+            if len(rows) < current_nodes().n_global and options.batch is None:
+                subset = {"output_subset": options.output_subset}
+                return self._given.run_whole(self._check_session(), rows, args, subset)
+        return self.chain._run(args, options, kwargs, self._what)[0]
 
     def _chain_entries(self) -> list:
         return list(self._entries)
@@ -423,18 +412,17 @@ class TrainingFunction(BaseFunction):
 
     as_theano = as_pytensor
 
-    def _plan(
-        self, session, args, batch, batch_s, num_slices, output_subset, every_rank_rows=True
-    ) -> CallPlan:
+    def _plan(self, session, args, options: CallOptions, every_rank_rows=True) -> CallPlan:
         """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
-        if len(args) != len(self.inputs):
-            raise TypeError(f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}")
         if self._given is not None:
-            if batch is not None or batch_s is not None:
-                raise ValueError(
-                    f"{self._what}: its givens select the minibatch; batch and batch_s do not apply"
+            _refuse_row_options(self._what, options)
+            if len(args) != len(self.inputs):
+                raise TypeError(
+                    f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}"
                 )
             args = (self._given.rows.rows(args), *args)
+        check_arguments(self._what, self._spec, args)
+        num_slices = options.num_slices
         if num_slices != 1 and self.round_functions:
             raise ValueError(
                 f"{self._what} reads statistics of the whole batch (batch normalization's), "
@@ -448,11 +436,10 @@ class TrainingFunction(BaseFunction):
                     f"draws only with num_slices=1 (each slice would draw anew)"
                 )
             n_in = len(self._spec.inputs)
-            args = (*args[:n_in], self._row_positions(args[0], batch), *args[n_in:])
+            args = (*args[:n_in], self._row_positions(args[0], options.batch), *args[n_in:])
         # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
-        return self.row_function._plan(
-            session, (*args, _NO_ROWS), batch, batch_s, num_slices, None, True
-        )
+        options = replace(options, output_subset=None)
+        return self.row_function._plan(session, (*args, _NO_ROWS), options, True)
 
     def _collect(self, results: list, output_subset: Sequence[int] | None):
         values: list = [None] * len(self.output_modes)
@@ -464,8 +451,7 @@ class TrainingFunction(BaseFunction):
                 values[k] = value
         if output_subset is not None:
             values = [values[k] for k in output_subset]
-            return values[0] if len(values) == 1 else values
-        return values[0] if self._single else values
+        return values[0] if single_result(self._single, output_subset, values) else values
 
     def _row_positions(self, first, batch) -> Data:
         """Each selected row's position in the selection (a hidden input, read by

@@ -46,7 +46,8 @@ from synkhronos.rank import collective_part
 from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.fused_chain import run_fused
 from synkhronos.rank.graphs import GraphSpec
-from synkhronos.rank.state import RankState, bare_plan, run_plan
+from synkhronos.rank.state import RankState, run_share, share_of, step_plans
+from synkhronos.transport import trace
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.channel import Aborted
 from synkhronos.transport.protocol import Collective
@@ -135,7 +136,7 @@ def run_steps(
     """Run this rank's part of every step; ``plan`` is the first function step's. With
     ``fuse``, as one XLA program where :func:`~synkhronos.rank.fused_chain.run_fused` can.
 
-    Returns :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host, reduced)`` per function
+    Returns :func:`~synkhronos.rank.state.run_share`'s ``(weight, host, reduced)`` per function
     step. An exception from a step gets a note naming the step and this rank.
     """
     state.last_fused = None
@@ -228,6 +229,7 @@ def _run_each(state: RankState, steps: list[Step], plan: CallPlan | None, resolv
     """The steps run one after the other (see :func:`run_steps`)."""
     results: list = []
     held = _held_back(state, steps)
+    plans = iter(step_plans(state, steps, plan))
     for i, step in enumerate(steps):
         try:
             if isinstance(step, CollectiveStep):
@@ -235,9 +237,10 @@ def _run_each(state: RankState, steps: list[Step], plan: CallPlan | None, resolv
                     state, step.kind, state.shared(step.indices), step.op, 0, None, step.nccl
                 )
             else:
-                this = plan if not results and plan is not None else bare_plan(state, step)
+                with trace.span("select rows", "rows"):
+                    fn, share = share_of(state, next(plans), resolve)
                 pending = state.pending if held[i] else None
-                results.append(run_plan(state, this, resolve, pending, held[i]))
+                results.append(run_share(state, fn, share, pending, held[i]))
         except Aborted:
             raise  # another rank failed; its error names its step
         except BaseException as error:

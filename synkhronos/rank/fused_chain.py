@@ -41,7 +41,7 @@ import numpy as np
 from pytensor.tensor.shape import Shape, Shape_i
 
 from synkhronos.rank.outputs import host_outputs
-from synkhronos.rank.state import RankState, bare_plan, share_of
+from synkhronos.rank.state import RankState, share_of, step_plans
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.comm.traced import (
     AXIS,
@@ -110,10 +110,7 @@ def _calls(state: RankState, steps, plan: CallPlan | None, resolve):
     calls: list[_Call] = []
     weights: list[int] = []
     first_args: list = []
-    for step in steps:
-        if not isinstance(step, int):
-            continue
-        this = plan if not calls and plan is not None else bare_plan(state, step)
+    for this in step_plans(state, steps, plan):
         fn, share = share_of(state, this, resolve)
         if share.pop("num_slices") != 1:
             return None
@@ -239,7 +236,7 @@ class FusedChain:
 
     def run(self, inputs: list, weights: list[int]) -> list[tuple]:
         """Run the program on ``inputs`` and store the cells' new values; returns, per
-        function step, :func:`~synkhronos.rank.state.run_plan`'s ``(weight, host,
+        function step, :func:`~synkhronos.rank.state.run_share`'s ``(weight, host,
         reduced)``, with this call's ``weights`` (rows per function step)."""
         n_args = self.function_calls[0].n_args
         got = self.comm.run(self.program, inputs[:n_args], inputs[n_args:], self._held)

@@ -50,7 +50,7 @@ class RankState:
         # The last call's updates, (shared variable, value) pairs, applied once every rank
         # computed the call (see Session.execute): a call failing on any rank changes none.
         self.pending: list[tuple] = []
-        # (Worker) the last CALL's message of words alone, and its decoded plan (run_share)
+        # (Worker) the last CALL's message of words alone, and its decoded plan (run_call)
         self.last_plan: tuple[bytes, CallPlan] | None = None
 
     def apply_pending(self) -> None:
@@ -85,7 +85,8 @@ class RankState:
 
 def share_of(state: RankState, plan: CallPlan, resolve) -> tuple[RankFunction, dict]:
     """This rank's function of a planned call, and the arguments of its
-    :meth:`~synkhronos.rank.compiled.RankFunction.run` for this rank's share.
+    :meth:`~synkhronos.rank.compiled.RankFunction.run` for this rank's share (run by
+    :func:`run_share`).
 
     ``resolve`` turns a ``Data`` entry of the plan into its array (rank 0: the ``Data``
     object; workers: a descriptor).
@@ -124,32 +125,28 @@ def bare_plan(state: RankState, fid: int) -> CallPlan:
     return CallPlan(fid, 1, np.arange(n_out, dtype=np.int64), [], _EMPTY, None, [], _EMPTY, None)
 
 
-def run_plan(
-    state: RankState,
-    plan: CallPlan,
-    resolve,
-    pending: list | None = None,
-    held: set[int] | None = None,
-) -> tuple[int, list, dict]:
-    """Run this rank's share of a planned call (rank 0 and workers alike); ``resolve`` as
-    for :func:`share_of`. The updates go to ``pending`` where given (only those of the
-    variables in ``held``, where given), else are applied at once (a chain's later steps
-    read them). Returns the rows it computed on and
-    :func:`synkhronos.rank.outputs.share_outputs`'s result.
-    """
-    with trace.span("select rows", "rows"):
-        fn, share = share_of(state, plan, resolve)
-    return run_share_of(state, fn, share, pending, held)
+def step_plans(state: RankState, steps: list, plan: CallPlan | None) -> list[CallPlan]:
+    """The plan of each function step of a chain (fids among ``steps``): the call's
+    ``plan`` for the first, where there is one; the others are called without arguments."""
+    fids = [s for s in steps if isinstance(s, int)]
+    return [
+        plan if i == 0 and plan is not None else bare_plan(state, fid) for i, fid in enumerate(fids)
+    ]
 
 
-def run_share_of(
+def run_share(
     state: RankState,
     fn: RankFunction,
     share: dict,
     pending: list | None = None,
     held: set[int] | None = None,
 ) -> tuple[int, list, dict]:
-    """:func:`run_plan` from :func:`share_of`'s result."""
+    """Run this rank's share of a planned call (rank 0 and workers alike), as
+    :func:`share_of` gives it. The updates go to ``pending`` where given (only those of
+    the variables in ``held``, where given), else are applied at once (a chain's later
+    steps read them). Returns the rows it computed on and
+    :func:`synkhronos.rank.outputs.share_outputs`'s result.
+    """
     with trace.span(fn.spec.name or "unnamed function", "compute"):
         weight, outs = fn.run(**share, pending=pending, held=held)
     return _outputs_shared(state, fn, share["subset"], weight, outs)
@@ -158,7 +155,7 @@ def run_share_of(
 def run_piece(
     state: RankState, fn: RankFunction, piece: Piece | None, scattered: list, bcast: list, subset
 ) -> tuple[int, list, dict]:
-    """:func:`run_share_of` of a call in one piece (``fn.piece``'s, None without rows), its
+    """:func:`run_share` of a call in one piece (``fn.piece``'s, None without rows), its
     updates pending: rank 0's part of a call like the last one, and of the call it was
     kept from."""
     with trace.span(fn.spec.name or "unnamed function", "compute"):
@@ -171,10 +168,12 @@ def _outputs_shared(state: RankState, fn: RankFunction, subset, weight: int, out
         return (weight, *share_outputs(state, fn, subset, weight, outs))
 
 
-def run_share(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
+def run_call(state: RankState, arrays: list[np.ndarray], resolve) -> list[np.ndarray]:
     """(Worker) decode a CALL command, run this rank's share, and return the reply arrays:
     ``[weight]`` (int64), then the host outputs."""
-    weight, host, _ = run_plan(state, _decoded(state, arrays), resolve, state.pending)
+    with trace.span("select rows", "rows"):
+        fn, share = share_of(state, _decoded(state, arrays), resolve)
+    weight, host, _ = run_share(state, fn, share, state.pending)
     return [np.array([weight], np.int64), *host]
 
 

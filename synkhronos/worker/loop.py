@@ -66,14 +66,14 @@ def _handlers(rank: int) -> dict[int, Callable]:
     from synkhronos.rank.collective_part import run_collective
     from synkhronos.rank.graphs import unpack
     from synkhronos.rank.routine_part import run_routine
-    from synkhronos.rank.state import run_share
+    from synkhronos.rank.state import run_call
 
     def distribute(state, arrays, resolve) -> None:
         state.add_functions(unpack(bytes(arrays[0]), state.registry, rank))
 
     return {
         Command.DISTRIBUTE: distribute,
-        Command.CALL: run_share,
+        Command.CALL: run_call,
         Command.COLLECTIVE: lambda state, arrays, resolve: run_collective(state, arrays),
         Command.ROUTINE: run_routine,
         Command.CHAIN: run_chain,
