@@ -3,7 +3,7 @@
 A :class:`~synkhronos.api.functions.Function`'s call, a training function's and a chain's
 each send one command through :func:`run_command`: what rank 0's program changed among the
 shared variables the call reads is broadcast first, :meth:`Session.execute
-<synkhronos.session.launch.Session.execute>` runs the command (rank 0's part included, on
+<synkhronos.session.session.Session.execute>` runs the command (rank 0's part included, on
 one rank too), and what the call wrote is recorded afterwards. The one exception is a
 Function's kept call where rank 0 :func:`runs_alone`: :func:`run_alone` runs it with what
 of ``execute`` applies there, and the same records.
@@ -40,7 +40,7 @@ def runs_alone(session) -> bool:
     """Whether rank 0 may run a kept call alone (:func:`run_alone`): it is the only rank of
     the only node, so that no worker reads the call's arrays (a numpy array may take a
     scratch ``Data``'s place as it is), and no ``fork(verify_every=N)`` counts the calls
-    (:meth:`Session.execute <synkhronos.session.launch.Session.execute>` does)."""
+    (:meth:`Session.execute <synkhronos.session.session.Session.execute>` does)."""
     return session.n_ranks == 1 and current_nodes().n_global == 1 and not session.verify_every
 
 
@@ -48,7 +48,7 @@ def run_command(
     session, code: int, arrays, local: Callable[[], Any], reads: list, wrote: tuple, note=None
 ) -> Any:
     """Run a call's command through :meth:`Session.execute
-    <synkhronos.session.launch.Session.execute>`, with what every call does around it.
+    <synkhronos.session.session.Session.execute>`, with what every call does around it.
 
     Parameters
     ----------
@@ -82,7 +82,7 @@ def run_command(
 
 def run_alone(session, run: Callable[[tuple], Any], args: tuple, wrote: tuple) -> Any:
     """Rank 0's part of a kept call where it :func:`runs_alone`, ``run(args)``, without a
-    command: of what :meth:`Session.execute <synkhronos.session.launch.Session.execute>`
+    command: of what :meth:`Session.execute <synkhronos.session.session.Session.execute>`
     does, this alone applies (a broken session refused, released ``Data`` forgotten:
     there is no worker to tell); ``run`` applies the call's updates as it runs (no other
     rank can fail). ``wrote`` as for :func:`run_command`. Through ``execute``, a tiny call

@@ -2,8 +2,9 @@
 
 Where a call goes: :meth:`Function.__call__` checks every argument in rank 0 (nothing runs
 on any rank before that), builds a :class:`~synkhronos.transport.callplan.CallPlan`, and
-:meth:`Session.execute <synkhronos.session.launch.Session.execute>` sends it through the command
-channel. Every rank, rank 0 included, runs its rows (:func:`synkhronos.rank.state.run_plan`),
+:meth:`Session.execute <synkhronos.session.session.Session.execute>` sends it through the
+command channel. Every rank, rank 0 included, runs its rows
+(:func:`synkhronos.rank.state.run_share`),
 and :mod:`synkhronos.rank.outputs` brings the ranks' outputs together in rank 0. A call
 like the last one (the same ``Data``, or arrays of the same shapes, and no option) skips
 most checks and the plan: it reuses the last call's

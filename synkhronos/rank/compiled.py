@@ -488,7 +488,7 @@ class Piece:
     """A share of a call (or one chunk of it) ready to run on this rank: the compiled
     function, which rows of each scattered input it reads, and which of its outputs come
     back as host arrays. Rank 0 keeps the piece of its last call and runs it again for a
-    call like it (:class:`synkhronos.api.functions._LastCall`): what is decided once per
+    call like it (:class:`synkhronos.api.calls.KeptCall`): what is decided once per
     plan is not decided again per call."""
 
     __slots__ = (

@@ -4,16 +4,16 @@ A training step chained as ``synk.chain(f_grad, ("all_reduce", flat, "sum"), f_u
 runs, step by step, as a call of one jitted function, an XLA all-reduce and a call of
 another: three programs, each waited for. Fused, each rank composes the functions' JAX
 callables (PyTensor's JAX mode compiles each graph into one) with the collectives
-(:func:`~synkhronos.transport.comm.xla.reduce_traced` and its kin) into one program over
+(:func:`~synkhronos.transport.comm.traced.reduce_traced` and its kin) into one program over
 the mesh, and dispatches it once per call. What fusion saves is the dispatches, waits and
 host round trips between the steps; and the all-reduce of a flat gradient larger than a
-bucket (:data:`~synkhronos.transport.comm.xla.BUCKET_VAR`) runs as one all-reduce per
+bucket (:data:`~synkhronos.transport.comm.xla_settings.BUCKET_VAR`) runs as one all-reduce per
 bucket, each waiting only for the gradients it holds, which XLA can overlap with the rest
 of the backward pass (the schedule: ``tests/test_gpu_step.py``). Shared variables
 pass through the program as its inputs and outputs, updated as each step would update
 them (their old buffers donated to the new values, updated in place and deleted, on
 GPUs; on CPU devices where no update reads another's old value:
-:data:`~synkhronos.transport.comm.xla.DONATE_VAR`), and outputs that the
+:data:`~synkhronos.transport.comm.xla_settings.DONATE_VAR`), and outputs that the
 communicator reduces (:mod:`synkhronos.rank.outputs`) are reduced inside it. What a
 training function hands between its phases (the spec's ``handover``: its gradients,
 say), which the program writes before it reads it, stays inside the program: neither an
