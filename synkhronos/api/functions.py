@@ -29,6 +29,7 @@ from synkhronos.api.collectives import (
     checked_value,
     send_changes,
     sliceable_lengths,
+    travels,
 )
 from synkhronos.rank.compiled import is_jax
 from synkhronos.rank.graphs import GraphSpec, check_shippable, with_default_updates
@@ -45,7 +46,6 @@ from synkhronos.transport.partition import Selection, resolve_rows, selection_le
 from synkhronos.transport.protocol import Arg, Command
 from synkhronos.transport.reduction import check_output_op, check_update_op
 from synkhronos.transport.shared_arrays import Data, released_ids
-from synkhronos.transport.shm import check_travels
 
 
 def pairs_of(mapping, what: str) -> list[tuple]:
@@ -173,14 +173,6 @@ def _warn_if_computed_in_32_bits(spec: GraphSpec, what: str) -> None:
         )
 
 
-def _travels(var) -> bool:
-    try:
-        check_travels(var.type.dtype, var.type.ndim, str(var))
-    except (AttributeError, TypeError):  # a random generator, say: not broadcast
-        return False
-    return True
-
-
 def shared_reads_writes(parts: FunctionParts, sliceable_ids: set[int]) -> tuple[list, list]:
     """The shared variables a call of ``parts`` reads that rank 0 broadcasts when the
     program changed them (tensors, less the sliceable ones, each rank's own rows, and what
@@ -189,7 +181,7 @@ def shared_reads_writes(parts: FunctionParts, sliceable_ids: set[int]) -> tuple[
     roots = [*parts.outputs, *(u for _, u in parts.updates), *(g for _, g in parts.givens)]
     shared = [v for v in graph_inputs(with_default_updates(roots)) if isinstance(v, SharedVariable)]
     own = sliceable_ids | {id(v) for v in [*parts.sliceable, *parts.handover]}
-    reads = [v for v in shared if id(v) not in own and _travels(v)]
+    reads = [v for v in shared if id(v) not in own and travels(v)]
     writes = [v for v, _ in parts.updates]
     writes += [v for v in shared if getattr(v, "default_update", None) is not None]
     return reads, writes
