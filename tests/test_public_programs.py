@@ -1,6 +1,9 @@
 """What public Lasagne/Theano programs do that a port by one line (``theano.function`` →
 ``synk.function``) must survive, on 2 and 3 CPU ranks and GPU ranks (CPU devices here),
-against one process: a trailing ``set_value`` before :func:`synkhronos.verify`.
+against one process: a trailing ``set_value`` before :func:`synkhronos.verify`; the
+program's own plain function on rank 0; a per-row Gaussian draw (a VAE); a checkpoint of
+its generator; the clipped LSTM; mixup by an index input (refused) and rows mixed in a
+plain function (said).
 """
 
 from __future__ import annotations
@@ -125,3 +128,66 @@ def test_a_checkpoint_keeps_the_draws(session, tmp_path):
     synk.load(tmp_path / "vae.npz")
     assert [float(train(xv)) for _ in range(2)] == after
 
+
+def test_a_clipped_lstm_draws_no_warning(session):
+    """The Lasagne port's gradient clipping (a subclass of PyTensor's ``GradClip``, a
+    view of its input) is judged as the op it derives from: the character LSTM's
+    training function is exact, and says nothing."""
+    from synkhronos.extensions import lasagne
+
+    layers = lasagne.layers
+    x, y = pt.tensor3("x", dtype=FX), pt.ivector("y")
+    net = layers.InputLayer((None, 5, 3), x)
+    net = layers.LSTMLayer(net, 4, grad_clipping=5.0, only_return_final=True)
+    net = layers.DenseLayer(net, 3, nonlinearity=lasagne.nonlinearities.softmax)
+    loss = lasagne.objectives.categorical_crossentropy(layers.get_output(net), y).mean()
+    params = layers.get_all_params(net, trainable=True)
+    updates = lasagne.updates.adam(loss, params, learning_rate=0.01)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        synk.function([x, y], loss, updates=updates)
+    said = [str(w.message) for w in caught if "rows" in str(w.message)]
+    assert not said, said
+
+
+def _mixup():
+    x, perm = pt.matrix("x", dtype=FX), pt.lvector("perm")
+    return x, perm, np.float32(0.7) * x + np.float32(0.3) * x[perm]
+
+
+def test_mixup_by_an_index_input_is_refused(session):
+    """``0.7 * x + 0.3 * x[perm]``: each rank's share of ``perm`` numbers the whole
+    batch's rows, which a rank does not hold (it would read past its own): a plain
+    function and a training function are refused, naming ``perm``, before any rank runs."""
+    x, perm, mixed = _mixup()
+    with pytest.raises(ValueError, match=r"by the values of 'perm'.* read past"):
+        synk.function([x, perm], mixed)
+    with pytest.raises(ValueError, match=r"by the values of 'perm'.* read past"):
+        synk.function([x, perm], mixed.sum(), collect_modes="reduce", reduce_ops="sum")
+    w = pytensor.shared(np.ones(3, FX), name="w_mixup")
+    y = pt.vector("y", dtype=FX)
+    loss = ((mixed @ w - y) ** 2).mean()
+    with pytest.raises(ValueError, match=r"by the values of 'perm'.* read past"):
+        synk.function([x, perm, y], loss, updates=[(w, w - np.float32(0.1) * pt.grad(loss, w))])
+
+
+def test_mixup_by_a_given_permutation_is_exact(session, rng):
+    """The permuted rows given as an input (``x[perm]`` made before the call): the plain
+    function gives one device's rows, every row of the 11."""
+    x, x_perm = pt.matrix("x", dtype=FX), pt.matrix("x_perm", dtype=FX)
+    f = synk.function([x, x_perm], np.float32(0.7) * x + np.float32(0.3) * x_perm)
+    xv = rng.normal(size=(11, 3)).astype(FX)
+    pv = rng.permutation(11)
+    np.testing.assert_allclose(f(xv, xv[pv]), 0.7 * xv + 0.3 * xv[pv], rtol=1e-6)
+
+
+def test_a_plain_function_that_mixes_rows_is_said(session, rng):
+    """An output the ranks gather that mixes rows (``x[::-1]``) is warned, as a training
+    function's is; one each rank keeps (``per_rank``) is not."""
+    x = pt.matrix("x", dtype=FX)
+    with pytest.warns(UserWarning, match="mix rows"):
+        synk.function([x], x[::-1] - x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        synk.function([x], (x[::-1] - x, "per_rank"))
+        synk.function([x], [x * 2, x.sum()])

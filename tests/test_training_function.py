@@ -177,7 +177,7 @@ def test_batch_normalization_uses_the_whole_batchs_statistics(ranks, rule, aggre
 def test_statistics_past_the_rounds_limit_warn_and_ranks_stay_identical(ranks, monkeypatch):
     monkeypatch.setattr(phases, "MAX_ROUNDS", 2)
     with pytest.warns(
-        UserWarning, match=r"each rank computes them from its own rows, as .* over MAX_ROUNDS \(2"
+        UserWarning, match=r"computes them from its own rows, since .* over MAX_ROUNDS \(2"
     ):
         train_fn, *_ = run_both("cnn", "adam", "mean", batch_norm=True)  # checks the ranks
     assert not train_fn.round_functions
