@@ -191,3 +191,18 @@ def test_a_plain_function_that_mixes_rows_is_said(session, rng):
         warnings.simplefilter("error")
         synk.function([x], (x[::-1] - x, "per_rank"))
         synk.function([x], [x * 2, x.sum()])
+
+
+def test_a_value_kept_between_rounds_is_named_by_the_users_variable():
+    """The reason rounds cannot be cut names a value PyTensor made (a scalar taken from an
+    array) with the nearest variable of the user's it is computed from, in a whole
+    sentence."""
+    from synkhronos.api.split.analysis import RowGraph
+    from synkhronos.api.split.rounds import _described
+
+    x = pt.matrix("x", dtype=FX)
+    gate = pytensor.shared(np.ones(1, FX), name="block7.gate")
+    scalar = pt.scalar_from_tensor((gate * 2)[0])
+    graph = RowGraph([x.sum() * scalar], [x])
+    said = _described(graph, graph.clone_of.get(scalar, scalar))
+    assert said.endswith("computed from 'block7.gate')"), said
