@@ -132,13 +132,20 @@ FAMILIES = {
 
 
 def _state(variables):
-    """Values to compare; a random generator's as its state's numbers."""
+    """Values to compare; a random generator's as its state's numbers (a JAX key's, where
+    JAX mode draws from the variable's own storage: ``share_generators``)."""
     return [
-        np.array(v.get_value().bit_generator.state["state"]["state"], dtype=object)
+        _generator_state(v.get_value())
         if isinstance(v.type, RandomType)
         else np.asarray(v.get_value())
         for v in variables
     ]
+
+
+def _generator_state(value) -> np.ndarray:
+    if isinstance(value, dict):
+        return np.asarray(value["jax_state"])
+    return np.array(value.bit_generator.state["state"]["state"], dtype=object)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -166,7 +173,10 @@ def test_family_trains_as_one_device(session, family):
     trained = _state(variables)
     for v, value in zip(variables, start, strict=True):
         v.set_value(value)  # rank 0 alone: the reference runs there
+    from synkhronos.rank.backends.jax_compat import share_generators
+
     ref_fn = pytensor.function(inputs, loss, updates=updates, mode="JAX")
+    share_generators(ref_fn)  # it draws from, and moves, the variables, as the ranks do
     ref_losses = [ref_fn(*values) for _ in range(STEPS)]
     np.testing.assert_allclose(
         np.array(losses, float), np.array(ref_losses, float), rtol=1e-5, atol=1e-6

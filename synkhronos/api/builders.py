@@ -15,6 +15,7 @@ import pytensor
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import ancestors
 from pytensor.link.basic import Container
 from pytensor.tensor.random.type import RandomType
 
@@ -22,6 +23,7 @@ from synkhronos.api import given_rows
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.planning import label
 from synkhronos.api.split.analysis import RowGraph
+from synkhronos.api.split.keeping import IndexedPastRows, indexed_past_rows, mixing_said
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.training import (
     GivenMinibatch,
@@ -46,6 +48,10 @@ _ORIGINAL_OPS = {
     "average": "avg",
     "mean": "avg",
 }
+
+
+#: The ops that return each rank's own result (the ranks' values are not joined).
+_OWN = (None, "per_rank")
 
 
 def _with_collect_modes(outputs, collect_modes, reduce_ops):
@@ -87,12 +93,15 @@ def _rows_gathered(parts: FunctionParts, split: PhaseSplit | None) -> None:
         for k, (var, explicit) in enumerate(zip(parts.outputs, parts.explicit, strict=True))
         if not explicit and getattr(var.type, "ndim", 0) >= 1
     ]
+    if split is None and sources and parts.outputs and not asked:
+        _plain_rows_judged(parts, sources)  # judged, though no output's rows are asked
     if not sources or not asked:
         return
     if split is not None:
         row_axes = [split.row_axes[k] for k in asked]
     else:
-        row_axes = _row_axes([parts.outputs[k] for k in asked], parts.givens, sources)
+        graph, outputs = _plain_rows_judged(parts, sources)
+        row_axes = [graph.row_axes_of(outputs[k]) for k in asked]
     for k, axes in zip(asked, row_axes, strict=True):
         if 0 in axes:
             parts.ops[k] = "gather"
@@ -104,14 +113,34 @@ def _rows_gathered(parts: FunctionParts, split: PhaseSplit | None) -> None:
             )
 
 
-def _row_axes(outputs: list, givens: list, sources: list) -> list[list[int]]:
-    """Each of ``outputs``' axes of the rows' length, from an analysis of their graph."""
-    if givens:  # the rows reach the graph through the givens' values
-        outputs = graph_replace(outputs, dict(givens), strict=False)
+def _given(outputs: list, givens: list) -> list:
+    """``outputs`` with the givens made: the rows reach the graph through their values."""
+    return graph_replace(outputs, dict(givens), strict=False) if givens else list(outputs)
+
+
+def _plain_rows_judged(parts: FunctionParts, sources: list) -> tuple[RowGraph, list]:
+    """The analysis of a plain function's outputs (:mod:`synkhronos.api.split`), and the
+    outputs it analysed (the givens made), judged as a training function's: refused
+    (:class:`IndexedPastRows`) where a rank would index its rows by indices of the whole
+    batch's, warned where an output that the ranks reduce or gather mixes rows (each
+    rank's value is then of its own rows only)."""
+    outputs = _given(parts.outputs, parts.givens)
     # No creation stack for the analysis' nodes (as in training.plan_split).
     with pytensor.config.change_flags(traceback__limit=0):
         graph = RowGraph(outputs, sources)
-    return [graph.row_axes_of(v) for v in outputs]
+    refused = indexed_past_rows(graph, graph.nodes)
+    if refused:
+        raise IndexedPastRows(f"{parts.what}: " + "; ".join(refused))
+    joined = [graph.clone_of.get(o, o) for o, op in zip(outputs, parts.ops, strict=True)]
+    reached = set(ancestors([o for o, op in zip(joined, parts.ops, strict=True) if op not in _OWN]))
+    said = mixing_said(graph, [n for n in graph.nodes if n.outputs[0] in reached])
+    if said:
+        warnings.warn(
+            f"{parts.what} returns values that mix rows, not as one device would: "
+            + "; ".join(said),
+            stacklevel=4,
+        )
+    return graph, outputs
 
 
 class In(pytensor.In):

@@ -32,7 +32,6 @@ and shape, and the number of variables, before it sets anything.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import secrets
 from collections.abc import Iterable, Mapping
@@ -56,7 +55,6 @@ __all__ = ["FORMAT", "VERSION", "load", "save"]
 FORMAT = "synkhronos checkpoint"
 VERSION = 1
 CHUNK = MAX_ARRAYS // 2  # values per message, well within what one carries
-logger = logging.getLogger(__name__)
 
 
 def _session():
@@ -316,12 +314,6 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
         )
     session.agreed.agree(variables[i] for i in separate)  # each rank's own, as loaded
     session.forget_lengths()
-    if "generator" in kinds and session.backend.mode == "JAX":
-        logger.warning(
-            "synkhronos: random generators loaded, but in JAX mode each compiled "
-            "function draws from its own copy of a generator, which loading "
-            "does not reach: the resumed run draws other random numbers"
-        )
     return {
         key: arrays[f"extra_{key}"][()]
         if arrays[f"extra_{key}"].ndim == 0

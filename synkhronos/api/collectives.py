@@ -88,6 +88,16 @@ def check_tensor(var, what: str, in_data: bool = False) -> None:
     check_travels(dtype, 0 if in_data else ndim, what)
 
 
+def travels(var) -> bool:
+    """Whether the values of the shared variable ``var`` can be broadcast between ranks (a
+    tensor the wire protocol carries; not a random generator)."""
+    try:
+        check_tensor(var, str(var))
+    except TypeError:
+        return False
+    return True
+
+
 def checked_value(var, value, what: str, allow_downcast: bool | None = None) -> np.ndarray:
     """``value`` as ``var``'s type holds it; ``TypeError`` (``ValueError`` for a value of
     the wrong contents) naming ``what`` when it cannot be."""

@@ -11,10 +11,10 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import graph_inputs
 
+from synkhronos.api.collectives import travels
 from synkhronos.api.planning import label
 from synkhronos.rank.graphs import GraphSpec, with_default_updates
 from synkhronos.transport.reduction import check_output_op, check_update_op
-from synkhronos.transport.shm import check_travels
 
 
 def pairs_of(mapping, what: str) -> list[tuple]:
@@ -76,14 +76,6 @@ def parse_outputs(outputs) -> tuple[list, list, list, bool]:
     return variables, ops, explicit, single
 
 
-def _travels(var) -> bool:
-    try:
-        check_travels(var.type.dtype, var.type.ndim, str(var))
-    except (AttributeError, TypeError):  # a random generator, say: not broadcast
-        return False
-    return True
-
-
 def shared_reads_writes(parts: FunctionParts, sliceable_ids: set[int]) -> tuple[list, list]:
     """The shared variables a call of ``parts`` reads that rank 0 broadcasts when the
     program changed them (tensors, less the sliceable ones, each rank's own rows, and what
@@ -92,7 +84,7 @@ def shared_reads_writes(parts: FunctionParts, sliceable_ids: set[int]) -> tuple[
     roots = [*parts.outputs, *(u for _, u in parts.updates), *(g for _, g in parts.givens)]
     shared = [v for v in graph_inputs(with_default_updates(roots)) if isinstance(v, SharedVariable)]
     own = sliceable_ids | {id(v) for v in [*parts.sliceable, *parts.handover]}
-    reads = [v for v in shared if id(v) not in own and _travels(v)]
+    reads = [v for v in shared if id(v) not in own and travels(v)]
     writes = [v for v, _ in parts.updates]
     writes += [v for v in shared if getattr(v, "default_update", None) is not None]
     return reads, writes

@@ -41,6 +41,7 @@ from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.given_rows import GivenRows
 from synkhronos.api.planning import PLAIN, CallOptions, check_arguments, single_result
+from synkhronos.api.split.keeping import IndexedPastRows
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
 from synkhronos.transport.callplan import CallPlan
@@ -105,6 +106,8 @@ def plan_split(parts: FunctionParts) -> tuple[FunctionParts, PhaseSplit, list[tu
             free = _free(split.targets, [*split.placeholders, split.rows, *parts.bcast_inputs])
             if free:
                 raise ValueError(f"the reduced phase would read {', '.join(map(str, free))}")
+    except IndexedPastRows as error:
+        raise IndexedPastRows(f"{parts.what}: {error}") from None  # no rank may run it
     except ValueError as error:
         warnings.warn(
             f"{parts.what}: its updates depend on each rank's rows, and could not be made "

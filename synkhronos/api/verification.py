@@ -18,7 +18,7 @@ import numpy as np
 
 from synkhronos.api import routines
 from synkhronos.api.checkpoints import handed_over, per_rank_results
-from synkhronos.api.collectives import registered
+from synkhronos.api.collectives import registered, send_changes, travels
 from synkhronos.rank import checkpoint_part
 from synkhronos.rank.checkpoint_part import kept_per_rank
 from synkhronos.session import launch
@@ -103,7 +103,10 @@ def verify(per_rank: Iterable = ()) -> None:
     """Raise :class:`RanksDisagree` unless every rank of every node holds the same value of
     every shared variable of the session's functions.
 
-    Every function built so far is distributed first. Each rank digests its values (no
+    Every function built so far is distributed first, and the changes the program made to
+    rank 0's values since synkhronos last left them (a ``set_value`` after the last call)
+    are broadcast, as the next call would broadcast them: a change pending is no
+    disagreement. Each rank digests its values (no
     values travel unless some differ; then those are fetched to name the largest
     difference). Not compared: sliceable shared variables (each rank holds its own rows),
     random generators (each rank draws its own numbers), shared variables with a
@@ -135,6 +138,7 @@ def verify(per_rank: Iterable = ()) -> None:
     skipped |= set(handed_over(session))
     if per_rank:
         skipped |= set(registered(session, list(per_rank))[1].tolist())
+    send_changes(session, [v for i, v in enumerate(variables) if i not in skipped and travels(v)])
     world = current_nodes()
     reports = routines.run(checkpoint_part.report, np.array(sorted(skipped), np.int64))
     digests = np.stack(_everyone([digests for digests, _ in reports], world))

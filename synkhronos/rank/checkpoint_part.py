@@ -36,8 +36,15 @@ __all__ = [
 
 
 def is_generator(var) -> bool:
-    """Whether the shared variable ``var`` holds a NumPy random ``Generator``."""
-    return isinstance(var.get_value(borrow=True), np.random.Generator)
+    """Whether the shared variable ``var`` holds a NumPy random ``Generator``, or the JAX
+    key that JAX mode draws from in its place
+    (:func:`~synkhronos.rank.backends.jax_compat.share_generators`)."""
+    value = var.container.storage[0]
+    return isinstance(value, np.random.Generator) or _is_key(value)
+
+
+def _is_key(value) -> bool:
+    return isinstance(value, dict) and "jax_state" in value
 
 
 def kept_per_rank(var) -> bool:
@@ -82,14 +89,25 @@ def _from_jsonable(obj):
     return obj
 
 
-def generator_state(generator: np.random.Generator) -> str:
-    """The JSON text of ``generator``'s state (its bit generator's, exactly)."""
+def _host(key):
+    """A JAX key with its arrays as NumPy arrays."""
+    return {k: _host(v) if isinstance(v, dict) else np.asarray(v) for k, v in key.items()}
+
+
+def generator_state(generator) -> str:
+    """The JSON text of ``generator``'s state (its bit generator's, exactly; a JAX key's
+    arrays)."""
+    if _is_key(generator):
+        return json.dumps(_jsonable(_host(generator)))
     return json.dumps(_jsonable(generator.bit_generator.state))
 
 
-def make_generator(state: str) -> np.random.Generator:
-    """A ``Generator`` in the state :func:`generator_state` gave."""
+def make_generator(state: str):
+    """A ``Generator`` in the state :func:`generator_state` gave (a JAX key, of NumPy
+    arrays, where it gave a key's)."""
     fields = _from_jsonable(json.loads(state))
+    if _is_key(fields):
+        return fields
     bit_generator = getattr(np.random, fields["bit_generator"])()
     bit_generator.state = fields
     return np.random.Generator(bit_generator)
@@ -115,6 +133,16 @@ def local_values(state: RankState, indices: np.ndarray) -> list[np.ndarray]:
     return [np.array(var.get_value(borrow=True)) for var in state.shared(indices)]
 
 
+def _as_held(var, generator):
+    """``generator`` in the form ``var`` holds: a JAX key where JAX mode draws from the
+    variable's storage (set in place: PyTensor's check of a key fails on NumPy arrays)."""
+    if _is_key(var.container.storage[0]) and isinstance(generator, np.random.Generator):
+        from pytensor.link.jax.dispatch import jax_typify
+
+        return jax_typify(generator)
+    return generator
+
+
 def set_local(
     state: RankState, indices: np.ndarray, n_ranks: np.ndarray, *values: np.ndarray
 ) -> list[np.ndarray]:
@@ -125,7 +153,7 @@ def set_local(
     for k, var in enumerate(state.shared(indices)):
         value = values[k * n + state.rank]
         if is_generator(var):
-            var.set_value(make_generator(from_text(value)), borrow=True)
+            var.container.storage[0] = _as_held(var, make_generator(from_text(value)))
         else:
             state.backend.set_value(var, np.asarray(value, dtype=var.dtype))
     return []

@@ -105,6 +105,16 @@ def assign(updates: list[tuple]) -> None:
         var.container.storage[0] = value
 
 
+def without_default_updates(given, variables: list):
+    """``pytensor.function``'s ``no_default_updates`` that leaves out, beyond ``given``
+    (a bool or a list of variables), the default updates of ``variables``."""
+    if given is True:
+        return True
+    listed = list(given or [])
+    ids = {id(v) for v in listed}
+    return listed + [v for v in variables if id(v) not in ids]
+
+
 class RankFunction:
     """The compiled function of one rank.
 
@@ -192,18 +202,19 @@ class RankFunction:
             # x -> x_shared[rows] everywhere PyTensor rewrites the graph, the default
             # updates (random generators' next states) included.
             givens = [(s, s[rows]) for s in spec.sliceable] + list(givens)
+        kwargs = {"on_unused_input": "ignore", **spec.function_kwargs}
         if updates_as_outputs and updates:
             # An update made an output must still override its variable's default update
             # (PyTensor would apply that one): the variable keeps its value until the
-            # call's updates apply.
+            # call's updates apply. Left out, not updated to itself: PyTensor's JAX mode
+            # would give a random generator updated to itself its compile-time state (a
+            # NumPy Generator, which the next call refuses).
             outputs = list(outputs) + [u for _, u in updates]
-            updates = [(v, v) for v, _ in updates if getattr(v, "default_update", None) is not None]
-        kwargs = {
-            "updates": updates,
-            "givens": givens,
-            "on_unused_input": "ignore",
-            **spec.function_kwargs,
-        }
+            kwargs["no_default_updates"] = without_default_updates(
+                kwargs.get("no_default_updates", False), [v for v, _ in updates]
+            )
+            updates = []
+        kwargs.update(updates=updates, givens=givens)
         return spec.inputs + spec.bcast_inputs + extra, outputs, kwargs
 
     def _function(self, variant: str, updates_as_outputs: bool = False):
@@ -242,9 +253,11 @@ class RankFunction:
                 from synkhronos.rank.backends.jax_compat import (
                     direct_call,
                     drop_compile_time_copies,
+                    share_generators,
                 )
 
                 drop_compile_time_copies(fn)
+                share_generators(fn)
                 self._direct[(variant, updates_as_outputs)] = direct_call(fn)
             self._compiled[(variant, updates_as_outputs)] = fn
         return fn

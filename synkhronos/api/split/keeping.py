@@ -98,9 +98,19 @@ def mixes_rows(graph: RowGraph, node: Apply) -> str | None:
     return _checker(node)(graph, node, row_inputs, outs)
 
 
+def known_name(op) -> str:
+    """The name ``op`` is judged by: its class's, or that of the nearest class it derives
+    from that the list names (a library's subclass of PyTensor's ``GradClip``, a view,
+    is judged as a ``ViewOp``)."""
+    for cls in type(op).__mro__:
+        if cls.__name__ in _KNOWN:
+            return cls.__name__
+    return type(op).__name__
+
+
 def _checker(node: Apply) -> Callable[[RowGraph, Apply, list, list], str | None]:
     """How ``node``'s op is judged (see the module docstring)."""
-    op, name = node.op, type(node.op).__name__
+    op, name = node.op, known_name(node.op)
     core = getattr(op, "core_op", None)
     if name in _ALONG_AXIS:
         return _along_axis
@@ -176,7 +186,7 @@ def _aligned(
 def _along_axis(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> str | None:
     """An op along one axis (a softmax, a cumulative op, a sort): exact where the rows
     are on another; its result holds them where its input does."""
-    op, name, first = node.op, type(node.op).__name__, node.inputs[0]
+    op, name, first = node.op, known_name(node.op), node.inputs[0]
     if first not in row_inputs:
         return None  # the rows are not what it orders or normalizes
     axes = getattr(op, "axis", None)
@@ -214,10 +224,7 @@ def _picks_rows(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> s
     x = node.inputs[0]
     if x not in row_inputs:
         return None  # rows of the indices (an embedding's lookup): each row its own
-    start = 2 if "Inc" in type(node.op).__name__ else 1
-    idx_list = getattr(node.op, "idx_list", None)  # AdvancedSubtensor1's: axis 0's only
-    given = node.inputs[start:]
-    indices = tuple(given) if idx_list is None else indices_from_subtensor(given, idx_list)
+    indices = _indices(node)
     for k in graph.lengths.row_axes(x):
         index = indices[k] if k < len(indices) else slice(None)
         if isinstance(index, slice):
@@ -230,6 +237,72 @@ def _picks_rows(graph: RowGraph, node: Apply, row_inputs: list, outs: list) -> s
             f"its own rows"
         )
     return None
+
+
+class IndexedPastRows(ValueError):
+    """A function indexes the rows of a value of the rows by indices that number the
+    whole batch's rows (:func:`indexed_past_rows`): refused, not run per rank."""
+
+
+def indexed_past_rows(graph: RowGraph, nodes: list) -> list[str]:
+    """Why ``nodes`` index the rows' axis of a value of the rows by an array of indices
+    that are not the rows' own positions (``x[perm]``, mixup): the indices number the
+    whole batch's rows, a rank holds its own only, and would read past them (PyTensor's
+    default mode checks no bounds): such a function is refused, not warned."""
+    said: dict[str, None] = {}
+    for node in nodes:
+        if "AdvancedSubtensor" not in known_name(node.op) or node.inputs[0] not in value_inputs(
+            graph, node
+        ):
+            continue
+        indices = _indices(node)
+        for k in graph.lengths.row_axes(node.inputs[0]):
+            index = indices[k] if k < len(indices) else slice(None)
+            named = _batch_numbers(graph, index)
+            if named:
+                said.setdefault(_past_rows(node, k, named))
+    return list(said)
+
+
+#: Ops whose result numbers a rank's own rows (an argsort of them, say).
+_OWN_POSITIONS = {"ArgSortOp", "Argmax", "MaxAndArgmax", "ARange"}
+
+
+def _batch_numbers(graph: RowGraph, index) -> list[str]:
+    """The integer inputs of the rows whose values ``index`` (an array) is computed from,
+    not through an op whose result numbers a rank's own rows (an argsort)."""
+    if not isinstance(index, TensorVariable) or index.ndim == 0:
+        return []
+    named, stack, seen = [], [index], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.owner is None:
+            integer = getattr(v.type, "dtype", "").startswith(("int", "uint"))
+            if integer and graph.has(v, Fact.DATA):
+                named.append(graph.label(v))
+        elif known_name(v.owner.op) not in _OWN_POSITIONS:
+            stack.extend(v.owner.inputs)
+    return named
+
+
+def _indices(node: Apply) -> tuple:
+    """A subtensor's (or increment's) index per axis it indexes."""
+    start = 2 if "Inc" in known_name(node.op) else 1
+    idx_list = getattr(node.op, "idx_list", None)  # AdvancedSubtensor1's: axis 0's only
+    given = node.inputs[start:]
+    return tuple(given) if idx_list is None else indices_from_subtensor(given, idx_list)
+
+
+def _past_rows(node: Apply, k: int, named: list[str]) -> str:
+    return (
+        f"{node.op} indexes axis {k} (the rows) by the values of {', '.join(named)}, "
+        f"which number the whole batch's "
+        f"rows: a rank holds its own rows only and would read past them; index the rows "
+        f"before the call (give x[perm] as an input)"
+    )
 
 
 def _positions(graph: RowGraph, index) -> bool:
@@ -363,7 +436,7 @@ def _step_sums(step: RowGraph) -> str | None:
 def _linear(step: RowGraph, node: Apply) -> bool:
     """Whether ``node`` is linear in its values computed from sums over rows (so that
     the ranks' results add up to the whole batch's)."""
-    op, name = node.op, type(node.op).__name__
+    op, name = node.op, known_name(node.op)
     scalar = getattr(op, "scalar_op", None)
     if isinstance(scalar, _LINEAR) or isinstance(op, DimShuffle) or sums_rows(node):
         return True
@@ -383,4 +456,14 @@ _BY_NAME: dict[str, Callable[[RowGraph, Apply, list, list], str | None]] = {
     "Scan": _scan,
 }
 
-__all__ = ["mixes_rows", "mixing_said", "value_inputs"]
+#: Every class name the list judges an op by (:func:`known_name`).
+_KNOWN = {*_ALONG_AXIS, *_SAME, *_FOLDS, *_BY_NAME, "Dot", "Dot22"}
+
+__all__ = [
+    "IndexedPastRows",
+    "indexed_past_rows",
+    "known_name",
+    "mixes_rows",
+    "mixing_said",
+    "value_inputs",
+]

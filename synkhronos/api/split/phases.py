@@ -16,7 +16,13 @@ from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.variable import TensorVariable
 
 from synkhronos.api.split.analysis import Fact, RowGraph, extremum, sums_rows
-from synkhronos.api.split.keeping import mixes_rows, mixing_said
+from synkhronos.api.split.keeping import (
+    IndexedPastRows,
+    indexed_past_rows,
+    known_name,
+    mixes_rows,
+    mixing_said,
+)
 from synkhronos.api.split.rebuild import Substitution, drawn_whole, lengths_read, with_lengths
 from synkhronos.api.split.rounds import RoundsPlan, plan_rounds, statistics_read
 
@@ -178,6 +184,9 @@ def split_phases(
     for var, u in updates:
         if graph.of_original(u, Fact.ROW):
             raise ValueError(f"the update of {graph.label(var)} has an axis of the rows' length")
+    refused = indexed_past_rows(graph, row_nodes)
+    if refused:
+        raise IndexedPastRows("; ".join(refused))
     moved = [k for k, o in enumerate(outputs) if movable[k] and not graph.of_original(o, Fact.ROW)]
     targets = [outputs[k] for k in moved] + values
     frontier = _frontier(graph, row_nodes, targets)
@@ -250,7 +259,7 @@ def _softmax_expanded(graph: RowGraph) -> dict:
     the rows (which rounds make the whole batch's), by their original outputs."""
     expanded = {}
     for node in graph.nodes:
-        if type(node.op).__name__ in ("Softmax", "LogSoftmax") and mixes_rows(graph, node):
+        if known_name(node.op) in ("Softmax", "LogSoftmax") and mixes_rows(graph, node):
             x = graph.original.get(node.inputs[0], node.inputs[0])
             expanded[graph.original.get(node.outputs[0])] = node.op.build_inner_graph(x)[0]
     return expanded
@@ -314,7 +323,7 @@ def _statistics_said(
         inexact.insert(
             0,
             f"{len(statistics)} statistic(s) of the rows that their computation reads "
-            f"({', '.join(named)}): each rank computes them from its own rows, as "
+            f"({', '.join(named)}): each rank computes them from its own rows, since "
             f"{why}",
         )
     return inexact, weighted

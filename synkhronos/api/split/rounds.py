@@ -105,11 +105,34 @@ def _assign(graph: RowGraph, sums: set, depth: dict, drawn: set, frontier: list)
         for u in walk_up(targets, inputs):
             where = read(u)
             if where == "kept" and not isinstance(u.type, TensorType):
-                raise ValueError(f"{graph.label(u)} would be kept between rounds, and cannot")
+                raise ValueError(
+                    f"a round would have to keep {_described(graph, u)} for a later one, "
+                    f"and only arrays are kept between rounds"
+                )
             found = {"statistic": plan.statistics, "kept": plan.kept}.get(where)
             if found is not None and u not in found[depth.get(u, 0)]:
                 found[depth.get(u, 0)].append(u)
     return plan
+
+
+def _described(graph: RowGraph, u: Variable) -> str:
+    """``u`` as a message names it: by its name, or, for a value PyTensor made (a scalar
+    taken from an array), with the nearest named variable it is computed from (the
+    user's layer's parameter or input)."""
+    label = graph.label(u)
+    if graph.original.get(u, u).name:
+        return label
+    stack, seen = list(owner_inputs(u)), set()
+    while stack:
+        v = stack.pop(0)
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        name = graph.original.get(v, v).name
+        if name:
+            return f"{label} (a {u.type}, computed from {name!r})"
+        stack.extend(owner_inputs(v))
+    return f"{label} (a {u.type})"
 
 
 __all__ = ["RoundsPlan", "plan_rounds", "statistics_read"]

@@ -176,8 +176,8 @@ def restore_environment() -> None:
         jax.config.update("jax_cuda_visible_devices", _saved_visible.pop() or "all")
     import pytensor
 
-    for name, value in _replaced_settings:
-        setattr(pytensor.config, name, value)
+    for name, setting in _replaced_settings:
+        setattr(pytensor.config, name, setting)
     if _replaced_settings and "jax" in sys.modules:
         import jax
 
@@ -299,14 +299,16 @@ def _choose_gpus(
     return chosen, visible
 
 
-_replaced_settings: list[tuple[str, str]] = []  # PyTensor settings _gpu_defaults changed
+_replaced_settings: list[tuple[str, object]] = []  # PyTensor settings _gpu_defaults changed
 
 
 def _gpu_defaults() -> None:
     """Rank 0's PyTensor defaults on GPU ranks, where the user set none (until
     :func:`restore_environment`): floatX float32, and JAX as the mode of the program's own
-    functions. Rank 0's shared variables hold JAX device arrays once a synkhronos function
-    ran (:meth:`GpuBackend.set_value`); a function of PyTensor's default mode (Numba) reads
+    functions, returning NumPy arrays as PyTensor's default mode does
+    (:data:`~synkhronos.rank.backends.jax_compat.HOST_OUTPUTS_JAX`). Rank 0's shared
+    variables hold JAX device arrays once a synkhronos function ran
+    (:meth:`GpuBackend.set_value`); a function of PyTensor's default mode (Numba) reads
     them as read-only buffers and fails, one in JAX mode reads them where they are, as the
     training step does."""
     import pytensor
@@ -315,13 +317,14 @@ def _gpu_defaults() -> None:
     if "floatX" not in os.environ.get("PYTENSOR_FLAGS", ""):
         _replaced_settings.append(("floatX", config.floatX))
         config.floatX = "float32"
-    if str(config.mode).upper() == "MODE" and config.linker == "auto":
-        _replaced_settings.append(("mode", config.mode))
-        config.mode = "JAX"
     # The program's own JAX-mode functions get the fixes synkhronos' own compile with, from
     # the start (pt.arange(y.shape[0]) failed for 128 rows or more before any synkhronos
     # function had compiled).
-    from synkhronos.rank.backends import jax_compat  # noqa: F401
+    from synkhronos.rank.backends import jax_compat
+
+    if str(config.mode).upper() == "MODE" and config.linker == "auto":
+        _replaced_settings.append(("mode", config.mode))
+        config.mode = jax_compat.HOST_OUTPUTS_JAX  # type: ignore[assignment]  # a Mode too
 
 
 class GpuBackend(Backend):

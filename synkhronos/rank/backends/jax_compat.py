@@ -39,6 +39,20 @@ Imported on every rank before a function is compiled in JAX mode.
   of that function's parameter for the same variable, which shadows it: never read, and
   on a GPU a second copy of the parameters and optimizer state for each compiled
   function (issue 51). :func:`drop_compile_time_copies` drops them.
+* PyTensor's JAX linker gives each compiled function its own copy of every random
+  generator it reads (a JAX key made from the generator's state at compile time): the
+  function draws from, and advances, its copy, which the shared variable never sees,
+  while synkhronos writes a training function's next states into the shared variables
+  (every rank keeps rank 0's, :mod:`synkhronos.api.split`). :func:`share_generators`
+  makes the function read and write the shared variables' own storage, in the form the
+  compiled function takes (a JAX key). A function compiled later copies that key: the
+  linker's ``pytensor.shared`` of it makes a random generator variable again (it made
+  an untyped one, which the linker then refused).
+* A program's own ``pytensor.function`` on rank 0 of GPU ranks compiles in JAX mode
+  (rank 0's shared variables hold JAX arrays; :mod:`synkhronos.rank.backends.gpu`), but
+  returns what the user asked of PyTensor's default mode: NumPy arrays
+  (:data:`HOST_OUTPUTS_JAX`; a JAX array is no dictionary key, and ``np.argmax`` of one
+  is a JAX array). Its updates stay JAX arrays, where the shared variables hold them.
 * XLA's compiled programs are kept on disk (JAX's persistent compilation cache), in
   :data:`JAX_FOLDER` of PyTensor's compile folder unless the user set a folder
   (``JAX_COMPILATION_CACHE_DIR``): a second run of a script, or another rank, loads a
@@ -48,6 +62,7 @@ Imported on every rank before a function is compiled in JAX mode.
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from pathlib import Path
@@ -57,11 +72,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytensor
 import pytensor.tensor.subtensor
+from pytensor.compile.mode import JAX, Mode
+from pytensor.compile.sharedvalue import shared_constructor
 from pytensor.graph.basic import Constant
 from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.link.jax.linker import JAXLinker
 from pytensor.scalar.basic import Composite
 from pytensor.tensor.basic import ARange, ScalarFromTensor
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.random.type import RandomType, random_generator_type
+from pytensor.tensor.random.variable import RandomGeneratorSharedVariable
 
 warnings.filterwarnings(
     "ignore", message="Explicitly requested dtype .* is not available", category=UserWarning
@@ -207,6 +227,88 @@ def drop_compile_time_copies(fn) -> int:
     for name in names:
         del env[name]
     return len(names)
+
+
+@shared_constructor.register(dict)
+def _generator_key(value, name=None, strict=False, allow_downcast=None, borrow=False, **kwargs):
+    """``pytensor.shared`` of a dict: a random generator variable where the dict is a JAX
+    key made from a generator (as :func:`share_generators` leaves it), else PyTensor's."""
+    if "jax_state" not in value or "bit_generator" not in value:
+        return shared_constructor.dispatch(object)(
+            value, name=name, strict=strict, allow_downcast=allow_downcast, **kwargs
+        )
+    # Made with a placeholder generator: the type's check of a key fails on JAX 0.12's
+    # arrays (it reads a private attribute they lack).
+    var = RandomGeneratorSharedVariable(
+        type=random_generator_type,
+        value=np.random.default_rng(0),
+        strict=False,
+        allow_downcast=None,
+        name=name,
+    )
+    var.container.storage[0] = value if borrow else copy.deepcopy(value)
+    return var
+
+
+class JAXHostOutputsLinker(JAXLinker):
+    """PyTensor's JAX linker, whose function returns its outputs as NumPy arrays; the
+    values of its updates stay JAX arrays."""
+
+    def jit_compile(self, fn):
+        jitted = super().jit_compile(fn)
+        updates = set(getattr(self.fgraph, "update_mapping", None) or {})
+        returned = [i not in updates for i in range(len(self.fgraph.outputs))]
+
+        def call(*args):
+            outs = jitted(*args)
+            return [np.asarray(o) if r else o for o, r in zip(outs, returned, strict=True)]
+
+        return call
+
+
+class _HostOutputsMode(Mode):
+    """:data:`HOST_OUTPUTS_JAX`'s class: one mode, named the same in every process (a
+    compiled graph's stored form is found by its PyTensor settings, this one's name)."""
+
+    def __str__(self) -> str:
+        return "JAX, outputs on the host"
+
+    def __reduce__(self):
+        return (_host_outputs_mode, ())
+
+
+def _host_outputs_mode() -> Mode:
+    return HOST_OUTPUTS_JAX
+
+
+HOST_OUTPUTS_JAX = _HostOutputsMode(JAXHostOutputsLinker(), JAX.provided_optimizer)
+"""PyTensor's JAX mode, but the functions return NumPy arrays (see the module docstring):
+rank 0's ``pytensor.config.mode`` in a GPU session where the program set none."""
+
+
+def share_generators(fn) -> int:
+    """Make ``fn`` (a ``pytensor.function`` in JAX mode) read and write its random
+    generators' states in the shared variables' own storage, where PyTensor's JAX linker
+    gave it copies (see the module docstring); returns how many. A ``Generator`` value is
+    converted to the JAX key the compiled function takes; call before :func:`direct_call`."""
+    from pytensor.link.jax.dispatch import jax_typify
+
+    cells = getattr(getattr(fn, "vm", None), "inputs", None)
+    if cells is None:
+        return 0
+    moved = {}
+    for inp, container in zip(fn.maker.inputs, fn.input_storage, strict=True):
+        var = inp.variable
+        own = getattr(var, "container", None)
+        if not isinstance(var.type, RandomType) or own is None or own.storage is container.storage:
+            continue
+        if isinstance(own.storage[0], np.random.Generator):
+            own.storage[0] = jax_typify(own.storage[0])
+        moved[id(container.storage)] = own.storage
+        container.storage = own.storage
+    cells[:] = [moved.get(id(cell), cell) for cell in cells]
+    fn._input_storage_data = tuple(moved.get(id(c), c) for c in fn._input_storage_data)
+    return len(moved)
 
 
 def direct_call(fn):
