@@ -233,6 +233,14 @@ class BaseFunction(ABC):
         ]
         return built[0] if len(built) == 1 else built
 
+    def _arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, CallOptions]:
+        """A call's arguments in the inputs' order (those given by name put in their
+        places, the defaults filled in), and its options."""
+        options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
+        if kwargs or (self._defaults and len(args) < len(self.inputs)):
+            args = self._by_name(args, kwargs)
+        return args, options
+
     def _by_name(self, args: tuple, kwargs: dict) -> tuple:
         """The positional arguments, with those given by name put in their places."""
         ordered = list(args) + [None] * (len(self.inputs) - len(args))

@@ -40,7 +40,7 @@ from pytensor.tensor.random.type import RandomType
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.given_rows import GivenRows
-from synkhronos.api.planning import PLAIN, CallOptions, check_arguments, single_result
+from synkhronos.api.planning import CallOptions, check_arguments, single_result
 from synkhronos.api.split.keeping import IndexedPastRows
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
@@ -265,10 +265,8 @@ class SelectedWhole(BaseFunction):
         """Run on every rank, as :meth:`synkhronos.Function.__call__` (no ``batch`` or
         ``batch_s``: the givens select the rows)."""
         self._check_session()
-        options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
+        args, options = self._arguments(args, kwargs)
         _refuse_row_options(self._what, options)
-        if kwargs or (self._defaults and len(args) < len(self.inputs)):
-            args = self._by_name(args, kwargs)
         return self.function(
             self._rows.rows(args),
             *args,
@@ -393,15 +391,13 @@ class TrainingFunction(BaseFunction):
         where the givens select the minibatch from shared data: a minibatch of fewer rows
         than ranks is computed whole on every rank.
         """
-        options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
-        if kwargs or (self._defaults and len(args) < len(self.inputs)):
-            args, kwargs = self._by_name(args, kwargs), {}
+        args, options = self._arguments(args, kwargs)
         if self._given is not None and len(args) == len(self.inputs):
             rows = self._given.rows.rows(args)
             if len(rows) < current_nodes().n_global and options.batch is None:
                 subset = {"output_subset": options.output_subset}
                 return self._given.run_whole(self._check_session(), rows, args, subset)
-        return self.chain._run(args, options, kwargs, self._what)[0]
+        return self.chain._run(args, options, {}, self._what)[0]
 
     def _chain_entries(self) -> list:
         return list(self._entries)
