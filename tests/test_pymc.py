@@ -117,6 +117,44 @@ def test_logp_and_gradient_equal_pymc(ranks, build, rng):
     assert_same(model, split, rng)
 
 
+def mixture(form):
+    """A two-component mixture over the rows, in one of PyMC's five spellings."""
+
+    def build(rng, n=ROWS):
+        y = np.concatenate([rng.normal(-2, 1, n // 2), rng.normal(2, 1, n - n // 2)])
+        shape = {"shape": n} if form.endswith("_shape") else {}
+        with pm.Model() as model:
+            w = pm.Dirichlet("w", np.ones(2))
+            mu = pm.Normal("mu", 0, 3, shape=2)
+            sigma = pm.HalfNormal("sigma", 1)
+            if form.startswith("normal_mixture"):
+                pm.NormalMixture("y", w=w, mu=mu, sigma=sigma, observed=y, **shape)
+            elif form.startswith("list"):
+                parts = [pm.Normal.dist(mu[k], sigma, **shape) for k in range(2)]
+                pm.Mixture("y", w=w, comp_dists=parts, observed=y)
+            else:  # one batched component distribution
+                pm.Mixture("y", w=w, comp_dists=pm.Normal.dist(mu, sigma), observed=y)
+        return model
+
+    build.__name__ = f"mixture_{form}"
+    return build
+
+
+MIXTURES = ["normal_mixture", "normal_mixture_shape", "list", "list_shape", "batched"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3], indirect=True)
+@pytest.mark.parametrize("form", MIXTURES)
+def test_mixtures_split_exactly(ranks, form, rng):
+    """A mixture's log-density is a log-sum-exp over the components in each row: a sum
+    over the rows, split as any other (it was refused, for a SpecifyShape of the whole
+    rows' count that copying the log-sum-exp's node made)."""
+    model = mixture(form)(rng)
+    split = synk_pymc.logp_dlogp_function(model)
+    assert len(split.terms.row_terms) == 1
+    assert_same(model, split, rng)
+
+
 @pytest.mark.parametrize("ranks", [2, 3, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
 def test_set_data_reaches_the_ranks(ranks, rng):
     model = with_data(rng)
@@ -150,6 +188,11 @@ def refused(kind):
             x = pm.Data("x", rng.normal(size=ROWS))
             s = pm.HalfNormal("s", shape=x.shape[0])
             pm.Normal("y", x, s, observed=y)
+        elif kind == "per_rows":  # a latent location and scale per row, and groups
+            z = pm.Normal("z", 0, 1, shape=ROWS)
+            s = pm.HalfNormal("s", shape=ROWS)
+            a = pm.Normal("a", 0, 1, shape=ROWS)  # as many groups as rows: not per row
+            pm.Normal("y", z + a[rng.integers(0, ROWS, ROWS)], s, observed=y)
         else:
             b = pm.Normal("b")
             pm.Normal("y", pt.cumsum(b * rng.normal(size=ROWS)), 1.0, observed=y)
@@ -165,6 +208,7 @@ def refused(kind):
         ("lengths", "the observed values have different numbers of rows ({'y': 29, 'z': 27})"),
         ("per_row", "'y' (normal) reads the free variable 'z', which has one value per row (29)"),
         ("per_row_scale", "reads the free variable 's', which has one value per row (29)"),
+        ("per_rows", "reads the free variables 's', 'z', each of which has one value per row"),
     ],
 )
 @pytest.mark.parametrize("ranks", [2], indirect=True)
@@ -204,6 +248,33 @@ def test_sample_gives_pymc_posterior(ranks):
     mcse = az.mcse(own, var_names=["b"])["b"].values
     assert np.all(np.abs(mean - want) <= 4 * mcse), (mean, want, mcse)
     assert split.posterior["b"].shape == own.posterior["b"].shape
+
+
+@pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_sample_splits_whatever_is_installed(ranks, monkeypatch):
+    """With nutpie installed, PyMC's own default sampler is nutpie, which compiles the
+    log-density itself: ``sample()`` without ``nuts_sampler`` must still split it."""
+    pytest.importorskip("nutpie")
+    import pymc.sampling.mcmc
+
+    assert pymc.sampling.mcmc.NUTPIE_INSTALLED
+    own, calls = synk_pymc.SplitDensity._pytensor_function, []
+
+    def counted(self, q):
+        calls.append(q)
+        return own(self, q)
+
+    monkeypatch.setattr(synk_pymc.SplitDensity, "_pytensor_function", counted)
+    with logistic(np.random.default_rng(1), n=101):
+        idata = synk_pymc.sample(draws=5, tune=5, chains=1, random_seed=7, progressbar=False)
+    assert idata.posterior["b"].shape == (1, 5, 3)
+    assert len(calls) >= 10  # every step of NUTS evaluated the split function
+
+
+@pytest.mark.parametrize("sampler", ["nutpie", "blackjax"])
+def test_sample_refuses_an_unsplit_sampler(sampler):
+    with pytest.raises(ValueError, match=f"nuts_sampler='{sampler}' compiles"):
+        synk_pymc.sample(model=logistic(np.random.default_rng(0)), nuts_sampler=sampler)
 
 
 def test_sample_refuses_parallel_chains():

@@ -28,7 +28,9 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     Call :func:`synkhronos.fork` first. Takes what ``pm.sample`` takes, and returns what
     it returns (``InferenceData``). ``cores`` must be 1 (the default here): the chains
     run in this process, one after another, since every chain's evaluations use all the
-    ranks; ``nuts_sampler`` must be "pymc".
+    ranks. ``nuts_sampler`` is "pymc" unless given, whatever else is installed (PyMC's
+    own default is nutpie where nutpie is installed, which would sample unsplit); a
+    sampler that cannot call the split function is refused, saying so.
 
     Raises
     ------
@@ -43,8 +45,13 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     kwargs.setdefault("cores", 1)
     if kwargs["cores"] != 1:
         raise ValueError("synk_pymc.sample runs its chains in rank 0's process: cores=1")
-    if kwargs.get("nuts_sampler", "pymc") != "pymc":
-        raise ValueError("synk_pymc.sample splits PyMC's own NUTS: nuts_sampler='pymc'")
+    # Chosen here, never by what is installed: PyMC's default is nutpie where it is.
+    sampler = kwargs.setdefault("nuts_sampler", "pymc")
+    if sampler != "pymc":
+        raise ValueError(
+            f"synk_pymc.sample splits PyMC's own NUTS (nuts_sampler='pymc'): "
+            f"nuts_sampler={sampler!r} compiles the model's log-density itself, unsplit"
+        )
 
     def split(
         grad_vars=None, tempered: bool = False, initial_point=None, ravel_inputs=None, **kw
