@@ -9,9 +9,11 @@ another in rank 0's process (``cores=1``), each evaluation on every rank.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
+from synkhronos.extensions.pymc.compiled import SAMPLERS, CompiledDensity, sample_on_ranks
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
 from synkhronos.session import launch
 
@@ -29,13 +31,20 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     it returns (``InferenceData``). ``cores`` must be 1 (the default here): the chains
     run in this process, one after another, since every chain's evaluations use all the
     ranks. ``nuts_sampler`` is "pymc" unless given, whatever else is installed (PyMC's
-    own default is nutpie where nutpie is installed, which would sample unsplit); a
-    sampler that cannot call the split function is refused, saying so.
+    own default is nutpie where nutpie is installed, which would sample unsplit):
+
+    - "pymc": PyMC's NUTS in this process, each evaluation split over the ranks;
+    - "numpyro" or "blackjax", on GPU ranks (``backend="gpu"``): that library's NUTS
+      compiled whole into one XLA program per rank (:mod:`.compiled`), its chains
+      together in it; the draws' posterior attributes ``synk_compile_s`` and
+      ``synk_sampling_s`` say how long rank 0 compiled and ran it;
+    - any other is refused, saying why.
 
     Raises
     ------
     ValueError
-        If ``cores`` is not 1 or ``nuts_sampler`` is not "pymc".
+        If ``cores`` is not 1, or ``nuts_sampler`` is none of these (or "numpyro" or
+        "blackjax" on other than GPU ranks).
     synkhronos.extensions.pymc.terms.RowsNotSplittable
         If a term of the rows does not factor over them, naming the term.
     """
@@ -47,10 +56,13 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
         raise ValueError("synk_pymc.sample runs its chains in rank 0's process: cores=1")
     # Chosen here, never by what is installed: PyMC's default is nutpie where it is.
     sampler = kwargs.setdefault("nuts_sampler", "pymc")
+    if sampler in SAMPLERS:
+        return _sample_compiled(model, sampler, *args, **kwargs)
     if sampler != "pymc":
         raise ValueError(
-            f"synk_pymc.sample splits PyMC's own NUTS (nuts_sampler='pymc'): "
-            f"nuts_sampler={sampler!r} compiles the model's log-density itself, unsplit"
+            f"synk_pymc.sample splits PyMC's own NUTS (nuts_sampler='pymc'), and on GPU "
+            f"ranks numpyro's and blackjax's: nuts_sampler={sampler!r} compiles the model's "
+            f"log-density itself, unsplit"
         )
 
     def split(
@@ -76,6 +88,36 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
         return pm.sample(*args, model=model, **kwargs)
     finally:
         del model.logp_dlogp_function
+
+
+def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
+    """``pm.sample`` with ``nuts_sampler`` numpyro or blackjax, its sampling run by every
+    GPU rank (:func:`.compiled.sample_on_ranks`)."""
+    import pymc as pm
+    import pymc.sampling.jax as pymc_jax
+
+    backend = launch.current().backend.name
+    if backend != "gpu":
+        raise ValueError(
+            f"nuts_sampler={sampler!r} compiles NUTS into one program per GPU rank "
+            f"(backend='gpu'), not on {backend!r} ranks: there, nuts_sampler='pymc'"
+        )
+    key = ("compiled", *model.basic_RVs, *model.potentials, *model.value_vars)
+    built = _built.setdefault(model, {})
+    density = built.get(key)
+    if density is None or density.session is not launch.current():
+        density = built[key] = CompiledDensity(model)
+    name = f"_sample_{sampler}_nuts"
+    own = getattr(pymc_jax, name)
+    setattr(pymc_jax, name, functools.partial(sample_on_ranks, density, sampler))
+    try:
+        idata = pm.sample(*args, model=model, **kwargs)
+    finally:
+        setattr(pymc_jax, name, own)
+    idata["posterior"].attrs["synk_compile_s"], idata["posterior"].attrs["synk_sampling_s"] = (
+        density.times
+    )
+    return idata
 
 
 __all__ = ["sample"]
