@@ -4,7 +4,9 @@
 model's ``logp_dlogp_function``; for the call, :func:`sample` gives the model one that
 builds :class:`~synkhronos.extensions.pymc.density.SplitDensity` instead, so that the
 initialization, the adaptation and the draws are all PyMC's own. The chains run one after
-another in rank 0's process (``cores=1``), each evaluation on every rank.
+another in rank 0's process (``cores=1``), each evaluation on every rank. On GPU ranks,
+``nuts_sampler="numpyro"`` or ``"blackjax"`` runs that library's NUTS compiled whole on
+every rank instead (:mod:`.compiled`).
 """
 
 from __future__ import annotations
