@@ -353,6 +353,12 @@ with logistic(np.random.default_rng(1), n=101):
 want = own.posterior["b"].mean(("chain", "draw")).values
 assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
 print(f"node {world.node} of {world.n_global} ranks: ok, means {mean.tobytes().hex()}", flush=True)
+if sys.argv[2] == "gpu":  # NUTS compiled whole, its all-reduce over every node's ranks
+    with logistic(np.random.default_rng(1), n=101):
+        compiled = synk_pymc.sample(nuts_sampler="numpyro", **settings)
+    mean = compiled.posterior["b"].mean(("chain", "draw")).values
+    assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
+    print(f"node {world.node}: compiled means {mean.tobytes().hex()}", flush=True)
 synk.close()
 """
 
@@ -366,7 +372,8 @@ def test_nodes_give_pymc_own(tmp_path, local, backend):
     """2 MPI nodes of ``local`` ranks (GPU ranks on CPU devices): the log-density and
     gradient equal PyMC's own within 1e-12, also after ``pm.set_data``, and a short
     sampling's posterior means are within 4 Monte-Carlo standard errors of ``pm.sample``'s
-    and bit-identical on both nodes (their NUTS took the same steps)."""
+    and bit-identical on both nodes (their NUTS took the same steps); on GPU ranks, so are
+    numpyro's NUTS compiled whole, its all-reduce over the ranks of both nodes."""
     if backend == "gpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
     proc, _ = _launch(tmp_path, NODES, str(local), backend, timeout=300)
@@ -375,3 +382,6 @@ def test_nodes_give_pymc_own(tmp_path, local, backend):
     means = set(re.findall(rf"node [01] of {2 * local} ranks: ok, means (\w+)", out))
     assert len(re.findall(rf"node [01] of {2 * local} ranks: ok", out)) == 2, out
     assert len(means) == 1, out
+    if backend == "gpu":  # numpyro's NUTS compiled whole: the same draws on both nodes
+        compiled = re.findall(r"node [01]: compiled means (\w+)", out)
+        assert len(compiled) == 2 and len(set(compiled)) == 1, out

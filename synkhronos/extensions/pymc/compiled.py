@@ -151,7 +151,8 @@ def nuts_routine(state: Any, settings: np.ndarray, graph: np.ndarray, *arrays: n
     the draws by variable, the sample stats, and ``[compile seconds, sample seconds]``."""
     from synkhronos.transport.comm.xla import XlaCommunicator
 
-    comm = state.comm
+    # Over MPI nodes, the node's own communicator, whose mesh spans every node's ranks.
+    comm = getattr(state.comm, "local", state.comm)
     if not isinstance(comm, XlaCommunicator):
         raise RuntimeError("a compiled NUTS runs on GPU ranks (backend='gpu') only")
     # JAX's precision from floatX, as rank 0's (set on the first import of PyTensor's JAX
