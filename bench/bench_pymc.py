@@ -219,6 +219,7 @@ CONTENDERS = {
     "pm nutpie, 1 core": ("nutpie", True),
     "pm pymc, 1 core": ("pymc", True),
     "synk 2 CPU ranks (pymc)": ("synk-cpu", False),
+    "synk 2 CPU ranks (nutpie)": ("synk-cpu-nutpie", False),
     "synk 2 GPU ranks (numpyro)": ("synk-gpu", False),
 }
 
@@ -234,12 +235,10 @@ def contender(how: str, rows: int, tune: int, draws: int) -> dict:
     start = time.perf_counter()
     sample, kwargs = pm.sample, {"nuts_sampler": how}
     if how.startswith("synk"):
-        backend = how.removeprefix("synk-")
+        _, backend, *sampler = how.split("-")
         synk.fork(2, backend=backend)
-        sample, kwargs = (
-            synk_pymc.sample,
-            {"nuts_sampler": "numpyro" if backend == "gpu" else "pymc"},
-        )
+        sample = synk_pymc.sample
+        kwargs = {"nuts_sampler": (sampler or ["numpyro" if backend == "gpu" else "pymc"])[0]}
     model = logistic(rows)
     setup = time.perf_counter() - start
     try:

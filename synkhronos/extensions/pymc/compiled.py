@@ -93,7 +93,7 @@ def sample_on_ranks(
     initial_points: list,
     target_accept: float,
     nuts_kwargs: dict,
-    **unused,
+    **_pymc,  # the rest PyMC passes (the model, its logp_fn, chain_method): not needed
 ) -> tuple[list, dict, Any]:
     """PyMC's ``_sample_numpyro_nuts`` / ``_sample_blackjax_nuts``, run by every rank in one
     program each: returns rank 0's ``(draws by variable, sample stats, the library)``.
@@ -171,7 +171,7 @@ def nuts_routine(state: Any, settings: np.ndarray, graph: np.ndarray, *arrays: n
     length = rows[0].shape[0]
     lo, hi = rank * length // n_ranks, (rank + 1) * length // n_ranks
     shares = [np.ascontiguousarray(r[lo:hi]) for r in rows]
-    body = _program_body(pickle.loads(bytes(graph)), config, n_ranks, len(inits), len(shares))
+    body = _program_body(pickle.loads(bytes(graph)), config, n_ranks, len(inits))
     program = comm.program(body)
     device = comm.to_device([*inits, *shares, *others])
     import jax
@@ -185,7 +185,7 @@ def nuts_routine(state: Any, settings: np.ndarray, graph: np.ndarray, *arrays: n
     return [np.asarray(r) for r in results] + [np.array([compiled_at - start, done - compiled_at])]
 
 
-def _program_body(graph: tuple, config: dict, n_ranks: int, n_values: int, n_rows: int):
+def _program_body(graph: tuple, config: dict, n_ranks: int, n_values: int):
     """The program: ``[inits..., row shares..., others...] -> [draws..., stats...]``."""
     import jax
     from pymc.sampling.jax import get_jaxified_graph
@@ -231,14 +231,10 @@ def _summed_over_ranks(own, n_ranks: int):
     def rows_sum(position):
         return reduce_traced(own(position), "sum", n_ranks)
 
-    def forward(position):
-        value, grad = summed(position)
-        return value, grad
-
     def backward(grad, cotangent):
         return (jax.tree_util.tree_map(lambda g: cotangent * g, grad),)
 
-    rows_sum.defvjp(forward, backward)
+    rows_sum.defvjp(summed, backward)  # summed: the value, and the gradient kept for backward
     return rows_sum
 
 

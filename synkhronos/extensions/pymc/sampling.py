@@ -11,9 +11,12 @@ every rank instead (:mod:`.compiled`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from typing import Any
+
+import numpy as np
 
 from synkhronos.extensions.pymc.compiled import SAMPLERS, CompiledDensity, sample_on_ranks
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
@@ -60,11 +63,12 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     sampler = kwargs.setdefault("nuts_sampler", "pymc")
     if sampler in SAMPLERS:
         return _sample_compiled(model, sampler, *args, **kwargs)
+    if sampler == "nutpie":
+        return _sample_nutpie(model, *args, **kwargs)
     if sampler != "pymc":
         raise ValueError(
-            f"synk_pymc.sample splits PyMC's own NUTS (nuts_sampler='pymc'), and on GPU "
-            f"ranks numpyro's and blackjax's: nuts_sampler={sampler!r} compiles the model's "
-            f"log-density itself, unsplit"
+            f"synk_pymc.sample splits the NUTS of pymc and nutpie, and on GPU ranks "
+            f"numpyro's and blackjax's: not nuts_sampler={sampler!r}"
         )
 
     def split(
@@ -72,24 +76,64 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     ) -> SplitDensity:
         if tempered or ravel_inputs is False:
             raise ValueError("synk_pymc splits the raveled, untempered log-density only")
-        names = None if grad_vars is None else tuple(str(v) for v in grad_vars)
-        # A variable or potential added to the model since makes another function.
-        terms = (*model.basic_RVs, *model.potentials, *model.value_vars)
-        key = (terms, names, repr(sorted(kw.items())))
-        built = _built.setdefault(model, {})
-        split_fn = built.get(key)
-        if split_fn is None or split_fn.session is not launch.current():
-            split_fn = logp_dlogp_function(model, grad_vars, initial_point=initial_point, **kw)
-            built[key] = split_fn
-        if initial_point is not None:
-            split_fn.set_extra_values(initial_point)
-        return split_fn
+        return _split_function(model, grad_vars, initial_point, **kw)
 
     model.logp_dlogp_function = split  # the model's own, for this call only
     try:
         return pm.sample(*args, model=model, **kwargs)
     finally:
         del model.logp_dlogp_function
+
+
+def _split_function(model: Any, grad_vars=None, initial_point=None, **kw) -> SplitDensity:
+    """The model's split function for these variables, built once per session."""
+    names = None if grad_vars is None else tuple(str(v) for v in grad_vars)
+    # A variable or potential added to the model since makes another function.
+    terms = (*model.basic_RVs, *model.potentials, *model.value_vars)
+    key = (terms, names, repr(sorted(kw.items())))
+    built = _built.setdefault(model, {})
+    split_fn = built.get(key)
+    if split_fn is None or split_fn.session is not launch.current():
+        split_fn = logp_dlogp_function(model, grad_vars, initial_point=initial_point, **kw)
+        built[key] = split_fn
+    if initial_point is not None:
+        split_fn.set_extra_values(initial_point)
+    return split_fn
+
+
+def _sample_nutpie(model: Any, *args, **kwargs) -> Any:
+    """``pm.sample`` with ``nuts_sampler="nutpie"``: nutpie's NUTS (Rust) calling the split
+    function. nutpie's model of the PyMC model is made in JAX mode, whose log-density is a
+    Python function, and that function is replaced by the split one (its draws' expansion
+    stays nutpie's). Its raveled point is the free variables' values in the model's order,
+    as the split function's."""
+    import nutpie
+    import pymc as pm
+
+    if model.discrete_value_vars:
+        raise ValueError("nutpie samples continuous variables only")
+    split_fn = _split_function(model)
+    own = nutpie.compile_pymc_model
+
+    def compile_split(of: Any, **compile_kwargs) -> Any:
+        compile_kwargs.update(backend="jax", gradient_backend="pytensor")
+        compiled = own(of, **compile_kwargs)
+        return dataclasses.replace(
+            compiled, _make_logp_func=lambda: functools.partial(_logp, split_fn)
+        )
+
+    nutpie.compile_pymc_model = compile_split
+    try:
+        return pm.sample(*args, model=model, **kwargs)
+    finally:
+        nutpie.compile_pymc_model = own
+
+
+def _logp(split_fn: SplitDensity, x: np.ndarray, **_shared) -> tuple[float, np.ndarray]:
+    """nutpie's log-density callback (its data containers, ``_shared``, the split function
+    reads from the model itself)."""
+    logp, grad = split_fn(x)
+    return float(logp), np.ascontiguousarray(grad, dtype="float64")
 
 
 def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
