@@ -291,7 +291,9 @@ def test_compiled_nuts_needs_gpu_ranks(ranks):
 @pytest.mark.parametrize("ranks", [2], indirect=True)
 def test_sample_splits_whatever_is_installed(ranks, monkeypatch):
     """With nutpie installed, PyMC's own default sampler is nutpie, which compiles the
-    log-density itself: ``sample()`` without ``nuts_sampler`` must still split it."""
+    log-density itself: ``sample()`` without ``nuts_sampler`` (nutpie, calling the split
+    function) must still split it; with a discrete variable, PyMC's NUTS beside its
+    Metropolis step, the continuous variables' evaluations split."""
     pytest.importorskip("nutpie")
     import pymc.sampling.mcmc
 
@@ -303,10 +305,20 @@ def test_sample_splits_whatever_is_installed(ranks, monkeypatch):
         return own(self, q)
 
     monkeypatch.setattr(synk_pymc.SplitDensity, "_pytensor_function", counted)
+    settings = dict(draws=5, tune=5, chains=1, random_seed=7, progressbar=False)
     with logistic(np.random.default_rng(1), n=101):
-        idata = synk_pymc.sample(draws=5, tune=5, chains=1, random_seed=7, progressbar=False)
+        idata = synk_pymc.sample(**settings)
     assert idata.posterior["b"].shape == (1, 5, 3)
     assert len(calls) >= 10  # every step of NUTS evaluated the split function
+    assert idata.posterior.attrs["inference_library"] == "nutpie"
+    calls.clear()
+    rng = np.random.default_rng(2)
+    with pm.Model():
+        switch = pm.Bernoulli("switch", 0.5)
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu + switch, 1.0, observed=rng.normal(size=101))
+        idata = synk_pymc.sample(**settings)
+    assert idata.posterior["mu"].shape == (1, 5) and len(calls) >= 10
 
 
 @pytest.mark.parametrize("ranks", [2, 3], indirect=True)

@@ -35,10 +35,14 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     Call :func:`synkhronos.fork` first. Takes what ``pm.sample`` takes, and returns what
     it returns (``InferenceData``). ``cores`` must be 1 (the default here): the chains
     run in this process, one after another, since every chain's evaluations use all the
-    ranks. ``nuts_sampler`` is "pymc" unless given, whatever else is installed (PyMC's
-    own default is nutpie where nutpie is installed, which would sample unsplit):
+    ranks. ``nuts_sampler``, unless given, is "nutpie" (the fastest that calls the split
+    function on CPU ranks, measured: ``docs/pymc.rst``), or "pymc" where the model has
+    discrete variables, which NUTS alone cannot sample; never chosen by what is
+    installed (PyMC's own default is nutpie only where nutpie is installed, and
+    unsplit):
 
     - "pymc": PyMC's NUTS in this process, each evaluation split over the ranks;
+    - "nutpie": nutpie's NUTS (Rust) in this process, calling the same split function;
     - "numpyro" or "blackjax", on GPU ranks (``backend="gpu"``): that library's NUTS
       compiled whole into one XLA program per rank (:mod:`.compiled`), its chains
       together in it; the draws' posterior attributes ``synk_compile_s`` and
@@ -50,6 +54,8 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     ValueError
         If ``cores`` is not 1, or ``nuts_sampler`` is none of these (or "numpyro" or
         "blackjax" on other than GPU ranks).
+    ImportError
+        If the sampler asked for is not installed.
     synkhronos.extensions.pymc.terms.RowsNotSplittable
         If a term of the rows does not factor over them, naming the term.
     """
@@ -60,7 +66,7 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     if kwargs["cores"] != 1:
         raise ValueError("synk_pymc.sample runs its chains in rank 0's process: cores=1")
     # Chosen here, never by what is installed: PyMC's default is nutpie where it is.
-    sampler = kwargs.setdefault("nuts_sampler", "pymc")
+    sampler = kwargs.setdefault("nuts_sampler", "pymc" if model.discrete_value_vars else "nutpie")
     if sampler in SAMPLERS:
         return _sample_compiled(model, sampler, *args, **kwargs)
     if sampler == "nutpie":
@@ -107,9 +113,15 @@ def _sample_nutpie(model: Any, *args, **kwargs) -> Any:
     Python function, and that function is replaced by the split one (its draws' expansion
     stays nutpie's). Its raveled point is the free variables' values in the model's order,
     as the split function's."""
-    import nutpie
     import pymc as pm
 
+    try:
+        import nutpie
+    except ImportError as missing:
+        raise ImportError(
+            "nuts_sampler='nutpie' (synk_pymc.sample's default) needs nutpie: "
+            "pip install 'synkhronos[pymc]', or pass nuts_sampler='pymc'"
+        ) from missing
     if model.discrete_value_vars:
         raise ValueError("nutpie samples continuous variables only")
     split_fn = _split_function(model)
