@@ -21,19 +21,33 @@ first. Then the sampling: ``synk_pymc.sample`` on 2 CPU ranks and ``pm.sample`` 
 process, the same seed and settings (one chain, ``cores=1``), taking turns, best of
 ``--rounds``. Every process uses one BLAS thread unless said.
 
+With ``--samplers``, the samplers instead (issue #60), each sampling in a fresh process
+of its own, one chain, taking turns, ``--rounds`` rounds: ``pm.sample`` with
+``nuts_sampler`` numpyro, nutpie and pymc in one unrestricted process and pinned to one
+core (``taskset -c 0``), ``synk_pymc.sample`` on 2 CPU ranks (PyMC's NUTS, split) and on 2
+GPU ranks (numpyro's NUTS compiled whole per rank; on CPU devices where there is no GPU).
+Each line gives the sampling seconds apart from the setup and compilation where the
+sampler tells them apart (see :func:`contender`), and the posterior means' largest
+distance to the first contender's in its Monte-Carlo standard errors.
+
 Usage::
 
     python bench/bench_pymc.py [--rows 100000 1000000] [--draws 30] [--tune 30] [--rounds 3]
+    python bench/bench_pymc.py --samplers --rows 1000000 --tune 500 --draws 500 --rounds 1
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+if "--one" not in sys.argv:  # a sampler's own process keeps its threads as a user's would
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import time  # noqa: E402 - after the thread counts, which BLAS reads when loaded
 
@@ -196,6 +210,133 @@ def samplings(rows: int, rounds: int, draws: int, tune: int) -> str:
     )
 
 
+#: The samplers, by name: (how, pinned to one core).
+CONTENDERS = {
+    "pm numpyro": ("numpyro", False),
+    "pm nutpie": ("nutpie", False),
+    "pm pymc": ("pymc", False),
+    "pm numpyro, 1 core": ("numpyro", True),
+    "pm nutpie, 1 core": ("nutpie", True),
+    "pm pymc, 1 core": ("pymc", True),
+    "synk 2 CPU ranks (pymc)": ("synk-cpu", False),
+    "synk 2 CPU ranks (nutpie)": ("synk-cpu-nutpie", False),
+    "synk 2 GPU ranks (numpyro)": ("synk-gpu", False),
+}
+
+
+def contender(how: str, rows: int, tune: int, draws: int) -> dict:
+    """(A sampler's own process) sample once; the seconds of the whole call, of its
+    sampling alone (PyMC's ``sampling_time`` for numpyro and nutpie, which includes JAX's
+    compilation for numpyro; the compiled program's run alone for synk on GPU ranks; the
+    whole call for PyMC's NUTS, which compiles before it), the setup before it, and the
+    posterior means and their Monte-Carlo standard errors."""
+    import arviz as az
+
+    start = time.perf_counter()
+    sample, kwargs = pm.sample, {"nuts_sampler": how}
+    if how.startswith("synk"):
+        _, backend, *sampler = how.split("-")
+        synk.fork(2, backend=backend)
+        sample = synk_pymc.sample
+        kwargs = {"nuts_sampler": (sampler or ["numpyro" if backend == "gpu" else "pymc"])[0]}
+    model = logistic(rows)
+    setup = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        idata = sample(
+            draws=draws,
+            tune=tune,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            model=model,
+            compute_convergence_checks=False,
+            **kwargs,
+        )
+        wall = time.perf_counter() - start
+    finally:
+        if how.startswith("synk"):
+            synk.close()
+    attrs = idata.posterior.attrs
+    sampling = attrs.get("synk_sampling_s", attrs.get("sampling_time", wall))
+    return {
+        "setup_s": setup,
+        "wall_s": wall,
+        "sampling_s": float(sampling),
+        "compile_s": float(attrs.get("synk_compile_s", np.nan)),
+        "means": idata.posterior["b"].mean(("chain", "draw")).values.tolist(),
+        "mcse": az.mcse(idata, var_names=["b"])["b"].values.tolist(),
+    }
+
+
+def run_contender(name: str, rows: int, tune: int, draws: int) -> dict:
+    """:func:`contender` in a fresh process (pinned to core 0 where the name says)."""
+    how, pinned = CONTENDERS[name]
+    command = [sys.executable, __file__, "--one", how, "--rows", str(rows)]
+    command += ["--tune", str(tune), "--draws", str(draws)]
+    env = dict(os.environ)
+    if how == "synk-gpu":
+        from synkhronos.rank.backends.gpu import visible_gpus
+
+        if not visible_gpus():
+            env["JAX_PLATFORMS"] = "cpu"
+        env["PYTENSOR_FLAGS"] = ",".join(
+            filter(None, [env.get("PYTENSOR_FLAGS"), "floatX=float64"])
+        )
+    done = subprocess.run(
+        ["taskset", "-c", "0", *command] if pinned else command,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return json.loads(lines[-1])
+
+
+def samplers(rows: int, rounds: int, tune: int, draws: int, names: list[str]) -> None:
+    """Every contender ``rounds`` times, taking turns; the best round of each printed."""
+    best: dict[str, dict] = {}
+    for _ in range(rounds):
+        for name in names:
+            result = run_contender(name, rows, tune, draws)
+            kept = best.get(name)
+            if (
+                kept is None
+                or "error" in kept
+                or ("error" not in result and result["sampling_s"] < kept["sampling_s"])
+            ):
+                best[name] = result
+    reference = next((r for r in best.values() if "error" not in r), None)
+    ok = {n: r for n, r in best.items() if "error" not in r and n.startswith("pm")}
+    fastest = [  # pm.sample's fastest: in one unrestricted process, and on one core
+        min(
+            (r["sampling_s"] for n, r in ok.items() if n.endswith("1 core") == pinned),
+            default=np.nan,
+        )
+        for pinned in (False, True)
+    ]
+    print(
+        f"{rows:>9} rows  NUTS {tune}+{draws}, one chain, best of {rounds} "
+        f"(load average {os.getloadavg()[0]:.2f}):"
+    )
+    for name, r in best.items():
+        if "error" in r:
+            print(f"    {name:<28} failed: {r['error']}")
+            continue
+        far = np.max(np.abs(np.array(r["means"]) - reference["means"]) / reference["mcse"])
+        seconds = r["sampling_s"]
+        print(
+            f"    {name:<28} sampling {seconds:8.1f} s (x{fastest[0] / seconds:.2f} the fastest "
+            f"pm, x{fastest[1] / seconds:.2f} on 1 core)  call {r['wall_s']:8.1f} s  "
+            f"compile {r['compile_s']:6.1f} s  setup {r['setup_s']:5.1f} s  "
+            f"means within {far:.1f} MCSE",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -204,8 +345,19 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3, help="of each figure, taking turns")
     parser.add_argument("--no-sampling", action="store_true")
+    parser.add_argument("--samplers", action="store_true", help="the samplers (issue #60)")
+    parser.add_argument("--only", nargs="+", choices=list(CONTENDERS), help="these samplers")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a sampler's own process
     args = parser.parse_args()
+    if args.one:
+        print(json.dumps(contender(args.one, args.rows[0], args.tune, args.draws)), flush=True)
+        return
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
+    if args.samplers:
+        for rows in args.rows:
+            samplers(rows, args.rounds, args.tune, args.draws, args.only or list(CONTENDERS))
+        print(f"load average at the end: {os.getloadavg()[0]:.2f}", flush=True)
+        return
     for rows in args.rows:
         best = evaluations(rows, args.rounds, args.calls)
         one_core = best["1 core"]

@@ -37,6 +37,14 @@ nccl_dead_peer, stale_communicators
     GPU, all-reduce: the right sums.
 figures
     call overhead, an all-reduce of a ResNet-50-sized gradient and MLP steps.
+pymc
+    (``--pymc`` only: at most 3 minutes; SKIP where PyMC or numpyro is missing) a
+    1,000,000-row logistic regression, 6 coefficients, one chain, 500+500 (``--quick``:
+    2,000 rows, 20+20): ``synk_pymc.sample(nuts_sampler="numpyro")`` on 2 GPU ranks (NUTS
+    compiled whole into one program per rank; both on GPU 0 where there is one) against
+    ``pm.sample(nuts_sampler="numpyro")`` on one GPU, each in a fresh process
+    (``bench/bench_pymc.py``): sampling seconds, compile seconds, and whether the posterior
+    means are within 4 Monte-Carlo standard errors of each other (issue 60).
 resnet
     (``--resnet`` only: minutes) ResNet-50's fused step against a data-parallel loop
     written by hand in JAX (``jax_resnet.py``), samples/s per rank.
@@ -77,6 +85,9 @@ def _args(argv=None):
     parser.add_argument("--out", type=Path, help="also write the verdict to this file")
     parser.add_argument(
         "--resnet", action="store_true", help="also ResNet-50 against a JAX loop (minutes)"
+    )
+    parser.add_argument(
+        "--pymc", action="store_true", help="also PyMC's compiled NUTS on 2 ranks (3 minutes)"
     )
     parser.add_argument("--check", help=argparse.SUPPRESS)  # run one check, in a child
     parser.add_argument(
@@ -596,6 +607,29 @@ def _mlp_steps(synk, n: int, sizes: tuple, batch: int, steps: int) -> list[str]:
     return rows
 
 
+def check_pymc(args) -> tuple[str, str]:
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("pymc", "numpyro")):
+        return "SKIP", "needs pymc and numpyro"
+    import bench_pymc
+
+    rows, steps = (2_000, 20) if args.quick else (1_000_000, 500)
+    names = ["pm numpyro", "synk 2 GPU ranks (numpyro)"]
+    own, split = (bench_pymc.run_contender(n, rows, steps, steps) for n in names)
+    for name, result in zip(names, (own, split), strict=True):
+        if "error" in result:
+            return "FAIL", f"{name}: {result['error']}"
+    far = np.max(np.abs(np.subtract(split["means"], own["means"])) / own["mcse"])
+    figures = (
+        f"{rows} rows {steps}+{steps}: pm.sample numpyro {own['sampling_s']:.1f} s sampling "
+        f"({own['wall_s']:.1f} s call); 2 ranks {split['sampling_s']:.1f} s sampling, "
+        f"{split['compile_s']:.1f} s compile ({split['wall_s']:.1f} s call), "
+        f"x{own['sampling_s'] / split['sampling_s']:.2f}; means within {far:.1f} MCSE"
+    )
+    return ("PASS" if far <= 4 else "FAIL"), figures
+
+
 def check_resnet(args) -> tuple[str, str]:
     """Samples/s per rank of ResNet-50: synkhronos' fused steps (on one rank also the
     one-line training function's and plain PyTensor's), and a JAX loop by hand."""
@@ -693,6 +727,7 @@ CHECKS = {  # name: (function, time limit in seconds)
     "stale_communicators": (check_stale_communicators, 120),
     "figures": (check_figures, 150),
     "resnet": (check_resnet, 540),
+    "pymc": (check_pymc, 180),
 }
 HIDDEN = {
     "determinism_child": (check_determinism_child, 150),
@@ -752,6 +787,8 @@ def main(argv=None) -> int:
     for name, (_, limit) in CHECKS.items():
         left = deadline - time.monotonic()
         start = time.monotonic()
+        if name == "pymc" and not args.pymc:
+            continue  # asked for only (a row of its own then)
         if name == "resnet" and not args.resnet:
             status, figures = "SKIP", "not asked (--resnet)"
         elif left < min(limit, 30):

@@ -117,6 +117,44 @@ def test_logp_and_gradient_equal_pymc(ranks, build, rng):
     assert_same(model, split, rng)
 
 
+def mixture(form):
+    """A two-component mixture over the rows, in one of PyMC's five spellings."""
+
+    def build(rng, n=ROWS):
+        y = np.concatenate([rng.normal(-2, 1, n // 2), rng.normal(2, 1, n - n // 2)])
+        shape = {"shape": n} if form.endswith("_shape") else {}
+        with pm.Model() as model:
+            w = pm.Dirichlet("w", np.ones(2))
+            mu = pm.Normal("mu", 0, 3, shape=2)
+            sigma = pm.HalfNormal("sigma", 1)
+            if form.startswith("normal_mixture"):
+                pm.NormalMixture("y", w=w, mu=mu, sigma=sigma, observed=y, **shape)
+            elif form.startswith("list"):
+                parts = [pm.Normal.dist(mu[k], sigma, **shape) for k in range(2)]
+                pm.Mixture("y", w=w, comp_dists=parts, observed=y)
+            else:  # one batched component distribution
+                pm.Mixture("y", w=w, comp_dists=pm.Normal.dist(mu, sigma), observed=y)
+        return model
+
+    build.__name__ = f"mixture_{form}"
+    return build
+
+
+MIXTURES = ["normal_mixture", "normal_mixture_shape", "list", "list_shape", "batched"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3], indirect=True)
+@pytest.mark.parametrize("form", MIXTURES)
+def test_mixtures_split_exactly(ranks, form, rng):
+    """A mixture's log-density is a log-sum-exp over the components in each row: a sum
+    over the rows, split as any other (it was refused, for a SpecifyShape of the whole
+    rows' count that copying the log-sum-exp's node made)."""
+    model = mixture(form)(rng)
+    split = synk_pymc.logp_dlogp_function(model)
+    assert len(split.terms.row_terms) == 1
+    assert_same(model, split, rng)
+
+
 @pytest.mark.parametrize("ranks", [2, 3, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
 def test_set_data_reaches_the_ranks(ranks, rng):
     model = with_data(rng)
@@ -150,6 +188,11 @@ def refused(kind):
             x = pm.Data("x", rng.normal(size=ROWS))
             s = pm.HalfNormal("s", shape=x.shape[0])
             pm.Normal("y", x, s, observed=y)
+        elif kind == "per_rows":  # a latent location and scale per row, and groups
+            z = pm.Normal("z", 0, 1, shape=ROWS)
+            s = pm.HalfNormal("s", shape=ROWS)
+            a = pm.Normal("a", 0, 1, shape=ROWS)  # as many groups as rows: not per row
+            pm.Normal("y", z + a[rng.integers(0, ROWS, ROWS)], s, observed=y)
         else:
             b = pm.Normal("b")
             pm.Normal("y", pt.cumsum(b * rng.normal(size=ROWS)), 1.0, observed=y)
@@ -165,6 +208,7 @@ def refused(kind):
         ("lengths", "the observed values have different numbers of rows ({'y': 29, 'z': 27})"),
         ("per_row", "'y' (normal) reads the free variable 'z', which has one value per row (29)"),
         ("per_row_scale", "reads the free variable 's', which has one value per row (29)"),
+        ("per_rows", "reads the free variables 's', 'z', each of which has one value per row"),
     ],
 )
 @pytest.mark.parametrize("ranks", [2], indirect=True)
@@ -206,6 +250,108 @@ def test_sample_gives_pymc_posterior(ranks):
     assert split.posterior["b"].shape == own.posterior["b"].shape
 
 
+@pytest.mark.parametrize("ranks", [pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
+@pytest.mark.parametrize("sampler", ["numpyro", "blackjax"])
+def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, monkeypatch):
+    """numpyro's and blackjax's NUTS compiled whole on each GPU rank, its rows' terms
+    summed inside the program: the posterior means are within 4 Monte-Carlo standard
+    errors of ``pm.sample(nuts_sampler="numpyro")``'s, and every rank drew the same draws
+    (rank 0 compares them bit for bit; here the other ranks' replies are kept to see)."""
+    pytest.importorskip(sampler)
+    import arviz as az
+
+    from synkhronos.api import routines
+
+    replies, run = [], routines.run
+    monkeypatch.setattr(routines, "run", lambda *a: replies.append(run(*a)) or replies[-1])
+    settings = dict(draws=150, tune=150, chains=2, random_seed=7, progressbar=False)
+    settings["nuts"] = {"chain_method": "vectorized"}  # PyMC's own: one CPU device here
+    with logistic(np.random.default_rng(1), n=101):
+        split = synk_pymc.sample(nuts_sampler=sampler, **settings)
+        # PyMC 6.4's own blackjax path fails with blackjax 1.7 (it hands the window
+        # adaptation a progress_bar argument): numpyro's draws are the reference for both.
+        own = pm.sample(nuts_sampler="numpyro", **settings)
+    mean = split.posterior["b"].mean(("chain", "draw")).values
+    want = own.posterior["b"].mean(("chain", "draw")).values
+    mcse = az.mcse(own, var_names=["b"])["b"].values
+    assert np.all(np.abs(mean - want) <= 4 * mcse), (mean, want, mcse)
+    assert split.posterior["b"].shape == own.posterior["b"].shape == (2, 150, 3)
+    assert set(own.sample_stats.data_vars) <= set(split.sample_stats.data_vars)
+    (by_rank,) = replies
+    assert np.array_equal(by_rank[0][0], by_rank[1][0])  # the raw draws of b, every rank's
+    assert split.posterior.attrs["synk_sampling_s"] > 0
+
+
+@pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_compiled_nuts_needs_gpu_ranks(ranks):
+    with pytest.raises(ValueError, match="one program per GPU rank"):
+        synk_pymc.sample(model=logistic(np.random.default_rng(0)), nuts_sampler="numpyro")
+
+
+@pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_sample_splits_whatever_is_installed(ranks, monkeypatch):
+    """With nutpie installed, PyMC's own default sampler is nutpie, which compiles the
+    log-density itself: ``sample()`` without ``nuts_sampler`` (nutpie, calling the split
+    function) must still split it; with a discrete variable, PyMC's NUTS beside its
+    Metropolis step, the continuous variables' evaluations split."""
+    pytest.importorskip("nutpie")
+    import pymc.sampling.mcmc
+
+    assert pymc.sampling.mcmc.NUTPIE_INSTALLED
+    own, calls = synk_pymc.SplitDensity._pytensor_function, []
+
+    def counted(self, q):
+        calls.append(q)
+        return own(self, q)
+
+    monkeypatch.setattr(synk_pymc.SplitDensity, "_pytensor_function", counted)
+    settings = dict(draws=5, tune=5, chains=1, random_seed=7, progressbar=False)
+    with logistic(np.random.default_rng(1), n=101):
+        idata = synk_pymc.sample(**settings)
+    assert idata.posterior["b"].shape == (1, 5, 3)
+    assert len(calls) >= 10  # every step of NUTS evaluated the split function
+    assert idata.posterior.attrs["inference_library"] == "nutpie"
+    calls.clear()
+    rng = np.random.default_rng(2)
+    with pm.Model():
+        switch = pm.Bernoulli("switch", 0.5)
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu + switch, 1.0, observed=rng.normal(size=101))
+        idata = synk_pymc.sample(**settings)
+    assert idata.posterior["mu"].shape == (1, 5) and len(calls) >= 10
+
+
+@pytest.mark.parametrize("ranks", [2, 3], indirect=True)
+def test_nutpie_calls_the_split_function(ranks, monkeypatch):
+    """nutpie's NUTS calling the split function: posterior means within 4 Monte-Carlo
+    standard errors of ``pm.sample``'s with nutpie, and every evaluation split."""
+    import arviz as az
+
+    pytest.importorskip("nutpie")
+    own, calls = synk_pymc.SplitDensity._pytensor_function, []
+
+    def counted(self, q):
+        calls.append(q)
+        return own(self, q)
+
+    monkeypatch.setattr(synk_pymc.SplitDensity, "_pytensor_function", counted)
+    settings = dict(draws=100, tune=100, chains=2, random_seed=7, progressbar=False)
+    with logistic(np.random.default_rng(1), n=101):
+        split = synk_pymc.sample(nuts_sampler="nutpie", **settings)
+        assert len(calls) >= 400  # 2 chains of 200 steps, each at least one evaluation
+        reference = pm.sample(nuts_sampler="nutpie", **settings)
+    assert split.posterior["b"].shape == reference.posterior["b"].shape == (2, 100, 3)
+    mean = split.posterior["b"].mean(("chain", "draw")).values
+    want = reference.posterior["b"].mean(("chain", "draw")).values
+    mcse = az.mcse(reference, var_names=["b"])["b"].values
+    assert np.all(np.abs(mean - want) <= 4 * mcse), (mean, want, mcse)
+
+
+def test_sample_refuses_an_unknown_sampler():
+    with pytest.raises(ValueError, match="not nuts_sampler='stan'"):
+        synk_pymc.sample(model=logistic(np.random.default_rng(0)), nuts_sampler="stan")
+
+
 def test_sample_refuses_parallel_chains():
     with pytest.raises(ValueError, match="cores=1"):
         synk_pymc.sample(model=logistic(np.random.default_rng(0)), cores=2)
@@ -244,6 +390,12 @@ with logistic(np.random.default_rng(1), n=101):
 want = own.posterior["b"].mean(("chain", "draw")).values
 assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
 print(f"node {world.node} of {world.n_global} ranks: ok, means {mean.tobytes().hex()}", flush=True)
+if sys.argv[2] == "gpu":  # NUTS compiled whole, its all-reduce over every node's ranks
+    with logistic(np.random.default_rng(1), n=101):
+        compiled = synk_pymc.sample(nuts_sampler="numpyro", **settings)
+    mean = compiled.posterior["b"].mean(("chain", "draw")).values
+    assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
+    print(f"node {world.node}: compiled means {mean.tobytes().hex()}", flush=True)
 synk.close()
 """
 
@@ -257,7 +409,8 @@ def test_nodes_give_pymc_own(tmp_path, local, backend):
     """2 MPI nodes of ``local`` ranks (GPU ranks on CPU devices): the log-density and
     gradient equal PyMC's own within 1e-12, also after ``pm.set_data``, and a short
     sampling's posterior means are within 4 Monte-Carlo standard errors of ``pm.sample``'s
-    and bit-identical on both nodes (their NUTS took the same steps)."""
+    and bit-identical on both nodes (their NUTS took the same steps); on GPU ranks, so are
+    numpyro's NUTS compiled whole, its all-reduce over the ranks of both nodes."""
     if backend == "gpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
     proc, _ = _launch(tmp_path, NODES, str(local), backend, timeout=300)
@@ -266,3 +419,6 @@ def test_nodes_give_pymc_own(tmp_path, local, backend):
     means = set(re.findall(rf"node [01] of {2 * local} ranks: ok, means (\w+)", out))
     assert len(re.findall(rf"node [01] of {2 * local} ranks: ok", out)) == 2, out
     assert len(means) == 1, out
+    if backend == "gpu":  # numpyro's NUTS compiled whole: the same draws on both nodes
+        compiled = re.findall(r"node [01]: compiled means (\w+)", out)
+        assert len(compiled) == 2 and len(set(compiled)) == 1, out

@@ -4,12 +4,15 @@
 inside a ``pm.Model``, ``synk_pymc.sample(...)`` is ``pm.sample(...)`` with every
 evaluation of the log-density and its gradient split over the ranks by the rows of the
 observed data; :func:`logp_dlogp_function` is that split function itself, for other
-samplers and optimizers. Needs PyMC 6 (Python 3.12; ``pip install synkhronos[pymc]``),
+samplers and optimizers. On GPU ranks, ``sample(nuts_sampler="numpyro")`` (or
+"blackjax") compiles the whole NUTS into one program per rank (:class:`CompiledDensity`,
+:mod:`.compiled`). Needs PyMC 6 (Python 3.12; ``pip install synkhronos[pymc]``),
 imported when a function is called. See ``docs/pymc.rst``.
 """
 
+from synkhronos.extensions.pymc.compiled import CompiledDensity
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
 from synkhronos.extensions.pymc.sampling import sample
 from synkhronos.extensions.pymc.terms import RowsNotSplittable
 
-__all__ = ["RowsNotSplittable", "SplitDensity", "logp_dlogp_function", "sample"]
+__all__ = ["CompiledDensity", "RowsNotSplittable", "SplitDensity", "logp_dlogp_function", "sample"]

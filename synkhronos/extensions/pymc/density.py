@@ -27,7 +27,7 @@ from synkhronos.extensions.pymc.terms import ModelTerms, split_terms
 from synkhronos.session import launch
 
 
-def _with_checks_rewritten(model: Any, outputs: list) -> list:
+def with_checks_rewritten(model: Any, outputs: list) -> list:
     """``outputs`` with PyMC's parameter checks made as its own compiled functions make
     them: a log-density of -inf where a check fails (or no check, where the model says
     ``check_bounds=False``)."""
@@ -44,7 +44,7 @@ def _with_checks_rewritten(model: Any, outputs: list) -> list:
 def _cost_and_grads(model: Any, terms: list, grad_vars: list) -> list:
     cost = pt.add(*[t.sum() for t in terms]) if terms else pt.constant(0.0, dtype="float64")
     grads = pytensor.grad(cost, grad_vars, disconnected_inputs="ignore")
-    return _with_checks_rewritten(model, [cost, *grads])
+    return with_checks_rewritten(model, [cost, *grads])
 
 
 class SplitDensity:
@@ -194,4 +194,4 @@ def logp_dlogp_function(
     )
 
 
-__all__ = ["SplitDensity", "logp_dlogp_function"]
+__all__ = ["SplitDensity", "logp_dlogp_function", "with_checks_rewritten"]

@@ -4,14 +4,21 @@
 model's ``logp_dlogp_function``; for the call, :func:`sample` gives the model one that
 builds :class:`~synkhronos.extensions.pymc.density.SplitDensity` instead, so that the
 initialization, the adaptation and the draws are all PyMC's own. The chains run one after
-another in rank 0's process (``cores=1``), each evaluation on every rank.
+another in rank 0's process (``cores=1``), each evaluation on every rank. On GPU ranks,
+``nuts_sampler="numpyro"`` or ``"blackjax"`` runs that library's NUTS compiled whole on
+every rank instead (:mod:`.compiled`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import weakref
 from typing import Any
 
+import numpy as np
+
+from synkhronos.extensions.pymc.compiled import SAMPLERS, CompiledDensity, sample_on_ranks
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
 from synkhronos.session import launch
 
@@ -28,12 +35,27 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     Call :func:`synkhronos.fork` first. Takes what ``pm.sample`` takes, and returns what
     it returns (``InferenceData``). ``cores`` must be 1 (the default here): the chains
     run in this process, one after another, since every chain's evaluations use all the
-    ranks; ``nuts_sampler`` must be "pymc".
+    ranks. ``nuts_sampler``, unless given, is "nutpie" (the fastest that calls the split
+    function on CPU ranks, measured: ``docs/pymc.rst``), or "pymc" where the model has
+    discrete variables, which NUTS alone cannot sample; never chosen by what is
+    installed (PyMC's own default is nutpie only where nutpie is installed, and
+    unsplit):
+
+    - "pymc": PyMC's NUTS in this process, each evaluation split over the ranks;
+    - "nutpie": nutpie's NUTS (Rust) in this process, calling the same split function;
+    - "numpyro" or "blackjax", on GPU ranks (``backend="gpu"``): that library's NUTS
+      compiled whole into one XLA program per rank (:mod:`.compiled`), its chains
+      together in it; the draws' posterior attributes ``synk_compile_s`` and
+      ``synk_sampling_s`` say how long rank 0 compiled and ran it;
+    - any other is refused, saying why.
 
     Raises
     ------
     ValueError
-        If ``cores`` is not 1 or ``nuts_sampler`` is not "pymc".
+        If ``cores`` is not 1, or ``nuts_sampler`` is none of these (or "numpyro" or
+        "blackjax" on other than GPU ranks).
+    ImportError
+        If the sampler asked for is not installed.
     synkhronos.extensions.pymc.terms.RowsNotSplittable
         If a term of the rows does not factor over them, naming the term.
     """
@@ -43,32 +65,117 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
     kwargs.setdefault("cores", 1)
     if kwargs["cores"] != 1:
         raise ValueError("synk_pymc.sample runs its chains in rank 0's process: cores=1")
-    if kwargs.get("nuts_sampler", "pymc") != "pymc":
-        raise ValueError("synk_pymc.sample splits PyMC's own NUTS: nuts_sampler='pymc'")
+    # Chosen here, never by what is installed: PyMC's default is nutpie where it is.
+    sampler = kwargs.setdefault("nuts_sampler", "pymc" if model.discrete_value_vars else "nutpie")
+    if sampler in SAMPLERS:
+        return _sample_compiled(model, sampler, *args, **kwargs)
+    if sampler == "nutpie":
+        return _sample_nutpie(model, *args, **kwargs)
+    if sampler != "pymc":
+        raise ValueError(
+            f"synk_pymc.sample splits the NUTS of pymc and nutpie, and on GPU ranks "
+            f"numpyro's and blackjax's: not nuts_sampler={sampler!r}"
+        )
 
     def split(
         grad_vars=None, tempered: bool = False, initial_point=None, ravel_inputs=None, **kw
     ) -> SplitDensity:
         if tempered or ravel_inputs is False:
             raise ValueError("synk_pymc splits the raveled, untempered log-density only")
-        names = None if grad_vars is None else tuple(str(v) for v in grad_vars)
-        # A variable or potential added to the model since makes another function.
-        terms = (*model.basic_RVs, *model.potentials, *model.value_vars)
-        key = (terms, names, repr(sorted(kw.items())))
-        built = _built.setdefault(model, {})
-        split_fn = built.get(key)
-        if split_fn is None or split_fn.session is not launch.current():
-            split_fn = logp_dlogp_function(model, grad_vars, initial_point=initial_point, **kw)
-            built[key] = split_fn
-        if initial_point is not None:
-            split_fn.set_extra_values(initial_point)
-        return split_fn
+        return _split_function(model, grad_vars, initial_point, **kw)
 
     model.logp_dlogp_function = split  # the model's own, for this call only
     try:
         return pm.sample(*args, model=model, **kwargs)
     finally:
         del model.logp_dlogp_function
+
+
+def _split_function(model: Any, grad_vars=None, initial_point=None, **kw) -> SplitDensity:
+    """The model's split function for these variables, built once per session."""
+    names = None if grad_vars is None else tuple(str(v) for v in grad_vars)
+    # A variable or potential added to the model since makes another function.
+    terms = (*model.basic_RVs, *model.potentials, *model.value_vars)
+    key = (terms, names, repr(sorted(kw.items())))
+    built = _built.setdefault(model, {})
+    split_fn = built.get(key)
+    if split_fn is None or split_fn.session is not launch.current():
+        split_fn = logp_dlogp_function(model, grad_vars, initial_point=initial_point, **kw)
+        built[key] = split_fn
+    if initial_point is not None:
+        split_fn.set_extra_values(initial_point)
+    return split_fn
+
+
+def _sample_nutpie(model: Any, *args, **kwargs) -> Any:
+    """``pm.sample`` with ``nuts_sampler="nutpie"``: nutpie's NUTS (Rust) calling the split
+    function. nutpie's model of the PyMC model is made in JAX mode, whose log-density is a
+    Python function, and that function is replaced by the split one (its draws' expansion
+    stays nutpie's). Its raveled point is the free variables' values in the model's order,
+    as the split function's."""
+    import pymc as pm
+
+    try:
+        import nutpie
+    except ImportError as missing:
+        raise ImportError(
+            "nuts_sampler='nutpie' (synk_pymc.sample's default) needs nutpie: "
+            "pip install 'synkhronos[pymc]', or pass nuts_sampler='pymc'"
+        ) from missing
+    if model.discrete_value_vars:
+        raise ValueError("nutpie samples continuous variables only")
+    split_fn = _split_function(model)
+    own = nutpie.compile_pymc_model
+
+    def compile_split(of: Any, **compile_kwargs) -> Any:
+        compile_kwargs.update(backend="jax", gradient_backend="pytensor")
+        compiled = own(of, **compile_kwargs)
+        return dataclasses.replace(
+            compiled, _make_logp_func=lambda: functools.partial(_logp, split_fn)
+        )
+
+    nutpie.compile_pymc_model = compile_split
+    try:
+        return pm.sample(*args, model=model, **kwargs)
+    finally:
+        nutpie.compile_pymc_model = own
+
+
+def _logp(split_fn: SplitDensity, x: np.ndarray, **_shared) -> tuple[float, np.ndarray]:
+    """nutpie's log-density callback (its data containers, ``_shared``, the split function
+    reads from the model itself)."""
+    logp, grad = split_fn(x)
+    return float(logp), np.ascontiguousarray(grad, dtype="float64")
+
+
+def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
+    """``pm.sample`` with ``nuts_sampler`` numpyro or blackjax, its sampling run by every
+    GPU rank (:func:`.compiled.sample_on_ranks`)."""
+    import pymc as pm
+    import pymc.sampling.jax as pymc_jax
+
+    backend = launch.current().backend.name
+    if backend != "gpu":
+        raise ValueError(
+            f"nuts_sampler={sampler!r} compiles NUTS into one program per GPU rank "
+            f"(backend='gpu'), not on {backend!r} ranks: there, nuts_sampler='pymc'"
+        )
+    key = ("compiled", *model.basic_RVs, *model.potentials, *model.value_vars)
+    built = _built.setdefault(model, {})
+    density = built.get(key)
+    if density is None or density.session is not launch.current():
+        density = built[key] = CompiledDensity(model)
+    name = f"_sample_{sampler}_nuts"
+    own = getattr(pymc_jax, name)
+    setattr(pymc_jax, name, functools.partial(sample_on_ranks, density, sampler))
+    try:
+        idata = pm.sample(*args, model=model, **kwargs)
+    finally:
+        setattr(pymc_jax, name, own)
+    idata["posterior"].attrs["synk_compile_s"], idata["posterior"].attrs["synk_sampling_s"] = (
+        density.times
+    )
+    return idata
 
 
 __all__ = ["sample"]

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import pytensor.tensor as pt
+from pytensor.compile.builders import SymbolicOp
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
-from pytensor.graph.replace import clone_replace
-from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.traversal import graph_inputs, toposort
 from pytensor.scalar.basic import AND
 from pytensor.tensor.elemwise import CAReduce
 
@@ -150,6 +150,25 @@ def _why_not_rows(graph: RowGraph) -> str | None:
     return None
 
 
+def _replaced(term: Variable, replace: dict) -> Variable:
+    """``term`` with the variables of ``replace`` replaced, every node that reads a new
+    input made again for its type. A symbolic op (``logsumexp``: a mixture's per-row
+    log-density) is called again, which builds its graph for the new type; copying its
+    node would fit the new input to the old type with a ``SpecifyShape`` of the whole
+    rows' count, which no rank's share has."""
+    new = dict(replace)
+    for node in toposort([term]):
+        inputs = [new.get(i, i) for i in node.inputs]
+        if all(a is b for a, b in zip(inputs, node.inputs, strict=True)):
+            continue
+        if isinstance(node.op, SymbolicOp):
+            outputs = node.op(*inputs, return_list=True)
+        else:
+            outputs = node.clone_with_new_inputs(inputs, strict=False).outputs
+        new.update(zip(node.outputs, outputs, strict=True))
+    return new.get(term, term)
+
+
 def _value_length(model: Any, value: Variable, shapes: dict) -> int | None:
     """The leading length of a free variable's value (``shapes``: the model's evaluated
     shapes, filled the first time a length is not in the value's type)."""
@@ -162,21 +181,32 @@ def _value_length(model: Any, value: Variable, shapes: dict) -> int | None:
     return int(shapes[value.name][0])
 
 
-def _per_row_variable(model: Any, split: Variable, row_inputs: list, n_rows: int) -> Any:
-    """The free variable (its random variable) with one value per row that the split term
-    ``split`` reads with the rows, or None: the term would factor over the rows if that
-    variable's values were split with them, but the free variables go whole to every
-    rank. A variable of the rows' length that the rows index (as many groups as rows)
-    would mix the rows if split: it is not one, and stays whole."""
+def _splits_with(split: Variable, row_inputs: list, values: list) -> bool:
+    """Whether the term ``split`` factors over the rows with ``values`` split with them."""
+    stand_ins = {v: v.type.clone(shape=(None, *v.type.shape[1:]))(v.name) for v in values}
+    trial = _replaced(split, stand_ins)
+    return _why_not_rows(RowGraph([trial.sum()], [*row_inputs, *stand_ins.values()])) is None
+
+
+def _per_row_variables(model: Any, split: Variable, row_inputs: list, n_rows: int) -> list:
+    """The free variables (their random variables) with one value per row that the split
+    term ``split`` reads with the rows: the term would factor over the rows if their
+    values were split with them, but the free variables go whole to every rank. A
+    variable of the rows' length that the rows index (as many groups as rows) would mix
+    the rows if split: it is not one, and stays whole. Tried: all of the rows' length
+    together, then all but one (one of them indexed), then each alone."""
     shapes: dict = {}
-    for value in graph_inputs([split]):
-        if value not in model.value_vars or _value_length(model, value, shapes) != n_rows:
-            continue
-        stand_in = value.type.clone(shape=(None, *value.type.shape[1:]))(value.name)
-        trial = clone_replace(split, replace={value: stand_in}, rebuild_strict=False)
-        if _why_not_rows(RowGraph([trial.sum()], [*row_inputs, stand_in])) is None:
-            return model.values_to_rvs[value]
-    return None
+    found = [
+        v
+        for v in graph_inputs([split])
+        if v in model.value_vars and _value_length(model, v, shapes) == n_rows
+    ]
+    trials = [found] if len(found) > 1 else []
+    trials += [[v for v in found if v is not left] for left in found if len(found) > 2]
+    for values in trials:
+        if _splits_with(split, row_inputs, values):
+            return [model.values_to_rvs[v] for v in values]
+    return [model.values_to_rvs[v] for v in found if _splits_with(split, row_inputs, [v])]
 
 
 def split_terms(model: Any) -> ModelTerms:
@@ -216,13 +246,15 @@ def split_terms(model: Any) -> ModelTerms:
         stand_ins = {v: rows[v].input for v in found} | {
             v: others[v] for v in inputs if v in others
         }
-        split = clone_replace(term, replace=stand_ins, rebuild_strict=False)
+        split = _replaced(term, stand_ins)
         row_inputs = [rows[v].input for v in found]
-        per_row = _per_row_variable(model, split, row_inputs, n_rows)
-        if per_row is not None:
+        per_row = _per_row_variables(model, split, row_inputs, n_rows)
+        if per_row:
+            names = ", ".join(repr(rv.name) for rv in per_row)
+            plural = ("s", "each of which has") if len(per_row) > 1 else ("", "which has")
             raise RowsNotSplittable(
-                f"{_label(model, term, index)} reads the free variable {per_row.name!r}, "
-                f"which has one value per row ({n_rows}): the free variables go whole to "
+                f"{_label(model, term, index)} reads the free variable{plural[0]} {names}, "
+                f"{plural[1]} one value per row ({n_rows}): the free variables go whole to "
                 f"every rank and the rows in shares, so a variable of the rows cannot be "
                 f"split with them"
             )
