@@ -22,17 +22,16 @@ from pytensor.tensor.random.type import RandomType
 from synkhronos.api import given_rows
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.planning import label
-from synkhronos.api.split.analysis import RowGraph
-from synkhronos.api.split.keeping import IndexedPastRows, indexed_past_rows, mixing_said
-from synkhronos.api.split.phases import PhaseSplit
-from synkhronos.api.training import (
+from synkhronos.api.selected import (
     GivenMinibatch,
     SelectedWhole,
-    TrainingFunction,
-    plan_split,
     random_generators,
     shipped_apart,
 )
+from synkhronos.api.split.analysis import RowGraph
+from synkhronos.api.split.keeping import IndexedPastRows, indexed_past_rows, mixing_said
+from synkhronos.api.split.phases import PhaseSplit
+from synkhronos.api.training import TrainingFunction, plan_split
 from synkhronos.session import launch
 
 _log = logging.getLogger(__name__)
