@@ -288,8 +288,21 @@ def test_compiled_nuts_needs_gpu_ranks(ranks):
         synk_pymc.sample(model=logistic(np.random.default_rng(0)), nuts_sampler="numpyro")
 
 
+@pytest.fixture
+def split_calls(monkeypatch) -> list:
+    """The points at which the split log-density was evaluated, appended as it is."""
+    own, calls = synk_pymc.SplitDensity._pytensor_function, []
+
+    def counted(self, q):
+        calls.append(q)
+        return own(self, q)
+
+    monkeypatch.setattr(synk_pymc.SplitDensity, "_pytensor_function", counted)
+    return calls
+
+
 @pytest.mark.parametrize("ranks", [2], indirect=True)
-def test_sample_splits_whatever_is_installed(ranks, monkeypatch):
+def test_sample_splits_whatever_is_installed(ranks, split_calls):
     """With nutpie installed, PyMC's own default sampler is nutpie, which compiles the
     log-density itself: ``sample()`` without ``nuts_sampler`` (nutpie, calling the split
     function) must still split it; with a discrete variable, PyMC's NUTS beside its
@@ -298,13 +311,7 @@ def test_sample_splits_whatever_is_installed(ranks, monkeypatch):
     import pymc.sampling.mcmc
 
     assert pymc.sampling.mcmc.NUTPIE_INSTALLED
-    own, calls = synk_pymc.SplitDensity._pytensor_function, []
-
-    def counted(self, q):
-        calls.append(q)
-        return own(self, q)
-
-    monkeypatch.setattr(synk_pymc.SplitDensity, "_pytensor_function", counted)
+    calls = split_calls
     settings = dict(draws=5, tune=5, chains=1, random_seed=7, progressbar=False)
     with logistic(np.random.default_rng(1), n=101):
         idata = synk_pymc.sample(**settings)
@@ -322,19 +329,13 @@ def test_sample_splits_whatever_is_installed(ranks, monkeypatch):
 
 
 @pytest.mark.parametrize("ranks", [2, 3], indirect=True)
-def test_nutpie_calls_the_split_function(ranks, monkeypatch):
+def test_nutpie_calls_the_split_function(ranks, split_calls):
     """nutpie's NUTS calling the split function: posterior means within 4 Monte-Carlo
     standard errors of ``pm.sample``'s with nutpie, and every evaluation split."""
     import arviz as az
 
     pytest.importorskip("nutpie")
-    own, calls = synk_pymc.SplitDensity._pytensor_function, []
-
-    def counted(self, q):
-        calls.append(q)
-        return own(self, q)
-
-    monkeypatch.setattr(synk_pymc.SplitDensity, "_pytensor_function", counted)
+    calls = split_calls
     settings = dict(draws=100, tune=100, chains=2, random_seed=7, progressbar=False)
     with logistic(np.random.default_rng(1), n=101):
         split = synk_pymc.sample(nuts_sampler="nutpie", **settings)
