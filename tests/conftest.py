@@ -22,7 +22,7 @@ if not visible_gpus():
 # the suite must not (test_cpu_choice.py tests that choice with this variable removed).
 os.environ["SYNK_CPU_BACKEND"] = "cpu"
 # `make test` runs two test processes at once (pytest-xdist): pinned, the ranks of both
-# would share the same cores and leave the others idle (test_affinity.py unsets this).
+# would share the same cores and leave the others idle (test_placement.py unsets this).
 os.environ["SYNK_AFFINITY"] = "0"
 
 

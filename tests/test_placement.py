@@ -46,3 +46,37 @@ def test_xla_gets_one_thread_on_one_core(monkeypatch):
     assert placement.worker_env(1, "jax-cpu", None)["XLA_FLAGS"] == (
         "--xla_cpu_multi_thread_eigen=true"
     )  # the user's choice stands
+
+
+def test_uneven_cores_leave_the_rest_unpinned():
+    assert placement.rank_cores(3, {7, 1, 5, 3, 9, 11, 13}) == [[1, 3], [5, 7], [9, 11]]
+    assert placement.rank_cores(2, {4, 6}) == [[4], [6]]
+
+
+def test_gpu_ranks_on_gpus_are_not_pinned(monkeypatch):
+    monkeypatch.delenv("SYNK_AFFINITY")
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    assert placement.cores_to_pin(1, "gpu") is None
+    assert not placement.jax_on_cpus("gpu")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert placement.cores_to_pin(1, "gpu") == [CORES]
+    assert placement.jax_on_cpus("gpu") and placement.jax_on_cpus("jax-cpu")
+    assert not placement.jax_on_cpus("cpu")
+
+
+def test_worker_env_threads_floatx_and_device(monkeypatch):
+    import json
+    import sys
+
+    import pytensor
+
+    for var in placement.THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")  # the user's setting stands
+    monkeypatch.setenv("PYTENSOR_FLAGS", "optimizer=fast_run")
+    env = placement.worker_env(2, "cpu", "3")
+    assert env["OMP_NUM_THREADS"] == "5"
+    assert all(env[v] == "2" for v in placement.THREAD_VARS[1:])
+    assert env["PYTENSOR_FLAGS"] == f"optimizer=fast_run,floatX={pytensor.config.floatX}"
+    assert json.loads(env["SYNK_SYS_PATH"]) == sys.path
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
