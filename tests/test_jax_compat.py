@@ -1,0 +1,75 @@
+"""The corrections to PyTensor's JAX mode, on small functions compared with numpy and with
+PyTensor's default mode (no fork)."""
+
+import pickle
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+pytest.importorskip("jax")
+
+from synkhronos.rank.backends import jax_compat  # noqa: E402 - after the skip
+
+JAX = "JAX"
+
+
+def test_arange_past_int8_and_concrete_lengths_of_shapes(rng):
+    p, y = pt.matrix("p"), pt.ivector("y")
+    picked = p[pt.arange(y.shape[0]), y]  # the 0 is int8: overflowed past 127 rows
+    pooled = pt.alloc(1.0, (p.shape[1] - 2) // 2 + 1)  # a fused scalar of a shape
+    f = pytensor.function([p, y], [picked, pooled], mode=JAX)
+    P, Y = rng.standard_normal((200, 9)), rng.integers(0, 9, 200).astype("int32")
+    got, ones = f(P, Y)
+    np.testing.assert_array_equal(got, P[np.arange(200), Y])
+    assert np.shape(ones) == (4,)
+
+
+def test_compile_time_copies_dropped_and_calls_direct(rng):
+    x = pt.vector("x")
+    w = pytensor.shared(rng.standard_normal(5), name="w")
+    f = pytensor.function([x], [pt.exp(x) * w], mode=JAX)
+    assert jax_compat.drop_compile_time_copies(f) == 1
+    assert (
+        jax_compat.drop_compile_time_copies(pytensor.function([x], x * 2, mode="FAST_COMPILE")) == 0
+    )
+    f.trust_input = True
+    direct = jax_compat.direct_call(f)
+    X = rng.standard_normal(5)
+    np.testing.assert_allclose(np.asarray(direct(X)[0]), np.exp(X) * w.get_value(), rtol=1e-12)
+    w.set_value(np.ones(5))  # the direct call reads the variable's present value
+    np.testing.assert_allclose(np.asarray(direct(X)[0]), np.exp(X), rtol=1e-12)
+    g = pytensor.function([x], x, updates=[(w, w * 2)], mode=JAX)
+    g.trust_input = True
+    assert jax_compat.direct_call(g) is None  # PyTensor applies updates after it
+
+
+@pytest.mark.filterwarnings("ignore:The RandomType SharedVariables")
+def test_generators_read_and_written_in_the_shared_storage():
+    generator = pytensor.shared(np.random.default_rng(4), name="g")
+    next_state, draw = pt.random.normal(size=3, rng=generator, return_next_rng=True)
+    f = pytensor.function([], draw, updates=[(generator, next_state)], mode=JAX)
+    g = pytensor.function([], draw, mode=JAX)  # compiled before the first shares
+    assert jax_compat.share_generators(f) == 1
+    assert "jax_state" in generator.container.storage[0]  # the key f draws from
+    first, second = f(), f()
+    assert not np.array_equal(first, second)  # f advanced the shared state
+    assert jax_compat.share_generators(g) == 1
+    np.testing.assert_array_equal(g(), f())  # g draws from the state f left
+
+
+def test_host_outputs_mode_returns_numpy_and_pickles_as_itself(rng):
+    x = pt.vector("x")
+    f = pytensor.function([x], [x.sum(), x * 2], mode=jax_compat.HOST_OUTPUTS_JAX)
+    total, twice = f(np.arange(3.0))
+    assert type(total) is np.ndarray and type(twice) is np.ndarray
+    assert float(total) == 3.0
+    mode = pickle.loads(pickle.dumps(jax_compat.HOST_OUTPUTS_JAX))
+    assert mode is jax_compat.HOST_OUTPUTS_JAX and str(mode) == "JAX, outputs on the host"
+
+
+def test_shared_of_a_plain_dict_is_pytensors():
+    var = pytensor.shared({"a": 1})
+    assert var.get_value() == {"a": 1}
+    assert type(var).__name__ != "RandomGeneratorSharedVariable"
