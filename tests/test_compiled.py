@@ -105,3 +105,18 @@ def test_small_helpers(caplog):
     with caplog.at_level(logging.INFO, compiled.logger.name), compiled.compiling("step x"):
         pass
     assert "done step x in" in caplog.text
+
+
+@pytest.mark.parametrize("rows", [slice(0, 2), np.array([3, 1]), np.array([5])], ids=str)
+def test_more_chunks_than_rows(regression, rows):
+    x, y, w, outs, new_w, data = regression
+    fn = _function([x, y], [outs[0], x.max(0), x], ["avg", "max", "gather"], [(w, new_w)],
+                   ["avg"])  # fmt: skip
+    plain = pytensor.function([x, y], [outs[0], x.max(0), x, new_w], mode=MODE)
+    *expected, expected_w = plain(data[0][rows], data[1][rows])
+    pending = []
+    weight, got = fn.run(data, rows, None, [0, 0], [], None, 3, [0, 1, 2], pending)
+    assert weight == len(expected[2])
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    np.testing.assert_allclose(pending[0][1], expected_w, rtol=1e-12)
