@@ -91,10 +91,13 @@ def test_dead_prefixes_are_those_whose_lock_nobody_holds(prefix):
 def test_guard_ends_the_workers_and_sweeps_when_its_program_ends(prefix):
     _make(prefix + "_seg")
     # A stand-in worker: its command line names the worker module and the prefix.
+    code = "import time; print('ready', flush=True); time.sleep(60)"
     worker = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "synkhronos.worker", prefix]
+        [sys.executable, "-c", code, "synkhronos.worker", prefix], stdout=subprocess.PIPE
     )
     try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline() == b"ready\n"  # its command line is in /proc now
         assert names.workers_of(prefix) == [worker.pid]
         assert names.workers_of(_fake_prefix()) == []
         guard = subprocess.Popen(
@@ -108,3 +111,5 @@ def test_guard_ends_the_workers_and_sweeps_when_its_program_ends(prefix):
     finally:
         worker.kill()
         worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
