@@ -3,7 +3,7 @@
 Each layer's output is compared with a direct NumPy computation (loops over windows,
 scatter for transposed convolutions); layers with parameters also have their gradient
 checked against central finite differences of the NumPy reference.  Graphs compile with
-the Python linker (``FAST_COMPILE``): tests/test_conv.py covers the kernels per linker.
+the Python linker (``FAST_COMPILE``): tests/test_ops2d.py covers the kernels per linker.
 """
 
 import itertools

@@ -2,7 +2,7 @@
 
 Layer outputs are checked against hand computations in NumPy/SciPy.  Graphs compile
 with the Python linker (``FAST_COMPILE``): these tests are about layer semantics, and
-tests/test_conv.py covers the conv/pool kernels under each linker.
+tests/test_ops2d.py covers the conv/pool kernels under each linker.
 """
 
 import numpy as np

@@ -1,5 +1,6 @@
-"""The per-rank timeline: every rank's spans, nested, on one clock; kept when a worker dies;
-summarised by ``python -m synkhronos timeline``."""
+"""The per-rank timeline of forked ranks: every rank's spans, nested, on one clock; kept
+when a worker dies; summarised by ``python -m synkhronos timeline`` (its reading and tables
+without ranks: test_timeline_report.py)."""
 
 from __future__ import annotations
 
@@ -136,43 +137,6 @@ def test_off_records_nothing(tmp_path, rng):
         assert not [e for e in shm_entries(session.name) if "timeline" in e]
     finally:
         synk.close()
-
-
-def test_spans_that_overlap_without_nesting_are_refused():
-    spans = [
-        timeline_report.Span(0, "a", "c", 0.0, 10.0),
-        timeline_report.Span(0, "b", "c", 5.0, 10.0),
-    ]
-    with pytest.raises(ValueError, match="'b' .* overlaps 'a'"):
-        timeline_report.nest(spans)
-    inner = [
-        timeline_report.Span(0, "a", "c", 0.0, 10.0),
-        timeline_report.Span(0, "b", "c", 2.0, 3.0),
-    ]
-    timeline_report.nest(inner)
-    assert [(s.depth, s.own) for s in inner] == [(0, 7.0), (1, 3.0)]
-
-
-def test_the_last_steps_leave_other_commands_out():
-    span = timeline_report.Span
-    spans = {
-        0: [
-            span(0, "CHAIN", "command", 0.0, 10.0),
-            span(0, "CALL", "command", 12.0, 50.0),  # an evaluation between two steps
-            span(0, "collect outputs", "outputs", 63.0, 1.0),  # its results: before a step
-            span(0, "CHAIN", "command", 70.0, 10.0),
-            span(0, "CHAIN", "command", 82.0, 10.0),
-        ],
-        1: [span(1, "wait for command", "wait", 11.0, 60.0), span(1, "CHAIN", "command", 71, 8)],
-    }
-    for ranks_spans in spans.values():
-        timeline_report.nest(ranks_spans)
-    timeline = timeline_report.Timeline(spans)
-    assert timeline_report.steps_of(timeline, 2) == [(62.0, 80.0), (80.0, 92.0)]
-    rows = timeline_report.table(timeline, timeline_report.steps_of(timeline, 2)).splitlines()
-    phases = {row.split("|")[1].strip(): row for row in rows[2:]}
-    assert set(phases) == {"CHAIN", "collect outputs", "wait for command"}
-    assert "| 2, 0.010, 0.02 " in phases["CHAIN"]  # rank 0's two steps, in ms
 
 
 def test_the_command_prints_the_table_and_writes_the_picture(tmp_path, rng, capsys):

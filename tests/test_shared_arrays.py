@@ -1,9 +1,11 @@
-"""``synk.data``: shared-memory arrays, without workers."""
+"""``synk.data`` (synkhronos.transport.shared_arrays): shared-memory arrays, without workers."""
 
 import numpy as np
 import pytest
 
 import synkhronos as synk
+from synkhronos.transport import shared_arrays
+from synkhronos.transport.names import process_prefix
 
 
 def test_value_roundtrip_and_views():
@@ -83,3 +85,38 @@ def test_segment_is_unlinked_when_data_goes_away():
     del d
     gc.collect()
     assert name not in shm_entries()
+
+
+def test_a_workers_views_follow_reallocation_and_forget_released_data(rng):
+    d = synk.data(rng.normal(size=(3, 4)).astype(np.float32))
+    views = shared_arrays.DataViews(process_prefix())
+    seen = views.view(d.descriptor())
+    np.testing.assert_array_equal(seen, d.data)
+    d[1] = 7.0  # one memory: the worker sees the change without a message
+    assert (seen[1] == 7.0).all()
+    layout = d.layout
+    d.set_value(rng.normal(size=(11, 4)).astype(np.float32))  # grows: a new segment
+    assert d.layout != layout and d.layout[0] == (11, 4)
+    np.testing.assert_array_equal(views.view(d.descriptor().tolist()), d.data)
+    before = len(shared_arrays.released_ids)
+    d.free_memory()
+    assert shared_arrays.released_ids[before:] == [d._id]
+    views.forget([np.int64(d._id)])
+    assert d._id not in views.segments
+
+
+def test_dimensions_are_fixed_once_known_and_oversize_is_bounded():
+    d = synk.data(ndim=2, dtype="int16")
+    assert d.shape == (0, 0) and repr(d) == "<synkhronos.Data shape=(0, 0) dtype=int16>"
+    with pytest.raises(TypeError, match="the value has 1 dimensions, but this Data has 2"):
+        d.set_value(np.zeros(3, np.int16))
+    with pytest.raises(TypeError, match="the shape has 3 dimensions"):
+        d.set_shape((1, 2, 3))
+    for bad in (0.5, 2.5):
+        with pytest.raises(ValueError, match="oversize must be in"):
+            d.set_length(4, oversize=bad)
+    free = synk.data()
+    free.set_shape(5)
+    assert free.shape == (5,) and free.ndim == 1
+    words = free.descriptor()
+    assert words.dtype == np.int64 and words[3:].tolist() == [5]

@@ -1,4 +1,4 @@
-"""Tests of synkhronos.ops.conv: the conv2d and pool2d Ops and their gradients.
+"""Tests of synkhronos.ops.conv.ops2d: the conv2d and pool2d Ops and their gradients.
 
 References are float64 NumPy direct sums.  Most tests compile with the Python linker
 (``FAST_COMPILE``), which runs the same Numba kernels as the default Numba linker but
@@ -8,7 +8,6 @@ the Numba linker and the JAX tests the JAX linker.
 
 import importlib.util
 import pickle
-import warnings
 
 import numpy as np
 import pytensor
@@ -18,9 +17,7 @@ from pytensor.gradient import verify_grad
 
 from synkhronos.ops.conv import (
     Conv2d,
-    FoldLeading,
     Pool2d,
-    UnfoldLeading,
     conv2d,
     conv_output_length,
     pool2d,
@@ -354,24 +351,3 @@ def test_pool_output_length_and_validation():
         Pool2d(3, 2, 1, ignore_border=False)
     with pytest.raises(ValueError, match="smaller than the pool size"):
         Pool2d(2, padding=2)
-
-
-@pytest.mark.parametrize("mode", ["NUMBA", "JAX"])
-def test_folds_compile_in_each_linker(mode):
-    """FoldLeading and UnfoldLeading (and their gradients, each other) run as reshapes in
-    machine code in Numba's mode and JAX's, with no fallback warned, on a non-contiguous
-    input too."""
-    if mode == "JAX" and importlib.util.find_spec("jax") is None:
-        pytest.skip("JAX is not installed")
-    x = pt.tensor4("x")
-    folded = FoldLeading(2)(x)
-    unfolded = UnfoldLeading(2)(folded * 2, x)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        f = pytensor.function(
-            [x], [folded, unfolded, pytensor.grad((unfolded**2).sum(), x)], mode=mode
-        )
-    value = np.random.default_rng(0).random((3, 2, 4, 5)).astype(x.dtype).transpose(1, 0, 2, 3)
-    got = f(value)
-    for result, expected in zip(got, [value.reshape(6, 4, 5), 2 * value, 8 * value], strict=True):
-        np.testing.assert_allclose(np.asarray(result), expected, rtol=1e-6)
