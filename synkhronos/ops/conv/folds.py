@@ -27,6 +27,9 @@ class FoldLeading(Op):
     """
 
     __props__ = ("k",)
+    # The output is a view of the input: declared, so no later in-place Op writes into the
+    # caller's array through it.
+    view_map = {0: [0]}
 
     def __init__(self, k: int):
         self.k = int(k)
@@ -61,6 +64,7 @@ class UnfoldLeading(Op):
     """
 
     __props__ = ("k",)
+    view_map = {0: [0]}  # a view of ``x``, as FoldLeading's
 
     def __init__(self, k: int):
         self.k = int(k)
