@@ -1,11 +1,11 @@
 """Calls like the last one (the same ``Data``, of the same layouts), which reuse the last
 call's plan and rank 0's piece of it; on one rank they run that piece at once, with no
-command sent (a ``KeptCall`` run by ``run_alone``, :mod:`synkhronos.api.calls`). Each
-call's outputs, and the shared variables its updates wrote, are compared with a plain
-``pytensor.function`` of the same graph on the whole data, between calls: a Data changed
-in place, a shared variable set, a broadcast Data set, a Data of another length, numpy
-arguments. CPU ranks and GPU ranks (on CPU devices here), one rank and, for the reuse
-through the command channel, two with uneven rows."""
+message sent (a ``KeptCall``, :mod:`synkhronos.api.calls`, through the one-rank branch of
+``Session.execute``). Each call's outputs, and the shared variables its updates wrote, are
+compared with a plain ``pytensor.function`` of the same graph on the whole data, between
+calls: a Data changed in place, a shared variable set, a broadcast Data set, a Data of
+another length, numpy arguments. CPU ranks and GPU ranks (on CPU devices here), one rank
+and, for the reuse through the command channel, two with uneven rows."""
 
 from __future__ import annotations
 

@@ -33,7 +33,6 @@ from synkhronos.rank.outputs import collect_outputs
 from synkhronos.session import launch
 from synkhronos.transport.channel import check_count
 from synkhronos.transport.nodes import abort_on_error
-from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.protocol import Arg, Command
 from synkhronos.transport.reduction import check_collective_op
 from synkhronos.transport.shared_arrays import Data
@@ -81,7 +80,7 @@ def _watched(functions: list, written: dict, handed: set[int]) -> tuple[list, li
     )
 
 
-def _keep(function: Function, state, args: tuple, plan, ran: tuple | None) -> tuple | None:
+def _keep(function: Function, session, args: tuple, plan, ran: tuple | None) -> tuple | None:
     """The kept call of a plain call with ``args`` planned as ``plan`` (the chain's first
     Function's) where it ran as one program (``ran``: the program and its weights,
     :attr:`RankState.last_fused <synkhronos.rank.state.RankState.last_fused>`), which
@@ -95,8 +94,9 @@ def _keep(function: Function, state, args: tuple, plan, ran: tuple | None) -> tu
     device, as a ``jax.jit`` function's does), not copied into the first function's
     scratch ``Data`` first, and without a plan; its broadcast inputs are checked as a
     call checks them (:meth:`Chain._kept_values`)."""
-    if ran is None or current_nodes().n_global > 1 or function._spec.sliceable:
+    if ran is None or not session.alone or function._spec.sliceable:
         return None
+    state = session.state
     counts_rows = plan.bcast_kinds.size and plan.bcast_kinds[-1] == Arg.ROWS
     rows = [plan.bcast[-1]] if counts_rows else []  # a training function's row count
     n = len(plan.scatter)
@@ -256,7 +256,7 @@ class Chain:
 
         results, ran = self._command(local, arrays=arrays)
         if plan is not None and reuses(session, options):
-            self._kept = _keep(self._functions[0], state, args, plan, ran)
+            self._kept = _keep(self._functions[0], session, args, plan, ran)
         return self._outputs(session, plan, results, options.output_subset)
 
     def _kept_values(self, args: tuple, n: int, rows: list) -> list:
@@ -274,8 +274,7 @@ class Chain:
         ``local(*values)``; ``arrays``: the message (default: the step table alone)."""
         return run_command(
             self._session, Command.CHAIN, [self._table] if arrays is None else arrays,
-            lambda: local(*values), self._reads, (self._leaves, self._written.keys()),
-            self._may_differ,
+            local, values, self._reads, (self._leaves, self._written.keys()), self._may_differ,
         )  # fmt: skip
 
     def _outputs(self, session, plan, results: list, output_subset) -> list:

@@ -24,7 +24,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api import mode_choice
-from synkhronos.api.calls import KeptCall, reuses, run_alone, run_command, runs_alone
+from synkhronos.api.calls import KeptCall, reuses, run_command
 from synkhronos.api.collectives import (
     check_tensor,
     sliceable_lengths,
@@ -382,12 +382,11 @@ class Function(BaseFunction):
             args, kept = self._as_called(args, reuse)
             if kept is None:
                 return self._call(session, args, options, reuse)
-            if kept.alone:  # rank 0's part gives the outputs (own_outputs)
-                return run_alone(session, kept.run, args, self._touches[1])
             result = run_command(
-                session, Command.CALL, kept.arrays, lambda: kept.run(args), *self._touches
+                session, Command.CALL, kept.arrays, kept.run, (args,), *self._touches
             )
-            return self._collected(session, result, None)
+            # Alone, rank 0's part gives the outputs (own_outputs).
+            return result if kept.alone else self._collected(session, result, None)
         except BaseException as error:
             abort_nodes("a synkhronos function call", error)
             raise
@@ -424,7 +423,7 @@ class Function(BaseFunction):
             self._kept = self._keep(session, args, arrays, fn, piece)
             return run_piece(state, fn, piece, *_views(args, len(plan.scatter)), subset)
 
-        result = run_command(session, Command.CALL, arrays, local, *self._touches)
+        result = run_command(session, Command.CALL, arrays, local, (), *self._touches)
         return self._collected(session, result, plan.subset, options.output_subset)
 
     def _collected(self, session, result: tuple, subset, output_subset=None):
@@ -447,7 +446,7 @@ class Function(BaseFunction):
         (:func:`~synkhronos.rank.outputs.own_outputs`)."""
         state, spec, single, n = session.state, self._spec, self._single, len(self._spec.inputs)
         subset = self._all_outputs.tolist()
-        alone = runs_alone(session) and piece is not None
+        alone = session.alone and piece is not None
         scratch = self._planner.scratch if alone else {}
         own = [scratch.get(i) for i in range(len(args))]
         hosts = [
