@@ -22,7 +22,7 @@ def _first(rng):
     c = pt.scalar("c", dtype="float32")
     spec = FunctionParts.parse(inputs=[x], bcast_inputs=[c], outputs=[(x.sum() * c, "sum")])
     planner = Planner(spec.spec(0, None), "f", False, False)
-    return SimpleNamespace(_spec=planner.spec), planner
+    return SimpleNamespace(spec=planner.spec), planner
 
 
 def test_a_call_of_whole_rows_on_one_rank_is_kept(rng):
@@ -50,7 +50,7 @@ def test_no_call_is_kept_that_a_like_call_could_not_skip(rng):
     assert _keep(function, ALONE, args, plan, None) is None  # it ran step by step
     assert _keep(function, ALONE, args, plan, ("program", [4])) is None  # some rows only
     assert _keep(function, ALONE, args[:1], plan, ("program", [6])) is None
-    sliceable = SimpleNamespace(_spec=SimpleNamespace(sliceable=["s"]))
+    sliceable = SimpleNamespace(spec=SimpleNamespace(sliceable=["s"]))
     assert _keep(sliceable, ALONE, args, plan, ("program", [6])) is None
     several = SimpleNamespace(alone=False, state=None)  # other ranks read the arguments
     assert _keep(function, several, args, plan, ("program", [6])) is None

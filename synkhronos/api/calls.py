@@ -34,6 +34,12 @@ def reuses(session, options: CallOptions) -> bool:
     return (options is PLAIN or options.plain) and session.timeline_path is None
 
 
+def stale(what: str) -> RuntimeError:
+    """The error of a call of ``what``, built in a session that is no longer the current
+    one (every kind of call checks its session first)."""
+    return RuntimeError(f"{what} was built before the last synk.fork(); build it again")
+
+
 def run_command(
     session, code: int, arrays, local: Callable, args: tuple, reads: list, wrote: tuple, note=None
 ) -> Any:

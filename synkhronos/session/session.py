@@ -166,6 +166,7 @@ class Session:
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         self.cores = cores_to_pin(n_ranks, backend_name)
         self.functions: list = []  # every synkhronos Function built in this session
+        self.shipped = 0  # how many of them distribute() shipped
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
         # by forget_lengths() whenever a call or collective may have changed them.
@@ -281,10 +282,9 @@ class Session:
         One pickle carries them all, so a shared variable several functions use stays one
         variable on each rank; shared variables shipped earlier are referred to, not copied.
         """
-        pending = [f for f in self.functions if not f._shipped]
-        if not pending:
+        if self.shipped == len(self.functions):
             return
-        specs = [f._spec for f in pending]
+        specs = [f.spec for f in self.functions[self.shipped :]]
         shipped = len(self.state.registry)
         payload = np.frombuffer(pack(specs, self.state.registry), np.uint8)
         try:
@@ -293,8 +293,7 @@ class Session:
             self.broken = True  # the ranks' registries may now disagree
             raise
         self.agreed.agree(self.state.registry.variables[shipped:])  # the values shipped
-        for f in pending:
-            f._shipped = True
+        self.shipped = len(self.functions)
 
     def check_alive(self) -> None:
         """Raise :class:`WorkerDied` if any worker has exited, :class:`WorkerHung` if one
