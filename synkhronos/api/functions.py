@@ -378,7 +378,7 @@ class Function(BaseFunction):
         -------
         The reduced outputs: one value for a single output, else a list.
         """
-        # abort_nodes inline, as every kind of call does: a wrapper's frame cost 3%.
+        # abort_nodes inline, as every kind of call does: a wrapper adds a frame per call.
         try:
             session = self._check_session()
             options = PLAIN
