@@ -5,15 +5,13 @@ that runs rank 0's part and records what the call asked of it)."""
 from __future__ import annotations
 
 import gc
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from synkhronos.api import calls
-from synkhronos.api.calls import KeptCall, reuses, run_alone, run_command, runs_alone
+from synkhronos.api.calls import KeptCall, reuses, run_command
 from synkhronos.api.planning import PLAIN, CallOptions
-from synkhronos.transport import shared_arrays
 from synkhronos.transport.shared_arrays import Data
 
 
@@ -26,26 +24,23 @@ class _Agreed:
 
 
 class _Session:
-    """What run_command and run_alone use of a session: execute runs ``local()``."""
+    """What run_command uses of a session: execute runs ``local(*args)``."""
 
     def __init__(self, n_ranks=1, verify_every=None, timeline_path=None, sliceable_ids=()):
         self.n_ranks, self.verify_every, self.timeline_path = n_ranks, verify_every, timeline_path
+        self.alone = n_ranks == 1
         self.sliceable_ids = set(sliceable_ids)
         self.agreed = _Agreed()
         self.commands: list = []
         self.forgotten = 0
         self.broken = False
 
-    def execute(self, code, arrays, local):
+    def execute(self, code, arrays, local, args=()):
         self.commands.append((code, arrays))
-        return local()
+        return local(*args)
 
     def forget_lengths(self):
         self.forgotten += 1
-
-    def check_sound(self):
-        if self.broken:
-            raise RuntimeError("broken")
 
 
 def test_the_rule_for_reusing_a_kept_call():
@@ -55,9 +50,6 @@ def test_the_rule_for_reusing_a_kept_call():
     assert not reuses(session, CallOptions(output_subset=[0]))
     session.timeline_path = "/tmp/timeline.json"  # a timeline shows the plan: none kept
     assert not reuses(session, PLAIN)
-    assert runs_alone(_Session())
-    assert not runs_alone(_Session(n_ranks=2))
-    assert not runs_alone(_Session(verify_every=3))  # execute counts the calls
 
 
 def _kept(args, hosts, count=None):
@@ -109,15 +101,15 @@ def test_keeping_a_call_keeps_no_data_alive():
 def test_run_command_records_what_the_call_wrote(monkeypatch):
     session = _Session(sliceable_ids={7})
     leaves = ["w"]
-    got = run_command(session, 5, ["a"], lambda: "outputs", ["r"], (leaves, {3}))
-    assert got == "outputs" and session.commands == [(5, ["a"])]
+    got = run_command(session, 5, ["a"], lambda x: ("outputs", x), (3,), ["r"], (leaves, {3}))
+    assert got == ("outputs", 3) and session.commands == [(5, ["a"])]
     assert session.agreed.agreed == [] and session.forgotten == 0  # one rank: no records
-    run_command(session, 5, [], lambda: None, [], ([], {7}))  # wrote a sliceable variable
+    run_command(session, 5, [], lambda: None, (), [], ([], {7}))  # wrote a sliceable variable
     assert session.forgotten == 1
     sent: list = []
     monkeypatch.setattr(calls, "send_changes", lambda s, reads: sent.append(reads))
-    monkeypatch.setattr(calls, "current_nodes", lambda: SimpleNamespace(n_global=2))
-    run_command(session, 5, [], lambda: None, ["r"], (leaves, set()))
+    session.alone = False  # several ranks, on this node or others
+    run_command(session, 5, [], lambda: None, (), ["r"], (leaves, set()))
     assert sent == [["r"]] and session.agreed.agreed == ["w"]
 
 
@@ -128,22 +120,8 @@ def test_run_command_notes_what_may_differ_on_an_error():
         raise ValueError("a step failed")
 
     with pytest.raises(ValueError, match="a step failed") as info:
-        run_command(session, 5, [], fails, [], ([], {1}), note="the ranks may disagree on w")
+        run_command(session, 5, [], fails, (), [], ([], {1}), note="the ranks may disagree on w")
     assert info.value.__notes__ == ["the ranks may disagree on w"]
     with pytest.raises(ValueError) as info:
-        run_command(session, 5, [], fails, [], ([], set()))
+        run_command(session, 5, [], fails, (), [], ([], set()))
     assert not getattr(info.value, "__notes__", None)
-
-
-def test_run_alone_sends_nothing_and_forgets_released_data():
-    session = _Session(sliceable_ids={1})
-    shared_arrays.released_ids.append(12345)
-    try:
-        assert run_alone(session, lambda args: args * 2, (1,), ([], {1})) == (1, 1)
-    finally:
-        released = list(shared_arrays.released_ids)
-        shared_arrays.released_ids.clear()
-    assert released == [] and session.commands == [] and session.forgotten == 1
-    session.broken = True
-    with pytest.raises(RuntimeError, match="broken"):
-        run_alone(session, lambda args: pytest.fail("ran on a broken session"), (), ([], set()))

@@ -1,11 +1,11 @@
 """Calls like the last one (the same ``Data``, of the same layouts), which reuse the last
 call's plan and rank 0's piece of it; on one rank they run that piece at once, with no
-command sent (a ``KeptCall`` run by ``run_alone``, :mod:`synkhronos.api.calls`). Each
-call's outputs, and the shared variables its updates wrote, are compared with a plain
-``pytensor.function`` of the same graph on the whole data, between calls: a Data changed
-in place, a shared variable set, a broadcast Data set, a Data of another length, numpy
-arguments. CPU ranks and GPU ranks (on CPU devices here), one rank and, for the reuse
-through the command channel, two with uneven rows."""
+message sent (a ``KeptCall``, :mod:`synkhronos.api.calls`, through the one-rank branch of
+``Session.execute``). Each call's outputs, and the shared variables its updates wrote, are
+compared with a plain ``pytensor.function`` of the same graph on the whole data, between
+calls: a Data changed in place, a shared variable set, a broadcast Data set, a Data of
+another length, numpy arguments. CPU ranks and GPU ranks (on CPU devices here), one rank
+and, for the reuse through the command channel, two with uneven rows."""
 
 from __future__ import annotations
 
@@ -93,11 +93,11 @@ def test_calls_like_the_last_equal_plain_pytensor(backend, n_ranks, rng):
         check(xd, kd)
         for _ in range(2):  # numpy arrays: the function's scratch Data, then a call like it
             check(rng.normal(size=(5, 3)).astype(dtype), kd)
-        kept, scratch = f._kept, f._planner.scratch[0].data.copy()
+        kept, scratch = f._kept, f.planner.scratch[0].data.copy()
         check(rng.normal(size=(5, 3)).astype(dtype), kd)
         assert f._kept is kept
         if n_ranks == 1:  # taken as it is, not copied into the scratch Data
-            np.testing.assert_array_equal(f._planner.scratch[0].data, scratch)
+            np.testing.assert_array_equal(f.planner.scratch[0].data, scratch)
         check(rng.normal(size=(5, 6)).astype(dtype)[:, ::2], kd)  # not C-contiguous: copied
         check(rng.normal(size=(5, 3)).astype("float16"), kd)  # another dtype: cast
         check(rng.normal(size=(8, 3)).astype(dtype), kd)  # another length: planned

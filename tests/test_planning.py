@@ -11,7 +11,7 @@ import pytensor.tensor as pt
 import pytest
 
 from synkhronos.api.functions import FunctionParts
-from synkhronos.api.planning import PLAIN, CallOptions, Planner, Ranks
+from synkhronos.api.planning import PLAIN, CallOptions, Planner, Ranks, in_order
 from synkhronos.transport.callplan import CallPlan
 from synkhronos.transport.nodes import World
 from synkhronos.transport.partition import split_bounds
@@ -178,3 +178,15 @@ def test_sliceable_rows_per_rank(rng):
     assert [r.tolist() for r in _rows_of(plan.s_rows, 2)] == [[0, 1, 2], [4, 1]]
     with pytest.raises(ValueError, match="batch_s"):
         planner.plan((xv,), CallOptions(batch_s=slice(0, 10)), _ranks(2, lengths=[10, 9]))
+
+
+def test_arguments_in_order_by_name_and_default():
+    positions, defaults = {"x": 0, "y": 1, "c": 2}, {2: 0.5}
+    ordered, given, rest = in_order((1,), {"c": 3, "y": 2}, positions, defaults, 3)
+    assert (ordered, given, rest) == ([1, 2, 3], [True] * 3, {})
+    ordered, given, rest = in_order((1,), {"y": 2}, positions, defaults, 3)
+    assert ordered == [1, 2, 0.5] and all(given)  # the default where none is given
+    # Names that place nothing come back: unknown, or given already (by position).
+    ordered, given, rest = in_order((1,), {"x": 9, "z": 4}, positions, {}, 3)
+    assert ordered == [1, None, None] and given == [True, False, False]
+    assert rest == {"x": 9, "z": 4}

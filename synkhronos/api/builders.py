@@ -21,7 +21,7 @@ from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api import given_rows
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
-from synkhronos.api.planning import label
+from synkhronos.api.planning import in_order, label
 from synkhronos.api.selected import (
     GivenMinibatch,
     SelectedWhole,
@@ -181,21 +181,18 @@ class WithDefaults:
 
     def __init__(self, compiled, inputs: list) -> None:
         self._compiled = compiled
-        self._names = [getattr(e, "name", None) for e in inputs]
+        self._n = len(inputs)
+        names = [getattr(e, "name", None) for e in inputs]
+        self._positions = {name: k for k, name in enumerate(names) if name is not None}
         self._defaults = {
             k: e.default for k, e in enumerate(inputs) if getattr(e, "default", None) is not None
         }
 
     def __call__(self, *args, **kwargs):
-        args = list(args)
-        for k in range(len(args), len(self._names)):
-            if self._names[k] is not None and self._names[k] in kwargs:
-                args.append(kwargs.pop(self._names[k]))
-            elif k in self._defaults:
-                args.append(self._defaults[k])
-            else:
-                break
-        return self._compiled(*args, **kwargs)
+        ordered, given, rest = in_order(args, kwargs, self._positions, self._defaults, self._n)
+        if not all(given):  # pytensor's own error names what is missing
+            return self._compiled(*args, **kwargs)
+        return self._compiled(*ordered, **rest)
 
     def __getattr__(self, name: str):
         return getattr(self._compiled, name)

@@ -3,10 +3,10 @@
 A :class:`~synkhronos.api.functions.Function`'s call, a training function's and a chain's
 each send one command through :func:`run_command`: what rank 0's program changed among the
 shared variables the call reads is broadcast first, :meth:`Session.execute
-<synkhronos.session.session.Session.execute>` runs the command (rank 0's part included, on
-one rank too), and what the call wrote is recorded afterwards. The one exception is a
-Function's kept call where rank 0 :func:`runs_alone`: :func:`run_alone` runs it with what
-of ``execute`` applies there, and the same records.
+<synkhronos.session.session.Session.execute>` runs the command (rank 0's part included; on
+the only rank of the only node, :attr:`Session.alone
+<synkhronos.session.session.Session.alone>`, that part alone, with the same checks), and
+what the call wrote is recorded afterwards.
 
 A call's general path checks its arguments and plans it (:mod:`synkhronos.api.planning`);
 it ends in what rank 0 runs: a Function's :class:`~synkhronos.rank.compiled.Piece`, a
@@ -26,8 +26,6 @@ import numpy as np
 
 from synkhronos.api.collectives import send_changes
 from synkhronos.api.planning import PLAIN, CallOptions
-from synkhronos.transport.nodes import current as current_nodes
-from synkhronos.transport.shared_arrays import released_ids
 
 
 def reuses(session, options: CallOptions) -> bool:
@@ -36,24 +34,23 @@ def reuses(session, options: CallOptions) -> bool:
     return (options is PLAIN or options.plain) and session.timeline_path is None
 
 
-def runs_alone(session) -> bool:
-    """Whether rank 0 may run a kept call alone (:func:`run_alone`): it is the only rank of
-    the only node, so that no worker reads the call's arrays (a numpy array may take a
-    scratch ``Data``'s place as it is), and no ``fork(verify_every=N)`` counts the calls
-    (:meth:`Session.execute <synkhronos.session.session.Session.execute>` does)."""
-    return session.n_ranks == 1 and current_nodes().n_global == 1 and not session.verify_every
+def stale(what: str) -> RuntimeError:
+    """The error of a call of ``what``, built in a session that is no longer the current
+    one (every kind of call checks its session first)."""
+    return RuntimeError(f"{what} was built before the last synk.fork(); build it again")
 
 
 def run_command(
-    session, code: int, arrays, local: Callable[[], Any], reads: list, wrote: tuple, note=None
+    session, code: int, arrays, local: Callable, args: tuple, reads: list, wrote: tuple, note=None
 ) -> Any:
     """Run a call's command through :meth:`Session.execute
     <synkhronos.session.session.Session.execute>`, with what every call does around it.
 
     Parameters
     ----------
-    code, arrays, local
-        The command, its message and rank 0's part, as ``execute`` takes them.
+    code, arrays, local, args
+        The command, its message and rank 0's part ``local(*args)``, as ``execute`` takes
+        them.
     reads : list
         The shared variables the call reads: those rank 0's program changed are
         broadcast first (:func:`~synkhronos.api.collectives.send_changes`).
@@ -65,32 +62,18 @@ def run_command(
 
     Returns
     -------
-    ``local()``'s result.
+    ``local(*args)``'s result.
     """
-    several = current_nodes().n_global > 1
+    several = not session.alone
     if several:
         send_changes(session, reads)
     try:
-        result = session.execute(code, arrays, local)
+        result = session.execute(code, arrays, local, args)
     except Exception as error:
         if note:
             error.add_note(note)
         raise
     _record(session, wrote, several)
-    return result
-
-
-def run_alone(session, run: Callable[[tuple], Any], args: tuple, wrote: tuple) -> Any:
-    """Rank 0's part of a kept call where it :func:`runs_alone`, ``run(args)``, without a
-    command: of what :meth:`Session.execute <synkhronos.session.session.Session.execute>`
-    does, this alone applies (a broken session refused, released ``Data`` forgotten:
-    there is no worker to tell); ``run`` applies the call's updates as it runs (no other
-    rank can fail). ``wrote`` as for :func:`run_command`. Through ``execute``, a tiny call
-    took a quarter longer."""
-    session.check_sound()
-    released_ids.clear()
-    result = run(args)
-    _record(session, wrote, False)
     return result
 
 
@@ -127,7 +110,9 @@ class KeptCall:
     run : callable
         Rank 0's part of a call with these arguments: ``run(args)``.
     alone : bool
-        Whether rank 0 runs it alone (:func:`runs_alone`).
+        Whether ``run`` gives the call's outputs as they are (rank 0 is the only rank:
+        :attr:`Session.alone <synkhronos.session.session.Session.alone>`), not rank 0's
+        part to collect with the workers'.
     """
 
     __slots__ = ("_count", "_hosts", "_layouts", "_refs", "alone", "arrays", "run")

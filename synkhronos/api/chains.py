@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from synkhronos.api.calls import KeptCall, reuses, run_command
+from synkhronos.api.calls import KeptCall, reuses, run_command, stale
 from synkhronos.api.collectives import check_tensor, registered
 from synkhronos.api.functions import BaseFunction, Function
-from synkhronos.api.planning import PLAIN, CallOptions, single_result
+from synkhronos.api.planning import PLAIN, CallOptions
 from synkhronos.rank.chain_part import (
     CHAINABLE,
     CollectiveStep,
@@ -29,11 +29,9 @@ from synkhronos.rank.chain_part import (
     held_updates,
     run_steps,
 )
-from synkhronos.rank.outputs import collect_outputs
 from synkhronos.session import launch
 from synkhronos.transport.channel import check_count
-from synkhronos.transport.nodes import abort_on_error
-from synkhronos.transport.nodes import current as current_nodes
+from synkhronos.transport.nodes import abort_nodes
 from synkhronos.transport.protocol import Arg, Command
 from synkhronos.transport.reduction import check_collective_op
 from synkhronos.transport.shared_arrays import Data
@@ -74,14 +72,14 @@ def _watched(functions: list, written: dict, handed: set[int]) -> tuple[list, li
     changed it (:func:`~synkhronos.api.collectives.send_changes`), and what it leaves as
     synkhronos' own (``written``, by id), less what a training function hands between its
     phases (``handed``, by id): written anew by every call before it is read."""
-    reads = {id(v): v for f in functions for v in f._reads}
+    reads = {id(v): v for f in functions for v in f.reads}
     return (
         [v for k, v in reads.items() if k not in handed],
         [v for k, v in written.items() if k not in handed],
     )
 
 
-def _keep(function: Function, state, args: tuple, plan, ran: tuple | None) -> tuple | None:
+def _keep(function: Function, session, args: tuple, plan, ran: tuple | None) -> tuple | None:
     """The kept call of a plain call with ``args`` planned as ``plan`` (the chain's first
     Function's) where it ran as one program (``ran``: the program and its weights,
     :attr:`RankState.last_fused <synkhronos.rank.state.RankState.last_fused>`), which
@@ -95,8 +93,9 @@ def _keep(function: Function, state, args: tuple, plan, ran: tuple | None) -> tu
     device, as a ``jax.jit`` function's does), not copied into the first function's
     scratch ``Data`` first, and without a plan; its broadcast inputs are checked as a
     call checks them (:meth:`Chain._kept_values`)."""
-    if ran is None or current_nodes().n_global > 1 or function._spec.sliceable:
+    if ran is None or not session.alone or function.spec.sliceable:
         return None
+    state = session.state
     counts_rows = plan.bcast_kinds.size and plan.bcast_kinds[-1] == Arg.ROWS
     rows = [plan.bcast[-1]] if counts_rows else []  # a training function's row count
     n = len(plan.scatter)
@@ -145,10 +144,10 @@ class Chain:
                 inlined = [member]
             for entry in inlined:
                 if isinstance(entry, Function):
-                    steps.append(entry._spec.fid)
+                    steps.append(entry.spec.fid)
                     functions.append(entry)
-                    touched.append(entry._spec)
-                    written.update((id(v), v) for v in entry._writes)
+                    touched.append(entry.spec)
+                    written.update((id(v), v) for v in entry.writes)
                 else:
                     step, variables = _collective_step(session, entry)
                     steps.append(step)
@@ -158,10 +157,10 @@ class Chain:
             raise ValueError("a chain needs at least one step")
         # A worker replies, per function step, [weight, n_host] and its host outputs.
         check_count(
-            sum(1 + len(f._spec.outputs) for f in functions),
+            sum(1 + len(f.spec.outputs) for f in functions),
             "the chain's functions' outputs (a worker's reply holds them all)",
         )
-        self._steps, self._functions = steps, functions
+        self._steps, self._functions, self._shipped = steps, functions, not functions
         self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
         self._kept: tuple | None = None  # (KeptCall, its scattered count, its row count)
         self._table = encode_table(steps, fuse)
@@ -190,9 +189,7 @@ class Chain:
         """Refuse a function of another session, or one that needs the call's arguments
         (or its plan) after the chain's first."""
         if member._session is not self._session:
-            raise RuntimeError(
-                "a function in the chain was built before the last synk.fork(); build it again"
-            )
+            raise stale("a function in the chain")
         if self._members and member.inputs:
             raise TypeError(
                 f"{member._what} takes inputs, but only the chain's first "
@@ -225,29 +222,40 @@ class Chain:
         options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
         return self._run(args, options, kwargs, "this chain")
 
-    @abort_on_error("a synkhronos chained call")
     def _run(self, args: tuple, options: CallOptions, kwargs: dict, what: str) -> list:
         """A call of the chain, or of the training function ``what`` that runs as one, with
         its ``options`` and its inputs given by name (``kwargs``)."""
-        session = launch.current()
-        if session is not self._session:
-            raise RuntimeError(f"{what} was built before the last synk.fork(); build it again")
-        if any(not f._shipped for f in self._functions):
-            session.distribute()
-        plan, arrays = None, [self._table]
-        if self._members:
-            first = self._members[0][0]
+        # abort_nodes inline, as in Function.__call__: no wrapper's frame on a tiny call.
+        try:
+            session = launch.current()
+            if session is not self._session:
+                raise stale(what)
+            if not self._shipped:  # its functions, not yet known to be shipped
+                session.distribute()
+                self._shipped = True
+            if not self._members:
+                if args or kwargs:
+                    raise TypeError("this chain has no function to take arguments")
+                return self._planned(session, None, options)
             if kwargs:
-                args = first._by_name(args, kwargs)
+                args = self._members[0][0]._by_name(args, kwargs)
             kept = self._kept if reuses(session, options) else None
             if kept is not None and kept[0].matches(args):
                 values = self._kept_values(args, *kept[1:])  # checked before the command
                 return self._outputs(session, None, self._command(kept[0].run, values), None)
-            plan = first._plan(session, args, options, self._every_rank_rows)
+            return self._planned(session, args, options)
+        except BaseException as error:
+            abort_nodes("a synkhronos chained call", error)
+            raise
+
+    def _planned(self, session, args: tuple | None, options: CallOptions) -> list:
+        """A call by the general path (``args`` None: the chain has no function to take
+        any): planned, run, and kept where a call like it may reuse it."""
+        plan, arrays = None, [self._table]
+        if args is not None:
+            plan = self._members[0][0]._plan(session, args, options, self._every_rank_rows)
             if session.n_ranks > 1:
                 arrays += plan.encode()
-        elif args or kwargs:
-            raise TypeError("this chain has no function to take arguments")
         state = session.state
 
         def local() -> tuple[list, tuple | None]:
@@ -255,8 +263,8 @@ class Chain:
             return results, state.last_fused  # the program this call ran as, if it did
 
         results, ran = self._command(local, arrays=arrays)
-        if plan is not None and reuses(session, options):
-            self._kept = _keep(self._functions[0], state, args, plan, ran)
+        if plan is not None and args is not None and reuses(session, options):
+            self._kept = _keep(self._functions[0], session, args, plan, ran)
         return self._outputs(session, plan, results, options.output_subset)
 
     def _kept_values(self, args: tuple, n: int, rows: list) -> list:
@@ -266,7 +274,7 @@ class Chain:
         values = [a if type(a) is np.ndarray else a.data for a in args[:n]]
         if len(args) == n:  # no broadcast input but the row count
             return values + rows
-        bcast, _ = self._functions[0]._planner.broadcast((*args[n:], *rows))
+        bcast, _ = self._functions[0].planner.broadcast((*args[n:], *rows))
         return values + [b.data if isinstance(b, Data) else b for b in bcast]
 
     def _command(self, local, *values, arrays=None) -> Any:
@@ -274,8 +282,7 @@ class Chain:
         ``local(*values)``; ``arrays``: the message (default: the step table alone)."""
         return run_command(
             self._session, Command.CHAIN, [self._table] if arrays is None else arrays,
-            lambda: local(*values), self._reads, (self._leaves, self._written.keys()),
-            self._may_differ,
+            local, values, self._reads, (self._leaves, self._written.keys()), self._may_differ,
         )  # fmt: skip
 
     def _outputs(self, session, plan, results: list, output_subset) -> list:
@@ -288,18 +295,10 @@ class Chain:
         # training function's first phase computes every output of its own).
         subset_given = output_subset is not None and self._members[0][0] is self._functions[0]
         per_function = []
-        for j, (f, (weight, host, reduced)) in enumerate(
-            zip(self._functions, results, strict=True)
-        ):
-            subset = plan.subset if j == 0 and plan is not None else f._all_outputs
-            single = single_result(
-                f._single, output_subset if j == 0 and subset_given else None, subset
-            )
-            per_function.append(
-                collect_outputs(
-                    [r[j] for r in replies], f._spec, subset, weight, host, reduced, single
-                )
-            )
+        for j, (f, result) in enumerate(zip(self._functions, results, strict=True)):
+            subset = plan.subset if j == 0 and plan is not None else None
+            given = output_subset if j == 0 and subset_given else None
+            per_function.append(f.collected([r[j] for r in replies], result, subset, given))
         outputs, start = [], 0
         for k, (member, n) in enumerate(self._members):
             subset_k = output_subset if k == 0 else None

@@ -21,7 +21,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from synkhronos.rank import collective_part
 from synkhronos.session import launch
 from synkhronos.transport.channel import MAX_ARRAYS, check_count
-from synkhronos.transport.nodes import abort_on_error
+from synkhronos.transport.nodes import abort_nodes
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import resolve_rows
 from synkhronos.transport.protocol import Collective, Command
@@ -126,7 +126,6 @@ def _checked_values(variables: list, values, single: bool, batch) -> list:
     return checked
 
 
-@abort_on_error("a synkhronos collective")
 def _collective(
     kind: Collective,
     shared_vars,
@@ -137,26 +136,33 @@ def _collective(
     nccl: bool = True,
     batch=None,
 ):
-    session = launch.current()
-    variables, indices, single = registered(session, shared_vars)
-    n_ranks = current_nodes().n_global  # ranks name global ranks under MPI
-    _check_arguments(kind, op, rank, nd_up, n_ranks)
-    if values is not None:
-        values = _checked_values(variables, values, single, batch)
-    _check_variables(kind, variables, n_ranks)
-    params = np.array(
-        [kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank, bool(nccl)], np.int64
-    )
-    result = session.execute(
-        Command.COLLECTIVE,
-        [params, indices],
-        lambda: collective_part.run(session.state, kind, variables, op, rank, values, bool(nccl)),
-    )
-    if kind in _WRITES:
-        session.forget_lengths()
-        if kind != Collective.SET_VALUE or rank == session.state.comm.rank:
-            session.agreed.agree(variables)  # rank 0's values, as this collective left them
-    out = _returned(kind, result, len(variables), rank, nd_up)
+    try:  # abort_nodes inline, as every kind of call does
+        session = launch.current()
+        variables, indices, single = registered(session, shared_vars)
+        n_ranks = current_nodes().n_global  # ranks name global ranks under MPI
+        _check_arguments(kind, op, rank, nd_up, n_ranks)
+        if values is not None:
+            values = _checked_values(variables, values, single, batch)
+        _check_variables(kind, variables, n_ranks)
+        params = np.array(
+            [kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank, bool(nccl)],
+            np.int64,
+        )
+        result = session.execute(
+            Command.COLLECTIVE,
+            [params, indices],
+            lambda: collective_part.run(
+                session.state, kind, variables, op, rank, values, bool(nccl)
+            ),
+        )
+        if kind in _WRITES:
+            session.forget_lengths()
+            if kind != Collective.SET_VALUE or rank == session.state.comm.rank:
+                session.agreed.agree(variables)  # rank 0's values, as this collective left them
+        out = _returned(kind, result, len(variables), rank, nd_up)
+    except BaseException as error:
+        abort_nodes("a synkhronos collective", error)
+        raise
     if out is None:
         return None
     return out[0] if single else tuple(out)

@@ -24,7 +24,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api import mode_choice
-from synkhronos.api.calls import KeptCall, reuses, run_alone, run_command, runs_alone
+from synkhronos.api.calls import KeptCall, reuses, run_command, stale
 from synkhronos.api.collectives import (
     check_tensor,
     sliceable_lengths,
@@ -36,6 +36,7 @@ from synkhronos.api.planning import (
     Planner,
     Ranks,
     check_arguments,
+    in_order,
     label,
     single_result,
 )
@@ -140,6 +141,11 @@ class BaseFunction(ABC):
         self._reference = None
 
     @property
+    def spec(self) -> GraphSpec:
+        """The graph every rank compiles, as shipped to the workers."""
+        return self._spec
+
+    @property
     def _what(self) -> str:
         return f"synkhronos function {self.name!r}" if self.name else "synkhronos function"
 
@@ -173,9 +179,7 @@ class BaseFunction(ABC):
         """The current session; ``RuntimeError`` unless it is the one built in."""
         session = launch.current()
         if session is not self._session:
-            raise RuntimeError(
-                f"{self._what} was built before the last synk.fork(); build it again"
-            )
+            raise stale(self._what)
         return session
 
     # ---- the reference -------------------------------------------------------------------
@@ -242,19 +246,15 @@ class BaseFunction(ABC):
         return args, options
 
     def _by_name(self, args: tuple, kwargs: dict) -> tuple:
-        """The positional arguments, with those given by name put in their places."""
-        ordered = list(args) + [None] * (len(self.inputs) - len(args))
-        given = [True] * len(args) + [False] * (len(self.inputs) - len(args))
-        for name, value in kwargs.items():
-            i = self._positions.get(name)
-            if i is None:
-                raise TypeError(f"{self._what} has no input named {name!r}")
-            if given[i]:
+        """The positional arguments, with those given by name put in their places and the
+        defaults filled in (:func:`~synkhronos.api.planning.in_order`)."""
+        ordered, given, rest = in_order(
+            args, kwargs, self._positions, self._defaults, len(self.inputs)
+        )
+        for name in rest:
+            if name in self._positions:
                 raise TypeError(f"{self._what}: input {name!r} given twice")
-            ordered[i], given[i] = value, True
-        for i, value in self._defaults.items():
-            if not given[i]:
-                ordered[i], given[i] = value, True
+            raise TypeError(f"{self._what} has no input named {name!r}")
         if not all(given):
             missing = [label(v, i, "input") for i, v in enumerate(self.inputs) if not given[i]]
             raise TypeError(f"{self._what}: missing {', '.join(missing)}")
@@ -274,7 +274,17 @@ def _views(args: tuple, n: int) -> tuple[list, list]:
 
 class Function(BaseFunction):
     """A synkhronos function: built by :func:`synkhronos.function`, called like PyTensor's;
-    one compiled function on every rank (its attributes: :class:`BaseFunction`'s)."""
+    one compiled function on every rank (its attributes: :class:`BaseFunction`'s, and
+    those below, which a chain of it reads).
+
+    Attributes
+    ----------
+    planner : Planner
+        Checks a call's arguments and plans it (:class:`~synkhronos.api.planning.Planner`).
+    reads, writes : list
+        The shared variables a call reads that rank 0's program may change, and those it
+        leaves as synkhronos' own (:func:`~synkhronos.api.function_parts.shared_reads_writes`).
+    """
 
     def __init__(self, session, parts: FunctionParts) -> None:
         inputs = parts.inputs + parts.bcast_inputs
@@ -296,15 +306,15 @@ class Function(BaseFunction):
             mark_checked(self._spec.key)
         if is_jax(compiled.mode):
             _warn_if_computed_in_32_bits(self._spec, self._what)
-        self._planner = Planner(self._spec, self._what, self._downcast, parts.counts_rows)
-        self._all_outputs = self._planner.all_outputs
+        self.planner = Planner(self._spec, self._what, self._downcast, parts.counts_rows)
+        self._all_outputs = self.planner.all_outputs
         self._shipped = False
         self._kept: KeptCall | None = None
         self._handover = list(parts.handover)
         session.sliceable_ids.update(id(s) for s in parts.sliceable)
-        self._reads, self._writes = shared_reads_writes(parts, session.sliceable_ids)
+        self.reads, self.writes = shared_reads_writes(parts, session.sliceable_ids)
         # What a call reads and writes (run_command's reads and wrote).
-        self._touches = (self._reads, (self._writes, {id(v) for v, _ in self._spec.updates}))
+        self._touches = (self.reads, (self.writes, {id(v) for v, _ in self._spec.updates}))
         session.functions.append(self)
 
     def __repr__(self) -> str:
@@ -368,7 +378,7 @@ class Function(BaseFunction):
         -------
         The reduced outputs: one value for a single output, else a list.
         """
-        # abort_on_error inline: its wrapper's frame cost a tiny one-rank call 3%.
+        # abort_nodes inline, as every kind of call does: a wrapper adds a frame per call.
         try:
             session = self._check_session()
             options = PLAIN
@@ -378,16 +388,16 @@ class Function(BaseFunction):
                 args = self._by_name(args, kwargs)
             if not self._shipped:
                 session.distribute()
+                self._shipped = True
             reuse = reuses(session, options)
             args, kept = self._as_called(args, reuse)
             if kept is None:
                 return self._call(session, args, options, reuse)
-            if kept.alone:  # rank 0's part gives the outputs (own_outputs)
-                return run_alone(session, kept.run, args, self._touches[1])
             result = run_command(
-                session, Command.CALL, kept.arrays, lambda: kept.run(args), *self._touches
+                session, Command.CALL, kept.arrays, kept.run, (args,), *self._touches
             )
-            return self._collected(session, result, None)
+            # Alone, rank 0's part gives the outputs (own_outputs).
+            return result if kept.alone else self._collected(session, result, None)
         except BaseException as error:
             abort_nodes("a synkhronos function call", error)
             raise
@@ -399,8 +409,8 @@ class Function(BaseFunction):
         kept = self._kept if reuse else None
         if kept is not None and kept.matches(args):
             return args, kept  # the kept call's own Data: nothing to copy or cast
-        if len(args) == self._planner.n_args:  # (a wrong count is the plan's error)
-            args = self._planner.in_data(args)
+        if len(args) == self.planner.n_args:  # (a wrong count is the plan's error)
+            args = self.planner.in_data(args)
         return args, kept if kept is not None and kept.matches(args) else None
 
     def _call(self, session, args: tuple, options: CallOptions, reuse: bool):
@@ -409,7 +419,7 @@ class Function(BaseFunction):
         with trace.span("check and plan", "rank 0"):
             plan = self._plan(session, args, options)
         subset, arrays = plan.subset.tolist(), plan.encode() if session.n_ranks > 1 else ()
-        keep = reuse and self._planner.reusable(args)
+        keep = reuse and self.planner.reusable(args)
         state = session.state
 
         def local():
@@ -424,18 +434,23 @@ class Function(BaseFunction):
             self._kept = self._keep(session, args, arrays, fn, piece)
             return run_piece(state, fn, piece, *_views(args, len(plan.scatter)), subset)
 
-        result = run_command(session, Command.CALL, arrays, local, *self._touches)
+        result = run_command(session, Command.CALL, arrays, local, (), *self._touches)
         return self._collected(session, result, plan.subset, options.output_subset)
 
     def _collected(self, session, result: tuple, subset, output_subset=None):
-        """The call's outputs, from rank 0's ``(weight, host, reduced)`` and the workers'
-        replies; ``subset``: the plan's (None: every output)."""
-        subset = self._all_outputs if subset is None else subset
-        single = single_result(self._single, output_subset, subset)
+        """The call's outputs (:meth:`collected`), the workers' replies read."""
         replies = [session.channel.reply_arrays(r) for r in range(1, session.n_ranks)]
         with trace.span("collect outputs", "outputs"):
-            weight, host, reduced = result
-            return collect_outputs(replies, self._spec, subset, weight, host, reduced, single)
+            return self.collected(replies, result, subset, output_subset)
+
+    def collected(self, replies: list, result: tuple, subset=None, output_subset=None):
+        """What a call of this function returns (a chain's step too), from rank 0's
+        ``(weight, host, reduced)`` and the workers' ``replies``; ``subset``: the plan's
+        (None: every output), ``output_subset``: the call's option."""
+        subset = self._all_outputs if subset is None else subset
+        single = single_result(self._single, output_subset, subset)
+        weight, host, reduced = result
+        return collect_outputs(replies, self._spec, subset, weight, host, reduced, single)
 
     def _keep(self, session, args: tuple, arrays, fn, piece) -> KeptCall:
         """The kept call of a plain call with ``args`` (all Data), whose message was
@@ -447,8 +462,8 @@ class Function(BaseFunction):
         (:func:`~synkhronos.rank.outputs.own_outputs`)."""
         state, spec, single, n = session.state, self._spec, self._single, len(self._spec.inputs)
         subset = self._all_outputs.tolist()
-        alone = runs_alone(session) and piece is not None
-        scratch = self._planner.scratch if alone else {}
+        alone = session.alone and piece is not None
+        scratch = self.planner.scratch if alone else {}
         own = [scratch.get(i) for i in range(len(args))]
         hosts = [
             (d.shape, d.dtype) if d is not None and a is d and not d.minibatch else None
@@ -470,4 +485,4 @@ class Function(BaseFunction):
         """The call's plan, every argument checked (:meth:`Planner.plan
         <synkhronos.api.planning.Planner.plan>`)."""
         ranks = Ranks(session.n_ranks, current_nodes(), partial(sliceable_lengths, session))
-        return self._planner.plan(args, options, ranks, every_rank_rows)
+        return self.planner.plan(args, options, ranks, every_rank_rows)

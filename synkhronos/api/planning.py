@@ -108,6 +108,30 @@ def single_result(single: bool, output_subset, subset) -> bool:
     return single if output_subset is None else len(subset) == 1
 
 
+def in_order(
+    args: tuple, kwargs: dict, positions: dict[str, int], defaults: dict[int, Any], n: int
+) -> tuple[list, list[bool], dict]:
+    """A call's ``n`` arguments in its inputs' order: ``args``, then those ``kwargs`` give
+    by name (``positions``: each named input's position), then ``defaults`` (by position)
+    where neither gives one. Returns them, which positions have one, and the ``kwargs``
+    that place none (naming no input, or one given already). Serves
+    :class:`~synkhronos.api.functions.BaseFunction` and ``synkhronos.theano.function``'s
+    ``In`` defaults alike."""
+    ordered = list(args) + [None] * (n - len(args))
+    given = [True] * len(args) + [False] * (n - len(args))
+    rest = {}
+    for name, value in kwargs.items():
+        i = positions.get(name)
+        if i is None or given[i]:
+            rest[name] = value
+        else:
+            ordered[i], given[i] = value, True
+    for i, value in defaults.items():
+        if not given[i]:
+            ordered[i], given[i] = value, True
+    return ordered, given, rest
+
+
 def check_arguments(what: str, spec: GraphSpec, args) -> None:
     """``TypeError`` unless ``args`` holds one argument per input of ``spec``."""
     n_in, n_b = len(spec.inputs), len(spec.bcast_inputs)

@@ -128,10 +128,15 @@ def _limit_threads(threads: int, cores: list[int] | None, backend: str) -> _Rank
 
 
 class Session:
-    """Rank 0's view of a fork: the workers, the channel, and rank 0's own state."""
+    """Rank 0's view of a fork: the workers, the channel, and rank 0's own state.
 
-    verify_every: int | None = None  # fork(verify_every=N)
-    calls = 0  # function calls and chains run, counted while verify_every is set
+    Attributes
+    ----------
+    alone : bool
+        Whether rank 0 is the only rank of the only node: :meth:`execute` then runs rank
+        0's part alone (no worker to command or wait for), and a kept call may take numpy
+        arrays as they are (:mod:`synkhronos.api.calls`).
+    """
 
     def __init__(
         self,
@@ -142,10 +147,13 @@ class Session:
         rank_prefix: bool = True,
     ):
         self.n_ranks = n_ranks
+        self.alone = current_nodes().n_global == 1
         self.backend = get_backend(backend_name)
         self.broken = False
         self.processes: list[subprocess.Popen] = []
         self.thread_limits: _RankZeroLimits | None = None
+        self.verify_every: int | None = None  # fork(verify_every=N)
+        self.calls = 0  # function calls and chains run, counted while verify_every is set
         self.discard_updates = False  # the next command tells the workers to drop theirs
         self.timeline_path: str | None = None  # where the running timeline goes
         self.name, self.control, self.channel, comm = self._create_names(backend_name)
@@ -158,6 +166,7 @@ class Session:
         self.threads = max(1, len(os.sched_getaffinity(0)) // n_ranks)  # per rank
         self.cores = cores_to_pin(n_ranks, backend_name)
         self.functions: list = []  # every synkhronos Function built in this session
+        self.shipped = 0  # how many of them distribute() shipped
         self.sliceable_ids: set[int] = set()  # id() of every sliceable shared variable
         # Rows of sliceable variables per rank (see collectives.sliceable_lengths); emptied
         # by forget_lengths() whenever a call or collective may have changed them.
@@ -273,10 +282,9 @@ class Session:
         One pickle carries them all, so a shared variable several functions use stays one
         variable on each rank; shared variables shipped earlier are referred to, not copied.
         """
-        pending = [f for f in self.functions if not f._shipped]
-        if not pending:
+        if self.shipped == len(self.functions):
             return
-        specs = [f._spec for f in pending]
+        specs = [f.spec for f in self.functions[self.shipped :]]
         shipped = len(self.state.registry)
         payload = np.frombuffer(pack(specs, self.state.registry), np.uint8)
         try:
@@ -285,8 +293,7 @@ class Session:
             self.broken = True  # the ranks' registries may now disagree
             raise
         self.agreed.agree(self.state.registry.variables[shipped:])  # the values shipped
-        for f in pending:
-            f._shipped = True
+        self.shipped = len(self.functions)
 
     def check_alive(self) -> None:
         """Raise :class:`WorkerDied` if any worker has exited, :class:`WorkerHung` if one
@@ -305,29 +312,39 @@ class Session:
             self.broken = True
             raise
 
-    def check_sound(self) -> None:
-        """``RuntimeError`` if the session is broken (a command must not be run)."""
+    def execute(self, code: int, arrays, local, args: tuple = ()):
+        """Send a command to every worker, run ``local(*args)`` as rank 0's part, and wait.
+
+        Raises rank 0's own exception, or a :class:`RemoteError` naming the failed workers'
+        ranks with their tracebacks (:class:`SharedMemoryFull
+        <synkhronos.transport.shm.SharedMemoryFull>` where ``/dev/shm`` was full);
+        returns ``local``'s result otherwise. The updates a call left pending on every
+        rank (:attr:`RankState.pending <synkhronos.rank.state.RankState.pending>`) are
+        applied only if no rank failed: rank 0's here, the workers' before their next
+        command, which otherwise tells them to drop theirs. Every command of the session
+        runs through here, on one rank too (:attr:`alone`: no message, no wait).
+        """
         if self.broken:
             raise RuntimeError(
                 "this synkhronos session is broken (a worker died or a call "
                 "was interrupted); call synk.close() and fork again"
             )
-
-    def execute(self, code: int, arrays, local):
-        """Send a command to every worker, run ``local()`` as rank 0's part, and wait.
-
-        Raises rank 0's own exception, or a :class:`RemoteError` naming the failed workers'
-        ranks with their tracebacks (:class:`SharedMemoryFull
-        <synkhronos.transport.shm.SharedMemoryFull>` where ``/dev/shm`` was full);
-        returns ``local()``'s result otherwise. The updates a call left pending on every
-        rank (:attr:`RankState.pending <synkhronos.rank.state.RankState.pending>`) are
-        applied only if no rank failed: rank 0's here, the workers' before their next
-        command, which otherwise tells them to drop theirs.
-        """
-        self.check_sound()
+        if self.alone and self.timeline_path is None:
+            # No worker to command, wait for or tell of released Data: the command is
+            # rank 0's part, settled as below (inline: this is most of a tiny call's cost).
+            released_ids.clear()
+            try:
+                result = local(*args)
+            except BaseException as e:  # noqa: BLE001 - _settle raises it
+                self._settle((), self._failed(e))
+            if self.state.pending:
+                self._settle((), None)
+            if self.verify_every:
+                self._count(code)
+            return result
         with trace.span(_COMMAND_NAMES[code], "command"):
             code = self._send(code, arrays)
-            result, error = self._run_local(local)
+            result, error = self._run_local(local, args)
             try:
                 with trace.span("wait for ranks", "wait"):
                     failures = self.channel.wait_done()
@@ -335,11 +352,16 @@ class Session:
                 self.broken = True
                 raise
             self._settle(failures, error)
-            if self.verify_every and code & (FORGET_DATA - 1) in (Command.CALL, Command.CHAIN):
-                self.calls += 1
-                if self.calls % self.verify_every == 0 and _periodic_check is not None:
-                    _periodic_check()
+            self._count(code)
             return result
+
+    def _count(self, code: int) -> None:
+        """Count a call or chain run while ``fork(verify_every=N)`` is set, and verify the
+        ranks after every N-th."""
+        if self.verify_every and code & (FORGET_DATA - 1) in (Command.CALL, Command.CHAIN):
+            self.calls += 1
+            if self.calls % self.verify_every == 0 and _periodic_check is not None:
+                _periodic_check()
 
     def _send(self, code: int, arrays) -> int:
         """Post the command to the workers (if any); return its code with the flags added."""
@@ -356,21 +378,26 @@ class Session:
             self.discard_updates = False
         return code
 
-    def _run_local(self, local) -> tuple:
+    def _run_local(self, local, args: tuple) -> tuple:
         """Rank 0's part: ``(result, None)``, or ``(None, error)`` with the workers told to
         abort; a Ctrl-C is raised at once."""
         try:
-            return local(), None
+            return local(*args), None
         except BaseException as e:  # noqa: BLE001 - re-raised by execute, after the workers
-            error = _interrupt_behind(e)
-            self.control.set_abort(True)
-            if isinstance(error, KeyboardInterrupt):
-                # Ctrl-C in rank 0's own part: the session is broken anyway, and a
-                # worker that cannot answer (stopped, hung) must not keep the user
-                # waiting; close() ends the workers.
-                self.broken = True
-                raise error from e if error is not e else None
-            return None, error
+            return None, self._failed(e)
+
+    def _failed(self, e: BaseException) -> BaseException:
+        """Rank 0's part raised ``e``: tell the workers to abort, and return the error to
+        raise once they are done; a Ctrl-C is raised at once."""
+        error = _interrupt_behind(e)
+        self.control.set_abort(True)
+        if isinstance(error, KeyboardInterrupt):
+            # Ctrl-C in rank 0's own part: the session is broken anyway, and a worker
+            # that cannot answer (stopped, hung) must not keep the user waiting; close()
+            # ends the workers.
+            self.broken = True
+            raise error from e if error is not e else None
+        return error
 
     def _settle(self, failures, error: BaseException | None) -> None:
         """After every rank is done: apply the pending updates if no rank failed (else drop

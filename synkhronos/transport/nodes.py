@@ -14,7 +14,6 @@ on one machine, so the split is the one a single machine with every global rank 
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import logging
 import os
@@ -22,7 +21,7 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast, overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -256,34 +255,11 @@ def _abort_on_uncaught(kind, error, tb) -> None:
     _world.abort("the script", error)
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
 def abort_nodes(what: str, error: BaseException) -> None:
     """Under MPI, end the job for ``error``, which escapes ``what`` (see
     :meth:`World.abort`); on one machine, nothing (the caller raises it)."""
     if _world.mpi is not None and _world.n_nodes > 1:
         _world.abort(what, error)
-
-
-def abort_on_error(what: str) -> Callable[[_F], _F]:
-    """A decorator: under MPI, end the job when an exception escapes the function (see
-    :meth:`World.abort`); on one machine, let it through. (A plain wrapper, not a context
-    manager: it runs at every call, where a context manager's generator cost a
-    microsecond.)"""
-
-    def decorate(function: _F) -> _F:
-        @functools.wraps(function)
-        def wrapper(*args, **kwargs):
-            try:
-                return function(*args, **kwargs)
-            except BaseException as error:
-                abort_nodes(what, error)
-                raise
-
-        return cast(_F, wrapper)
-
-    return decorate
 
 
 def node_rows(n: int) -> tuple[int, int]:
@@ -302,7 +278,6 @@ def node_rows(n: int) -> tuple[int, int]:
 __all__ = [
     "World",
     "abort_nodes",
-    "abort_on_error",
     "current",
     "node_rows",
     "start",

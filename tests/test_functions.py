@@ -1,4 +1,5 @@
-"""synk.function on 2 CPU ranks, every result checked against pytensor.function."""
+"""synkhronos.api.functions: synk.function on 2 CPU ranks, every result checked against
+pytensor.function; and, without forking, a call's arguments as a Function takes them."""
 
 import numpy as np
 import pytensor
@@ -289,3 +290,41 @@ def test_deep_graph_ships(ranks, rng):
         for got in f(vv):
             np.testing.assert_allclose(got, want)
         np.testing.assert_allclose(synk.gather(scale, nd_up=1), [1.0 + 0.01 * want] * 2)
+
+
+# ---- without forking: a call's arguments as a Function takes them --------------------------
+def _named(defaults=None):
+    """What BaseFunction._by_name reads of a function: inputs x, y and c, c's default."""
+    from types import SimpleNamespace
+
+    inputs = [pt.matrix("x"), pt.vector("y"), pt.scalar("c")]
+    return SimpleNamespace(
+        inputs=inputs,
+        _positions={v.name: i for i, v in enumerate(inputs)},
+        _defaults={2: 0.5} if defaults is None else defaults,
+        _what="synkhronos function 'f'",
+    )
+
+
+def test_arguments_by_name_and_defaults_take_their_places():
+    from synkhronos.api.functions import BaseFunction
+
+    f = _named()
+    assert BaseFunction._by_name(f, (1,), {"y": 2}) == (1, 2, 0.5)
+    assert BaseFunction._by_name(f, (), {"c": 3, "x": 1, "y": 2}) == (1, 2, 3)
+    with pytest.raises(TypeError, match="input 'x' given twice"):
+        BaseFunction._by_name(f, (1,), {"x": 1, "y": 2})
+    with pytest.raises(TypeError, match="has no input named 'z'"):
+        BaseFunction._by_name(f, (1, 2), {"z": 1})
+    with pytest.raises(TypeError, match=r"missing input 1 \('y'\)$"):
+        BaseFunction._by_name(_named({}), (1,), {"c": 3})
+
+
+def test_a_kept_calls_views_take_numpy_arrays_as_they_are():
+    from synkhronos.api.functions import _views
+    from synkhronos.transport.shared_arrays import Data
+
+    a, d, b = np.ones((3, 2)), Data(np.zeros((4, 2))), Data(np.float64(2.0))
+    scattered, bcast = _views((a, d, b), 2)
+    assert scattered[0] is a and np.shares_memory(scattered[1], d.data)
+    assert len(bcast) == 1 and float(bcast[0]) == 2.0
