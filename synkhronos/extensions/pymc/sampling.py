@@ -27,10 +27,11 @@ from synkhronos.session import launch
 logger = logging.getLogger(__name__)
 
 #: The rows below which :func:`sample` runs ``pm.sample`` unsplit, by ``nuts_sampler``:
-#: there the split, on 2 ranks of a 2-core machine, sampled slower than the same sampler
-#: in one process (``bench/bench_pymc.py --samplers``, docs/pymc.rst). blackjax is always
-#: split: PyMC 6.4's own blackjax sampling fails with blackjax 1.7.
-MIN_ROWS = {"pymc": 10_000, "nutpie": 10_000, "numpyro": 10_000, "blackjax": 0}
+#: the smallest size measured where the split, on 2 ranks of a 2-core machine, sampled
+#: faster than the same sampler in one process (``bench/bench_pymc.py --samplers``;
+#: numpyro's on GPU ranks on CPU devices; docs/pymc.rst). blackjax is always split:
+#: PyMC 6.4's own blackjax sampling fails with blackjax 1.7.
+MIN_ROWS = {"pymc": 100_000, "nutpie": 100_000, "numpyro": 1_000_000, "blackjax": 0}
 
 # Each model's split functions, by what they were built for: a later sampling of the
 # model in the same session reuses its function (its ranks' compiled code and the rows in
