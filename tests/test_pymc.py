@@ -434,7 +434,7 @@ synk.close()
     reason="needs mpi4py and mpiexec next to the interpreter (pip install 'synkhronos[mpi]' mpich)",
 )
 @pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "gpu")])
-def test_nodes_give_pymc_own(tmp_path, local, backend):
+def test_nodes_give_pymc_own(tmp_path, local, backend, monkeypatch):
     """2 MPI nodes of ``local`` ranks (GPU ranks on CPU devices): the log-density and
     gradient equal PyMC's own within 1e-12, also after ``pm.set_data``, and a short
     sampling's posterior means are within 4 Monte-Carlo standard errors of ``pm.sample``'s
@@ -442,6 +442,11 @@ def test_nodes_give_pymc_own(tmp_path, local, backend):
     numpyro's NUTS compiled whole, its all-reduce over the ranks of both nodes."""
     if backend == "gpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
+    # Importing pymc.sampling.jax (an earlier test's numpyro sampling) sets XLA_FLAGS in
+    # this process to 100 host devices, which the nodes would inherit: a rank needs one.
+    flags = os.environ.get("XLA_FLAGS", "")
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", flags)
+    monkeypatch.setenv("XLA_FLAGS", flags.strip())
     proc, _ = _launch(tmp_path, NODES, str(local), backend, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
