@@ -22,18 +22,23 @@ process, the same seed and settings (one chain, ``cores=1``), taking turns, best
 ``--rounds``. Every process uses one BLAS thread unless said.
 
 With ``--samplers``, the samplers instead (issue #60), each sampling in a fresh process
-of its own, one chain, taking turns, ``--rounds`` rounds: ``pm.sample`` with
-``nuts_sampler`` numpyro, nutpie and pymc in one unrestricted process and pinned to one
-core (``taskset -c 0``), ``synk_pymc.sample`` on 2 CPU ranks (PyMC's NUTS, split) and on 2
-GPU ranks (numpyro's NUTS compiled whole per rank; on CPU devices where there is no GPU).
-Each line gives the sampling seconds apart from the setup and compilation where the
-sampler tells them apart (see :func:`contender`), and the posterior means' largest
-distance to the first contender's in its Monte-Carlo standard errors.
+of its own, ``--chains`` chains (``cores=1``), taking turns, ``--rounds`` rounds:
+``pm.sample`` with ``nuts_sampler`` numpyro and nutpie in one unrestricted process and
+pinned to one core (``taskset -c 0``), ``synk_pymc.sample`` on 2 CPU ranks (nutpie calling
+the split function) and on 2 GPU ranks (numpyro's NUTS compiled whole per rank; on CPU
+devices where there is no GPU), always split (``min_rows=0``); with ``--with-pymc`` also
+PyMC's own NUTS (far slower at 1M rows): ``pm.sample`` unrestricted and pinned, and on 2
+CPU ranks. Each line gives the sampling seconds apart from the setup and compilation
+where the sampler tells them apart (see :func:`contender`), and the posterior means'
+largest distance to the first contender's in its Monte-Carlo standard errors (ok within
+4); a last line, the fastest synk's speed against the fastest ``pm.sample``'s,
+unrestricted and pinned. The compiled NUTS's ranks' draws are compared bit for bit by
+rank 0 (a difference fails the run); on CPU ranks the one sampler runs on rank 0.
 
 Usage::
 
     python bench/bench_pymc.py [--rows 100000 1000000] [--draws 30] [--tune 30] [--rounds 3]
-    python bench/bench_pymc.py --samplers --rows 1000000 --tune 500 --draws 500 --rounds 1
+    python bench/bench_pymc.py --samplers --rows 100000 1000000 --tune 500 --draws 500 --rounds 1
 """
 
 from __future__ import annotations
@@ -222,9 +227,11 @@ CONTENDERS = {
     "synk 2 CPU ranks (nutpie)": ("synk-cpu-nutpie", False),
     "synk 2 GPU ranks (numpyro)": ("synk-gpu", False),
 }
+#: The contenders of PyMC's own NUTS, run only with ``--with-pymc``.
+PYMC_NUTS = ("pm pymc", "pm pymc, 1 core", "synk 2 CPU ranks (pymc)")
 
 
-def contender(how: str, rows: int, tune: int, draws: int) -> dict:
+def contender(how: str, rows: int, tune: int, draws: int, chains: int, chain_method: str) -> dict:
     """(A sampler's own process) sample once; the seconds of the whole call, of its
     sampling alone (PyMC's ``sampling_time`` for numpyro and nutpie, which includes JAX's
     compilation for numpyro; the compiled program's run alone for synk on GPU ranks; the
@@ -239,6 +246,9 @@ def contender(how: str, rows: int, tune: int, draws: int) -> dict:
         synk.fork(2, backend=backend)
         sample = synk_pymc.sample
         kwargs = {"nuts_sampler": (sampler or ["numpyro" if backend == "gpu" else "pymc"])[0]}
+        kwargs["min_rows"] = 0  # the split, whatever the rows
+    if kwargs["nuts_sampler"] in ("numpyro", "blackjax"):
+        kwargs["nuts"] = {"chain_method": chain_method}
     model = logistic(rows)
     setup = time.perf_counter() - start
     try:
@@ -246,7 +256,8 @@ def contender(how: str, rows: int, tune: int, draws: int) -> dict:
         idata = sample(
             draws=draws,
             tune=tune,
-            chains=1,
+            chains=chains,
+            cores=1,
             random_seed=3,
             progressbar=False,
             model=model,
@@ -269,11 +280,14 @@ def contender(how: str, rows: int, tune: int, draws: int) -> dict:
     }
 
 
-def run_contender(name: str, rows: int, tune: int, draws: int) -> dict:
+def run_contender(
+    name: str, rows: int, tune: int, draws: int, chains: int = 1, chain_method: str = "parallel"
+) -> dict:
     """:func:`contender` in a fresh process (pinned to core 0 where the name says)."""
     how, pinned = CONTENDERS[name]
     command = [sys.executable, __file__, "--one", how, "--rows", str(rows)]
-    command += ["--tune", str(tune), "--draws", str(draws)]
+    command += ["--tune", str(tune), "--draws", str(draws), "--chains", str(chains)]
+    command += ["--chain-method", chain_method]
     env = dict(os.environ)
     if how == "synk-gpu":
         from synkhronos.rank.backends.gpu import visible_gpus
@@ -296,12 +310,15 @@ def run_contender(name: str, rows: int, tune: int, draws: int) -> dict:
     return json.loads(lines[-1])
 
 
-def samplers(rows: int, rounds: int, tune: int, draws: int, names: list[str]) -> None:
-    """Every contender ``rounds`` times, taking turns; the best round of each printed."""
+def samplers(rows: int, args: argparse.Namespace, names: list[str]) -> None:
+    """Every contender ``args.rounds`` times, taking turns; the best round of each printed,
+    then the fastest synk's speed against the fastest ``pm.sample``'s."""
     best: dict[str, dict] = {}
-    for _ in range(rounds):
+    for _ in range(args.rounds):
         for name in names:
-            result = run_contender(name, rows, tune, draws)
+            result = run_contender(
+                name, rows, args.tune, args.draws, args.chains, args.chain_method
+            )
             kept = best.get(name)
             if (
                 kept is None
@@ -310,16 +327,17 @@ def samplers(rows: int, rounds: int, tune: int, draws: int, names: list[str]) ->
             ):
                 best[name] = result
     reference = next((r for r in best.values() if "error" not in r), None)
-    ok = {n: r for n, r in best.items() if "error" not in r and n.startswith("pm")}
+    ok = {n: r["sampling_s"] for n, r in best.items() if "error" not in r}
     fastest = [  # pm.sample's fastest: in one unrestricted process, and on one core
         min(
-            (r["sampling_s"] for n, r in ok.items() if n.endswith("1 core") == pinned),
+            (t for n, t in ok.items() if n.startswith("pm") and n.endswith("1 core") == pinned),
             default=np.nan,
         )
         for pinned in (False, True)
     ]
     print(
-        f"{rows:>9} rows  NUTS {tune}+{draws}, one chain, best of {rounds} "
+        f"{rows:>9} rows  NUTS {args.tune}+{args.draws}, {args.chains} chain(s) "
+        f"({args.chain_method} for numpyro), best of {args.rounds} "
         f"(load average {os.getloadavg()[0]:.2f}):"
     )
     for name, r in best.items():
@@ -332,9 +350,15 @@ def samplers(rows: int, rounds: int, tune: int, draws: int, names: list[str]) ->
             f"    {name:<28} sampling {seconds:8.1f} s (x{fastest[0] / seconds:.2f} the fastest "
             f"pm, x{fastest[1] / seconds:.2f} on 1 core)  call {r['wall_s']:8.1f} s  "
             f"compile {r['compile_s']:6.1f} s  setup {r['setup_s']:5.1f} s  "
-            f"means within {far:.1f} MCSE",
+            f"means within {far:.1f} MCSE ({'ok' if far <= 4 else 'FAR'})",
             flush=True,
         )
+    synk_best = min((t for n, t in ok.items() if n.startswith("synk")), default=np.nan)
+    print(
+        f"    fastest synk against the fastest pm.sample: x{fastest[0] / synk_best:.2f} "
+        f"unrestricted (goal 1), x{fastest[1] / synk_best:.2f} pinned to one core (goal 1.6)",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -347,15 +371,27 @@ def main() -> None:
     parser.add_argument("--no-sampling", action="store_true")
     parser.add_argument("--samplers", action="store_true", help="the samplers (issue #60)")
     parser.add_argument("--only", nargs="+", choices=list(CONTENDERS), help="these samplers")
+    parser.add_argument("--with-pymc", action="store_true", help="also PyMC's own NUTS")
+    parser.add_argument("--chains", type=int, default=1, help="with --samplers")
+    parser.add_argument(
+        "--chain-method",
+        choices=["parallel", "vectorized"],
+        default="parallel",
+        help="numpyro's (PyMC's chain_method), with --samplers",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a sampler's own process
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(contender(args.one, args.rows[0], args.tune, args.draws)), flush=True)
+        figures = contender(
+            args.one, args.rows[0], args.tune, args.draws, args.chains, args.chain_method
+        )
+        print(json.dumps(figures), flush=True)
         return
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
     if args.samplers:
         for rows in args.rows:
-            samplers(rows, args.rounds, args.tune, args.draws, args.only or list(CONTENDERS))
+            names = args.only or [n for n in CONTENDERS if args.with_pymc or n not in PYMC_NUTS]
+            samplers(rows, args, names)
         print(f"load average at the end: {os.getloadavg()[0]:.2f}", flush=True)
         return
     for rows in args.rows:

@@ -5,6 +5,7 @@ uneven rows, and on 2 MPI nodes; refused models; sampling gives PyMC's posterior
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 
@@ -239,7 +240,7 @@ def test_sample_gives_pymc_posterior(ranks):
     model = logistic(rng, n=101)
     settings = dict(draws=150, tune=150, chains=2, random_seed=7, progressbar=False)
     with model:
-        split = synk_pymc.sample(**settings)
+        split = synk_pymc.sample(min_rows=0, **settings)
         own = pm.sample(cores=1, **settings)
     import arviz as az
 
@@ -251,12 +252,16 @@ def test_sample_gives_pymc_posterior(ranks):
 
 
 @pytest.mark.parametrize("ranks", [pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
-@pytest.mark.parametrize("sampler", ["numpyro", "blackjax"])
-def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, monkeypatch):
+@pytest.mark.parametrize(
+    ("sampler", "chain_method"), [("numpyro", "parallel"), ("blackjax", "vectorized")]
+)
+def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, chain_method, monkeypatch):
     """numpyro's and blackjax's NUTS compiled whole on each GPU rank, its rows' terms
-    summed inside the program: the posterior means are within 4 Monte-Carlo standard
-    errors of ``pm.sample(nuts_sampler="numpyro")``'s, and every rank drew the same draws
-    (rank 0 compares them bit for bit; here the other ranks' replies are kept to see)."""
+    summed inside the program, 2 chains one after another ("parallel", PyMC's default:
+    numpyro's on one device) or together ("vectorized"): the posterior means are within 4
+    Monte-Carlo standard errors of ``pm.sample(nuts_sampler="numpyro")``'s, and every rank
+    drew the same draws (rank 0 compares them bit for bit; here the other ranks' replies
+    are kept to see)."""
     pytest.importorskip(sampler)
     import arviz as az
 
@@ -265,9 +270,9 @@ def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, monkeypatch):
     replies, run = [], routines.run
     monkeypatch.setattr(routines, "run", lambda *a: replies.append(run(*a)) or replies[-1])
     settings = dict(draws=150, tune=150, chains=2, random_seed=7, progressbar=False)
-    settings["nuts"] = {"chain_method": "vectorized"}  # PyMC's own: one CPU device here
+    settings["nuts"] = {"chain_method": chain_method}
     with logistic(np.random.default_rng(1), n=101):
-        split = synk_pymc.sample(nuts_sampler=sampler, **settings)
+        split = synk_pymc.sample(nuts_sampler=sampler, min_rows=0, **settings)
         # PyMC 6.4's own blackjax path fails with blackjax 1.7 (it hands the window
         # adaptation a progress_bar argument): numpyro's draws are the reference for both.
         own = pm.sample(nuts_sampler="numpyro", **settings)
@@ -314,7 +319,7 @@ def test_sample_splits_whatever_is_installed(ranks, split_calls):
     calls = split_calls
     settings = dict(draws=5, tune=5, chains=1, random_seed=7, progressbar=False)
     with logistic(np.random.default_rng(1), n=101):
-        idata = synk_pymc.sample(**settings)
+        idata = synk_pymc.sample(min_rows=0, **settings)
     assert idata.posterior["b"].shape == (1, 5, 3)
     assert len(calls) >= 10  # every step of NUTS evaluated the split function
     assert idata.posterior.attrs["inference_library"] == "nutpie"
@@ -324,8 +329,31 @@ def test_sample_splits_whatever_is_installed(ranks, split_calls):
         switch = pm.Bernoulli("switch", 0.5)
         mu = pm.Normal("mu", 0, 1)
         pm.Normal("y", mu + switch, 1.0, observed=rng.normal(size=101))
-        idata = synk_pymc.sample(**settings)
+        idata = synk_pymc.sample(min_rows=0, **settings)
     assert idata.posterior["mu"].shape == (1, 5) and len(calls) >= 10
+
+
+@pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_few_rows_sample_unsplit_and_say_so(ranks, split_calls, caplog):
+    """Below ``MIN_ROWS`` rows ``sample`` is ``pm.sample`` with the same sampler, unsplit
+    (the same draws), and a warning says so once; ``min_rows`` moves the threshold."""
+    pytest.importorskip("nutpie")
+    settings = dict(draws=20, tune=20, chains=1, random_seed=7, progressbar=False)
+    assert synk_pymc.MIN_ROWS["nutpie"] > 101
+    with (
+        logistic(np.random.default_rng(1), n=101) as model,
+        caplog.at_level(logging.WARNING, logger="synkhronos.extensions.pymc"),
+    ):
+        unsplit = synk_pymc.sample(**settings)
+        synk_pymc.sample(**settings)
+        own = pm.sample(nuts_sampler="nutpie", cores=1, **settings)
+    assert not split_calls
+    said = [r.getMessage() for r in caplog.records if "sampling unsplit" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"101 rows, fewer than min_rows={synk_pymc.MIN_ROWS['nutpie']}" in said[0]
+    assert np.array_equal(unsplit.posterior["b"], own.posterior["b"])
+    synk_pymc.sample(model=model, nuts_sampler="pymc", min_rows=101, **settings)
+    assert len(split_calls) >= 40  # 101 rows, min_rows=101: split
 
 
 @pytest.mark.parametrize("ranks", [2, 3], indirect=True)
@@ -338,7 +366,7 @@ def test_nutpie_calls_the_split_function(ranks, split_calls):
     calls = split_calls
     settings = dict(draws=100, tune=100, chains=2, random_seed=7, progressbar=False)
     with logistic(np.random.default_rng(1), n=101):
-        split = synk_pymc.sample(nuts_sampler="nutpie", **settings)
+        split = synk_pymc.sample(nuts_sampler="nutpie", min_rows=0, **settings)
         assert len(calls) >= 400  # 2 chains of 200 steps, each at least one evaluation
         reference = pm.sample(nuts_sampler="nutpie", **settings)
     assert split.posterior["b"].shape == reference.posterior["b"].shape == (2, 100, 3)
@@ -386,14 +414,14 @@ for n in (17, 41):
     assert_same(model, split, rng, points=2)
 settings = dict(draws=60, tune=60, chains=1, random_seed=7, progressbar=False)
 with logistic(np.random.default_rng(1), n=101):
-    mean = synk_pymc.sample(**settings).posterior["b"].mean(("chain", "draw")).values
+    mean = synk_pymc.sample(min_rows=0, **settings).posterior["b"].mean(("chain", "draw")).values
     own = pm.sample(cores=1, **settings)
 want = own.posterior["b"].mean(("chain", "draw")).values
 assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
 print(f"node {world.node} of {world.n_global} ranks: ok, means {mean.tobytes().hex()}", flush=True)
 if sys.argv[2] == "gpu":  # NUTS compiled whole, its all-reduce over every node's ranks
     with logistic(np.random.default_rng(1), n=101):
-        compiled = synk_pymc.sample(nuts_sampler="numpyro", **settings)
+        compiled = synk_pymc.sample(nuts_sampler="numpyro", min_rows=0, **settings)
     mean = compiled.posterior["b"].mean(("chain", "draw")).values
     assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
     print(f"node {world.node}: compiled means {mean.tobytes().hex()}", flush=True)
@@ -406,7 +434,7 @@ synk.close()
     reason="needs mpi4py and mpiexec next to the interpreter (pip install 'synkhronos[mpi]' mpich)",
 )
 @pytest.mark.parametrize(("local", "backend"), [(1, "cpu"), (2, "cpu"), (2, "gpu")])
-def test_nodes_give_pymc_own(tmp_path, local, backend):
+def test_nodes_give_pymc_own(tmp_path, local, backend, monkeypatch):
     """2 MPI nodes of ``local`` ranks (GPU ranks on CPU devices): the log-density and
     gradient equal PyMC's own within 1e-12, also after ``pm.set_data``, and a short
     sampling's posterior means are within 4 Monte-Carlo standard errors of ``pm.sample``'s
@@ -414,6 +442,11 @@ def test_nodes_give_pymc_own(tmp_path, local, backend):
     numpyro's NUTS compiled whole, its all-reduce over the ranks of both nodes."""
     if backend == "gpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
+    # Importing pymc.sampling.jax (an earlier test's numpyro sampling) sets XLA_FLAGS in
+    # this process to 100 host devices, which the nodes would inherit: a rank needs one.
+    flags = os.environ.get("XLA_FLAGS", "")
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", flags)
+    monkeypatch.setenv("XLA_FLAGS", flags.strip())
     proc, _ = _launch(tmp_path, NODES, str(local), backend, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

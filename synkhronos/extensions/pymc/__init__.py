@@ -12,7 +12,14 @@ imported when a function is called. See ``docs/pymc.rst``.
 
 from synkhronos.extensions.pymc.compiled import CompiledDensity
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
-from synkhronos.extensions.pymc.sampling import sample
+from synkhronos.extensions.pymc.sampling import MIN_ROWS, sample
 from synkhronos.extensions.pymc.terms import RowsNotSplittable
 
-__all__ = ["CompiledDensity", "RowsNotSplittable", "SplitDensity", "logp_dlogp_function", "sample"]
+__all__ = [
+    "MIN_ROWS",
+    "CompiledDensity",
+    "RowsNotSplittable",
+    "SplitDensity",
+    "logp_dlogp_function",
+    "sample",
+]

@@ -11,12 +11,14 @@ is the rank's own rows' terms, summed over the ranks by an all-reduce, plus the 
 computed once (the priors, the Jacobians), which every rank computes alike. Every rank
 starts from the same point with the same key and receives the same sums, so every rank
 takes the same trajectory; rank 0 checks that every rank's draws are its own, bit for
-bit, and returns them. The chains of one call run together in the program
-(``jax.vmap``).
+bit, and returns them. The chains of one call run in the program as PyMC's
+``chain_method`` says: "vectorized" together (``jax.vmap``), "parallel" (its default)
+one after another, as numpyro runs parallel chains on one device (each rank has one).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import pickle
@@ -93,7 +95,8 @@ def sample_on_ranks(
     initial_points: list,
     target_accept: float,
     nuts_kwargs: dict,
-    **_pymc,  # the rest PyMC passes (the model, its logp_fn, chain_method): not needed
+    chain_method: str = "parallel",
+    **_pymc,  # the rest PyMC passes (the model, its logp_fn, progressbar): not needed
 ) -> tuple[list, dict, Any]:
     """PyMC's ``_sample_numpyro_nuts`` / ``_sample_blackjax_nuts``, run by every rank in one
     program each: returns rank 0's ``(draws by variable, sample stats, the library)``.
@@ -112,6 +115,7 @@ def sample_on_ranks(
         tune=int(tune),
         draws=int(draws),
         chains=int(chains),
+        vectorized=chain_method == "vectorized",
         seed=int(random_seed),
         target_accept=float(target_accept),
         nuts=dict(nuts_kwargs),
@@ -203,7 +207,12 @@ def _program_body(graph: tuple, config: dict, n_ranks: int, n_values: int):
             return rows_sum(position) + once_fn(*position)[0]
 
         keys = jax.random.split(jax.random.PRNGKey(config["seed"]), config["chains"])
-        draws, stats = jax.vmap(lambda k, p: chain(logp, k, list(p), config))(keys, inits)
+
+        def one(key_and_init):
+            return chain(logp, key_and_init[0], list(key_and_init[1]), config)
+
+        each = jax.vmap(one) if config["vectorized"] else functools.partial(jax.lax.map, one)
+        draws, stats = each((keys, inits))
         return [*draws, *stats]
 
     return body

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import weakref
 from typing import Any
 
@@ -20,7 +21,17 @@ import numpy as np
 
 from synkhronos.extensions.pymc.compiled import SAMPLERS, CompiledDensity, sample_on_ranks
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
+from synkhronos.extensions.pymc.terms import row_count
 from synkhronos.session import launch
+
+logger = logging.getLogger(__name__)
+
+#: The rows below which :func:`sample` runs ``pm.sample`` unsplit, by ``nuts_sampler``:
+#: the smallest size measured where the split, on 2 ranks of a 2-core machine, sampled
+#: faster than the same sampler in one process (``bench/bench_pymc.py --samplers``;
+#: numpyro's on GPU ranks on CPU devices; docs/pymc.rst). blackjax is always split:
+#: PyMC 6.4's own blackjax sampling fails with blackjax 1.7.
+MIN_ROWS = {"pymc": 100_000, "nutpie": 100_000, "numpyro": 1_000_000, "blackjax": 0}
 
 # Each model's split functions, by what they were built for: a later sampling of the
 # model in the same session reuses its function (its ranks' compiled code and the rows in
@@ -28,7 +39,7 @@ from synkhronos.session import launch
 _built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def sample(*args, model: Any = None, **kwargs) -> Any:
+def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> Any:
     """``pm.sample(*args, **kwargs)`` with every evaluation of the model's log-density and
     its gradient by NUTS (and HMC) split by rows over the ranks of the session.
 
@@ -49,6 +60,17 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
       ``synk_sampling_s`` say how long rank 0 compiled and ran it;
     - any other is refused, saying why.
 
+    Parameters
+    ----------
+    *args, **kwargs
+        What ``pm.sample`` takes.
+    model : pymc.Model, optional
+        Default: the model of the ``with`` block.
+    min_rows : int, optional
+        The rows below which the call is ``pm.sample(*args, **kwargs)`` itself, unsplit,
+        with the same sampler (a warning, once per model and sampler, says so); default:
+        :data:`MIN_ROWS` of the sampler. ``min_rows=0`` always splits.
+
     Raises
     ------
     ValueError
@@ -67,15 +89,23 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
         raise ValueError("synk_pymc.sample runs its chains in rank 0's process: cores=1")
     # Chosen here, never by what is installed: PyMC's default is nutpie where it is.
     sampler = kwargs.setdefault("nuts_sampler", "pymc" if model.discrete_value_vars else "nutpie")
-    if sampler in SAMPLERS:
-        return _sample_compiled(model, sampler, *args, **kwargs)
-    if sampler == "nutpie":
-        return _sample_nutpie(model, *args, **kwargs)
-    if sampler != "pymc":
+    if sampler not in MIN_ROWS:
         raise ValueError(
             f"synk_pymc.sample splits the NUTS of pymc and nutpie, and on GPU ranks "
             f"numpyro's and blackjax's: not nuts_sampler={sampler!r}"
         )
+    backend = launch.current().backend.name
+    if sampler in SAMPLERS and backend != "gpu":
+        raise ValueError(
+            f"nuts_sampler={sampler!r} compiles NUTS into one program per GPU rank "
+            f"(backend='gpu'), not on {backend!r} ranks: there, nuts_sampler='pymc'"
+        )
+    if _too_few_rows(model, sampler, MIN_ROWS[sampler] if min_rows is None else min_rows):
+        return pm.sample(*args, model=model, **kwargs)
+    if sampler in SAMPLERS:
+        return _sample_compiled(model, sampler, *args, **kwargs)
+    if sampler == "nutpie":
+        return _sample_nutpie(model, *args, **kwargs)
 
     def split(
         grad_vars=None, tempered: bool = False, initial_point=None, ravel_inputs=None, **kw
@@ -89,6 +119,26 @@ def sample(*args, model: Any = None, **kwargs) -> Any:
         return pm.sample(*args, model=model, **kwargs)
     finally:
         del model.logp_dlogp_function
+
+
+def _too_few_rows(model: Any, sampler: str, min_rows: int) -> bool:
+    """Whether the model has fewer rows than ``min_rows``; the first time for this model
+    and sampler, a warning says so."""
+    n_rows = row_count(model)
+    if n_rows >= min_rows:
+        return False
+    told = _built.setdefault(model, {})
+    if ("unsplit", sampler) not in told:
+        told["unsplit", sampler] = True
+        logger.warning(
+            "synk_pymc.sample: %d rows, fewer than min_rows=%d for nuts_sampler=%r, below "
+            "which the split sampled slower than one process: sampling unsplit, as "
+            "pm.sample does (min_rows=0 splits)",
+            n_rows,
+            min_rows,
+            sampler,
+        )
+    return True
 
 
 def _split_function(model: Any, grad_vars=None, initial_point=None, **kw) -> SplitDensity:
@@ -154,12 +204,6 @@ def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
     import pymc as pm
     import pymc.sampling.jax as pymc_jax
 
-    backend = launch.current().backend.name
-    if backend != "gpu":
-        raise ValueError(
-            f"nuts_sampler={sampler!r} compiles NUTS into one program per GPU rank "
-            f"(backend='gpu'), not on {backend!r} ranks: there, nuts_sampler='pymc'"
-        )
     key = ("compiled", *model.basic_RVs, *model.potentials, *model.value_vars)
     built = _built.setdefault(model, {})
     density = built.get(key)
@@ -178,4 +222,4 @@ def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
     return idata
 
 
-__all__ = ["sample"]
+__all__ = ["MIN_ROWS", "sample"]
