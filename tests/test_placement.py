@@ -2,6 +2,8 @@
 
 import os
 
+import numpy as np
+import pytensor.tensor as pt
 import pytest
 
 import synkhronos as synk
@@ -80,3 +82,17 @@ def test_worker_env_threads_floatx_and_device(monkeypatch):
     assert env["PYTENSOR_FLAGS"] == f"optimizer=fast_run,floatX={pytensor.config.floatX}"
     assert json.loads(env["SYNK_SYS_PATH"]) == sys.path
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_a_forced_host_device_count_leaves_each_gpu_rank_one_device(monkeypatch):
+    """``XLA_FLAGS`` forcing several host devices (``pymc.sampling.jax`` sets 100 when
+    imported) is dropped for GPU ranks on CPU devices: each rank is one device."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    synk.fork(2, backend="gpu")
+    try:
+        x = pt.matrix("x")
+        f = synk.function([x], 2 * x, collect_modes="gather")
+        data = np.random.default_rng(0).normal(size=(11, 3)).astype(x.dtype)
+        np.testing.assert_array_equal(f(data), 2 * data)
+    finally:
+        synk.close()

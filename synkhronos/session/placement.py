@@ -68,7 +68,7 @@ def worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     env["SYNK_SYS_PATH"] = json.dumps(sys.path)
     if jax_on_cpus(backend):
         env["JAX_PLATFORMS"] = "cpu"
-        xla_flags = cpu_xla_flags(env.get("XLA_FLAGS", ""), threads)
+        xla_flags = cpu_xla_flags(env.pop("XLA_FLAGS", ""), threads)
         if xla_flags:
             env["XLA_FLAGS"] = xla_flags
     if gpu is not None:

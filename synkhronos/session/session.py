@@ -78,7 +78,7 @@ class _RankZeroLimits:
         if cores is not None:
             os.sched_setaffinity(0, cores)
         xla_flags = cpu_xla_flags(self._xla_flags or "", threads)
-        if jax_on_cpus(backend) and xla_flags:
+        if jax_on_cpus(backend) and xla_flags != (self._xla_flags or ""):
             # Effective only if JAX has not started its CPU client yet in this process.
             os.environ["XLA_FLAGS"] = xla_flags
         self._restore_heap = keep_freed_memory()

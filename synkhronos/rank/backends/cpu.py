@@ -6,11 +6,14 @@ from synkhronos.rank.backends.base import Backend
 
 # XLA on one core: no Eigen thread pool (its threads would contend with the rank's own).
 XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+FORCED_DEVICES = "--xla_force_host_platform_device_count"
 
 
 def xla_flags(flags: str, threads: int) -> str:
-    """``XLA_FLAGS`` (the user's ``flags`` kept) for a process with ``threads`` cores: XLA
-    sizes its pool to the affinity set, and on one core it gets no pool at all.
+    """``XLA_FLAGS`` (the user's ``flags`` kept) for a rank with ``threads`` cores: XLA
+    sizes its pool to the affinity set, and on one core it gets no pool at all. A forced
+    count of host devices is dropped: a rank is one device (importing
+    ``pymc.sampling.jax`` forces 100 into the environment the workers inherit).
 
     Examples
     --------
@@ -18,7 +21,10 @@ def xla_flags(flags: str, threads: int) -> str:
     ['--xla_cpu_multi_thread_eigen=false', 'intra_op_parallelism_threads=1']
     >>> xla_flags("", 4)
     ''
+    >>> xla_flags("--xla_force_host_platform_device_count=100 --xla_dump_to=/tmp/x", 4)
+    '--xla_dump_to=/tmp/x'
     """
+    flags = " ".join(f for f in flags.split() if not f.startswith(FORCED_DEVICES))
     if threads != 1 or "xla_cpu_multi_thread_eigen" in flags:
         return flags
     return f"{flags} {XLA_ONE_THREAD}".strip()
