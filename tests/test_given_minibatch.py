@@ -222,6 +222,37 @@ def test_minibatch_of_fewer_rows_than_ranks(session):
     assert n in (2, 3)
 
 
+def test_num_slices_of_a_minibatch_computed_whole(session):
+    """A minibatch of fewer rows than ranks (the last, 1 row), computed whole: its
+    ``num_slices`` is checked as the split's (0 refused; 2 refused where the mask is
+    drawn per row), and 2 gives one device's answer where nothing is drawn."""
+    x, y, _, ce, params, _ = _classifier()
+    train_x, train_y = _shared_data(3)
+    index, size = pt.lscalar("index"), 11  # minibatches of 11, 11 and 1
+    updates = lasagne.updates.sgd(ce.mean(), params, 0.1)
+    givens = {
+        x: train_x[index * size : (index + 1) * size],
+        y: train_y[index * size : (index + 1) * size],
+    }
+    train = synk.function([index], ce.mean(), updates=updates, givens=givens, mode=_mode())
+    reference = _reference([index], ce.mean(), updates=updates, givens=givens, mode=_mode())
+    with pytest.raises(ValueError, match="num_slices must be at least 1"):
+        train(2, num_slices=0)
+    with pytest.raises(TypeError, match="num_slices must be an int"):
+        train(2, num_slices=2.0)
+
+    def sliced(k):
+        return train(k, num_slices=2)
+
+    _as_one_device(session, sliced, reference, [(2,), (0,), (2,)], params)
+    _cpu_ranks_only()
+    x, level, cost, updates, params = _denoising_autoencoder()
+    givens = {x: _unit_data(ROWS)[index * size : (index + 1) * size]}
+    train = synk.function([index, level], cost, updates=updates, givens=givens, mode=_mode())
+    with pytest.raises(ValueError, match="draws random numbers per row"):
+        train(2, 0.3, num_slices=2)
+
+
 def test_broadcast_index_of_dA_draws_as_one_device(session):
     """dA's line as the old error said to write it, ``bcast_inputs=[index]``: split as
     its line with the index in ``inputs`` is."""
