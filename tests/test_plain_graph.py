@@ -19,7 +19,7 @@ import synkhronos as synk
 from synkhronos.api.plain_graph import PlainGraph
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
-from tests import test_given_minibatch as given_minibatch
+from tests import test_given_rows as given_minibatch
 from tests import test_training_outputs as training_outputs
 
 MODE = training_outputs.MODE
