@@ -158,6 +158,11 @@ def test_givens_slice_with_a_corruption_mask(monkeypatch):
     _against_both(train, reference, calls, calls, [*params, *generators], monkeypatch)
     with pytest.raises(ValueError, match="batch and batch_s do not apply"):
         train(0, 0.3, batch=slice(0, 2))
+    with pytest.raises(TypeError, match="index"):  # as pytensor.function refuses it
+        train(1.5, 0.3)
+    calls = [((synk.data(np.array(2)), 0.3), {}), ((np.int32(1), np.float64(0.2)), {})]
+    reference_calls = [((2, 0.3), {}), ((1, 0.2), {})]
+    _against_both(train, reference, calls, reference_calls, [*params, *generators], monkeypatch)
 
 
 def test_num_slices_runs_the_phases(monkeypatch, rng):

@@ -20,11 +20,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
+from synkhronos.api.collectives import checked_value
 from synkhronos.api.functions import Function, FunctionParts
-from synkhronos.api.planning import CallOptions
+from synkhronos.api.planning import CallOptions, label
 from synkhronos.api.selected import GivenMinibatch
 from synkhronos.rank.compiled import is_jax
 from synkhronos.transport.nodes import current as current_nodes
+from synkhronos.transport.shared_arrays import Data
 
 
 class PlainGraph:
@@ -51,6 +55,17 @@ class PlainGraph:
         if session.n_ranks == 1 and current_nodes().n_global == 1 and not is_jax(compiler):
             alone = replace(parts, mode=mode, counts_rows=False, handover=[])
             self._function = Function(session, replace(alone, same_on_every_rank=[]))
+        # Per broadcast scalar (the tutorials' index): its position, its variable, and the
+        # Data each call's value is written into. The same Data at every call make a call
+        # like the last one a kept call (a value would be planned anew at every call).
+        self._held = [
+            (i, var, Data(np.zeros((), var.dtype), var=var, name=str(var)))
+            for i, var in enumerate(parts.bcast_inputs)
+            if var.type.ndim == 0 and self._function is not None
+        ]
+        self._n, self._count = len(parts.inputs), len(parts.inputs) + len(parts.bcast_inputs)
+        self._what = parts.what
+        self._downcast = parts.function_kwargs.get("allow_input_downcast") or None
 
     def runs(self, options: CallOptions) -> bool:
         """Whether a call with ``options`` runs the plain graph."""
@@ -60,6 +75,8 @@ class PlainGraph:
         """The call of the line on rank 0 alone, with ``args`` in the training function's
         order and its options; its outputs as the training function returns them."""
         assert self._function is not None  # runs() said so
+        if self._held and len(args) == self._count:  # (a wrong count: the call's error)
+            args = self._in_held(args)
         if options.plain:
             return self._function(*args)
         return self._function(
@@ -69,6 +86,18 @@ class PlainGraph:
             num_slices=options.num_slices,  # 1, or an equal value its checks refuse
             output_subset=options.output_subset,
         )
+
+    def _in_held(self, args: tuple) -> tuple:
+        """``args`` with each broadcast scalar's value checked as a call checks it and
+        written into its held Data."""
+        values = list(args)
+        for i, var, data in self._held:
+            k = self._n + i
+            if not isinstance(values[k], Data):
+                what = f"{self._what}, {label(var, i, 'broadcast input')}"
+                data.data[...] = checked_value(var, values[k], what, self._downcast)
+                values[k] = data
+        return tuple(values)
 
 
 def line_parts(parts: FunctionParts, given: GivenMinibatch | None) -> FunctionParts:

@@ -239,14 +239,9 @@ class TrainingFunction(BaseFunction):
         )
         self._reduced_outputs = list(split.outputs)
         self._row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
-        self._entries: list = [self.row_function]
-        for (statistics, _), stage, function in zip(
-            holders.rounds, split.rounds, self.round_functions, strict=True
-        ):
-            self._entries += _all_reduces(statistics.values(), stage.reductions)
-            self._entries.append(function)
-        self._entries += _all_reduces(holders.reduced, split.reductions)
-        self._entries += [self.reduced_function]
+        self._entries = _steps(
+            split, holders, [self.row_function, *self.round_functions, self.reduced_function]
+        )
         self.chain = Chain(session, [self])
         self._selected: tuple | None = None  # a call's arguments and selected rows
         self._plain = PlainGraph(session, line_parts(parts, given), mode)
@@ -363,6 +358,17 @@ class TrainingFunction(BaseFunction):
                 name="positions",
             )
         return self._positions_data
+
+
+def _steps(split: PhaseSplit, holders: _Holders, functions: list) -> list:
+    """The chain's steps of the phases' ``functions`` (the row phase, its later rounds,
+    the reduced phase): the all-reduces of each round's statistics before the round
+    after it, and of the frontier before the reduced phase."""
+    row, *rounds, reduced = functions
+    steps = [row]
+    for (statistics, _), stage, function in zip(holders.rounds, split.rounds, rounds, strict=True):
+        steps += [*_all_reduces(statistics.values(), stage.reductions), function]
+    return [*steps, *_all_reduces(holders.reduced, split.reductions), reduced]
 
 
 def _all_reduces(held, reductions: list) -> list[tuple]:
