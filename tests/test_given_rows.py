@@ -10,6 +10,8 @@ batch of 1), on 2 and 3 CPU ranks in float64 (and 2 GPU ranks on CPU devices), a
 ``pytensor.function`` with the same line, every rank's state equal after each call.
 """
 
+import copy
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -184,6 +186,36 @@ def _cpu_ranks_only():
         pytest.skip("random draws in JAX mode are JAX's, not the C reference's")
 
 
+def _drawn_as_its_reference(session, train, calls, params):
+    """GPU ranks (JAX mode: JAX's bits, which no C reference draws): ``train``'s calls
+    against its own reference in rank 0's process (``as_pytensor``, compiled as the ranks
+    compile it), from the same parameters and generator state; every rank's state equal
+    (``synk.verify``)."""
+    _, tol = session
+    generators = [v for v in train.get_shared() if isinstance(v.type, RandomType)]
+    assert generators
+    start = [p.get_value() for p in params]
+    # A JAX generator's state is a dict that set_value does not take back: its storage.
+    states = [copy.deepcopy(g.container.storage[0]) for g in generators]
+    got = []
+    for args in calls:
+        got.append(train(*args))
+        synk.verify()
+    after = [p.get_value() for p in params]
+    drawn = [copy.deepcopy(g.container.storage[0]) for g in generators]
+    for p, value in zip(params, start, strict=True):
+        p.set_value(value)
+    for g, state in zip(generators, states, strict=True):
+        g.container.storage[0] = state
+    for k, args in enumerate(calls):
+        np.testing.assert_allclose(got[k], train.as_pytensor(*args), rtol=tol, atol=tol)
+    for value, p in zip(after, params, strict=True):
+        np.testing.assert_allclose(value, p.get_value(), rtol=tol, atol=tol, err_msg=str(p))
+    for g, state in zip(generators, drawn, strict=True):  # as the calls left every rank's
+        g.container.storage[0] = state
+    synk.broadcast(params)
+
+
 def _unit_data(rows):
     X = np.random.default_rng(8).uniform(size=(rows, 4)).astype(pytensor.config.floatX)
     return pytensor.shared(X, name="train_x")
@@ -191,14 +223,22 @@ def _unit_data(rows):
 
 def test_corruption_mask_drawn_as_one_device(session):
     """dA's line, its corruption level a second scalar input: every rank draws the whole
-    minibatch's mask as one device, and keeps its rows'."""
-    _cpu_ranks_only()
+    minibatch's mask as one device, and keeps its rows' (GPU ranks: as their reference
+    draws it, the last minibatch of 2 rows split, then one of 1 row computed whole)."""
     x, level, cost, updates, params = _denoising_autoencoder()
     train_x = _unit_data(ROWS)
     index, size = pt.lscalar("index"), 7
     givens = {x: train_x[index * size : (index + 1) * size]}
     train = synk.function([index, level], cost, updates=updates, givens=givens, mode=_mode())
     assert isinstance(train, TrainingFunction)
+    if launch.current().backend.name != "cpu":
+        fx = np.dtype(pytensor.config.floatX).type
+        calls = [(0, fx(0.3)), (3, fx(0.3)), (1, fx(0.2))]
+        _drawn_as_its_reference(session, train, calls, params)
+        one = {x: train_x[index : index + 1]}
+        train = synk.function([index, level], cost, updates=updates, givens=one)
+        _drawn_as_its_reference(session, train, [(5, fx(0.3)), (22, fx(0.3))], params)
+        return
     reference = _reference([index, level], cost, updates=updates, givens=givens, mode=_mode())
     _as_one_device(session, train, reference, [(0, 0.3), (1, 0.3), (3, 0.2)], params)
 
