@@ -20,6 +20,7 @@ from pytensor.tensor.random.type import RandomType
 
 import synkhronos as synk
 from synkhronos import theano
+from synkhronos.api.given_rows import GivenRows
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
@@ -121,6 +122,27 @@ def test_slice_of_constant_length(session):
     test_model = synk.function([index], outputs[1:], givens=givens, mode=_mode())
     test_reference = _reference([index], outputs[1:], givens=givens)
     _as_one_device(session, test_model, test_reference, calls, params)  # no update
+
+
+def test_selected_rows_computed_once_per_call(session, monkeypatch):
+    """Rank 0 computes a call's selected rows once (the call's check of their count and
+    its plan share them)."""
+    x, y, _, ce, params, _ = _classifier()
+    train_x, train_y = _shared_data(4)
+    index, size = pt.lscalar("index"), 7
+    givens = {
+        x: train_x[index * size : (index + 1) * size],
+        y: train_y[index * size : (index + 1) * size],
+    }
+    updates = lasagne.updates.sgd(ce.mean(), params, 0.1)
+    train = synk.function([index], ce.mean(), updates=updates, givens=givens, mode=_mode())
+    computed = []
+    rows = GivenRows.rows
+    monkeypatch.setattr(GivenRows, "rows", lambda self, a: computed.append(1) or rows(self, a))
+    for k in (0, 1, 0):
+        train(k)
+    assert len(computed) == 3
+    synk.verify()
 
 
 def test_index_vector_of_shuffled_minibatches(session):
