@@ -7,7 +7,7 @@ same start in one process (``pytensor.function`` in JAX mode on the whole batch)
 same loss and every parameter, optimizer state, running average and generator state;
 ``synk.verify()`` passes (the ranks are bit-identical); building says nothing (the model
 is exact). CPU ranks are left out: in the default mode each family's compiles took
-about 2 minutes on the 2-core test machine (tests/test_training_function.py and
+about 2 minutes on the 2-core test machine (tests/test_training.py and
 tests/test_split_training.py train such models on CPU ranks).
 """
 

@@ -147,7 +147,7 @@ def test_batch_norm_of_given_rows_trains_as_one_device(session):
 def test_minibatch_given_by_position(session):
     """The Theano idiom ``givens={x: x_all[idx * B:(idx + 1) * B]}``: from a shared
     variable every rank holds whole, each rank computes its share of the minibatch
-    (tests/test_given_minibatch.py); from a sliceable one, each rank would slice its own
+    (tests/test_given_rows.py); from a sliceable one, each rank would slice its own
     rows, which is said."""
     x, y, prediction, _, params, _ = _classifier()
     # No arange over the rows (cross-entropy's): JAX mode takes its bounds from shapes only.

@@ -40,11 +40,15 @@ class GivenRows:
         The shared variables the givens select from (each holds every row).
     is_slice : bool
         Whether the selection is a slice (else an index vector).
+    givens : list
+        The givens as written, ``(variable, value)`` pairs (the selection by the
+        broadcast inputs in the graph).
     """
 
     hidden: Variable
     data: list
     is_slice: bool
+    givens: list
     _bounds: Any  # a pytensor function of the broadcast inputs
     _present: list  # per slice bound: whether it is given (start, stop, step)
 
@@ -181,7 +185,7 @@ def select(givens: list, bcast_inputs: list, sliceable: list) -> tuple[list, Giv
         list(bcast_inputs), outputs, mode="FAST_COMPILE", on_unused_input="ignore"
     )
     data = list({id(d): d for d, _, _ in found.values()}.values())
-    return rewritten, GivenRows(hidden, data, is_slice, compiled, present)
+    return rewritten, GivenRows(hidden, data, is_slice, list(givens), compiled, present)
 
 
 __all__ = ["GivenRows", "batch_size_reshapes", "select"]

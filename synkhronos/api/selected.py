@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.type import RandomType
@@ -63,9 +64,17 @@ class GivenMinibatch:
     whole: FunctionParts
     function: Function | None = None
 
-    def run_whole(self, session, rows, args: tuple, kwargs: dict):
-        """The call of the parts as written, every rank computing it whole; rank 0's
-        outputs (every rank's are the same)."""
+    def run_whole(self, session, rows, args: tuple, options: CallOptions):
+        """The call of the parts as written, every rank computing it whole, with the
+        call's ``output_subset``; rank 0's outputs (every rank's are the same). Its
+        ``num_slices`` is checked as any call's, and slices nothing: the selected rows
+        travel as a broadcast input, so that no rank has rows to slice (each computes
+        the minibatch, of fewer rows than ranks, in one piece)."""
+        num_slices = options.num_slices
+        if isinstance(num_slices, bool) or not isinstance(num_slices, int | np.integer):
+            raise TypeError(f"num_slices must be an int, got {num_slices!r}")
+        if num_slices < 1:
+            raise ValueError(f"num_slices must be at least 1, got {num_slices}")
         if self.function is None:
             generators = random_generators(self.whole)
             # Explicit: a rank keeps the default update the training function shipped,
@@ -85,7 +94,7 @@ class GivenMinibatch:
                 same_on_every_rank=generators,
             )
             self.function = Function(session, parts)
-        return self.function(rows, *args, **kwargs)
+        return self.function(rows, *args, output_subset=options.output_subset)
 
 
 def refuse_row_options(what: str, options: CallOptions) -> None:

@@ -38,6 +38,7 @@ from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
+from synkhronos.api.plain_graph import PlainGraph, line_parts
 from synkhronos.api.planning import CallOptions, check_arguments, single_result
 from synkhronos.api.selected import GivenMinibatch, refuse_row_options, shipped_apart
 from synkhronos.api.split.keeping import IndexedPastRows
@@ -238,15 +239,12 @@ class TrainingFunction(BaseFunction):
         )
         self._reduced_outputs = list(split.outputs)
         self._row_outputs = [k for k in range(len(parts.outputs)) if k not in split.outputs]
-        self._entries: list = [self.row_function]
-        for (statistics, _), stage, function in zip(
-            holders.rounds, split.rounds, self.round_functions, strict=True
-        ):
-            self._entries += _all_reduces(statistics.values(), stage.reductions)
-            self._entries.append(function)
-        self._entries += _all_reduces(holders.reduced, split.reductions)
-        self._entries += [self.reduced_function]
+        self._entries = _steps(
+            split, holders, [self.row_function, *self.round_functions, self.reduced_function]
+        )
         self.chain = Chain(session, [self])
+        self._selected: tuple | None = None  # a call's arguments and selected rows
+        self._plain = PlainGraph(session, line_parts(parts, given), mode)
 
     def __repr__(self) -> str:
         return f"<synkhronos.TrainingFunction {self.name or ''}>".replace(" >", ">")
@@ -270,15 +268,25 @@ class TrainingFunction(BaseFunction):
         Arguments (and options) as for :meth:`synkhronos.Function.__call__`. Every rank
         needs at least one row of the call (a ``ValueError`` says which rank has none), but
         where the givens select the minibatch from shared data: a minibatch of fewer rows
-        than ranks is computed whole on every rank.
+        than ranks is computed whole on every rank. On one CPU rank a call without
+        ``num_slices`` runs the line's plain graph (:mod:`synkhronos.api.plain_graph`).
         """
         args, options = self._arguments(args, kwargs)
+        session = self._check_session()
+        if self._given is not None:
+            refuse_row_options(self._what, options)
+        if self._plain.runs(options):
+            return self._plain(args, options)
         if self._given is not None and len(args) == len(self.inputs):
             rows = self._given.rows.rows(args)
             if len(rows) < current_nodes().n_global and options.batch is None:
-                subset = {"output_subset": options.output_subset}
-                return self._given.run_whole(self._check_session(), rows, args, subset)
-        return self.chain._run(args, options, {}, self._what)[0]
+                self._refuse_slices(options.num_slices)
+                return self._given.run_whole(session, rows, args, options)
+            self._selected = (args, rows)  # _plan's, through the chain: computed once
+        try:
+            return self.chain._run(args, options, {}, self._what)[0]
+        finally:
+            self._selected = None
 
     def _chain_entries(self) -> list:
         return list(self._entries)
@@ -300,26 +308,31 @@ class TrainingFunction(BaseFunction):
                 raise TypeError(
                     f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}"
                 )
-            args = (self._given.rows.rows(args), *args)
+            selected = self._selected
+            rows = selected[1] if selected and selected[0] is args else self._given.rows.rows(args)
+            args = (rows, *args)
         check_arguments(self._what, self._spec, args)
-        num_slices = options.num_slices
+        self._refuse_slices(options.num_slices)
+        if self._draws:
+            n_in = len(self._spec.inputs)
+            args = (*args[:n_in], self._row_positions(args[0], options.batch), *args[n_in:])
+        # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
+        options = replace(options, output_subset=None)
+        return self.row_function._plan(session, (*args, _NO_ROWS), options, True)
+
+    def _refuse_slices(self, num_slices) -> None:
+        """Refuse ``num_slices > 1`` where slices would not give one device's answer."""
         if num_slices != 1 and self.round_functions:
             raise ValueError(
                 f"{self._what} reads statistics of the whole batch (batch normalization's), "
                 f"which it computes in rounds that keep each rank's rows whole: call it "
                 f"with num_slices=1"
             )
-        if self._draws:
-            if num_slices != 1:
-                raise ValueError(
-                    f"{self._what} draws random numbers per row, which are one device's "
-                    f"draws only with num_slices=1 (each slice would draw anew)"
-                )
-            n_in = len(self._spec.inputs)
-            args = (*args[:n_in], self._row_positions(args[0], options.batch), *args[n_in:])
-        # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
-        options = replace(options, output_subset=None)
-        return self.row_function._plan(session, (*args, _NO_ROWS), options, True)
+        if num_slices != 1 and self._draws:
+            raise ValueError(
+                f"{self._what} draws random numbers per row, which are one device's "
+                f"draws only with num_slices=1 (each slice would draw anew)"
+            )
 
     def _collect(self, results: list, output_subset: Sequence[int] | None):
         values: list = [None] * len(self.output_modes)
@@ -345,6 +358,17 @@ class TrainingFunction(BaseFunction):
                 name="positions",
             )
         return self._positions_data
+
+
+def _steps(split: PhaseSplit, holders: _Holders, functions: list) -> list:
+    """The chain's steps of the phases' ``functions`` (the row phase, its later rounds,
+    the reduced phase): the all-reduces of each round's statistics before the round
+    after it, and of the frontier before the reduced phase."""
+    row, *rounds, reduced = functions
+    steps = [row]
+    for (statistics, _), stage, function in zip(holders.rounds, split.rounds, rounds, strict=True):
+        steps += [*_all_reduces(statistics.values(), stage.reductions), function]
+    return [*steps, *_all_reduces(holders.reduced, split.reductions), reduced]
 
 
 def _all_reduces(held, reductions: list) -> list[tuple]:

@@ -10,6 +10,8 @@ batch of 1), on 2 and 3 CPU ranks in float64 (and 2 GPU ranks on CPU devices), a
 ``pytensor.function`` with the same line, every rank's state equal after each call.
 """
 
+import copy
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -18,6 +20,7 @@ from pytensor.tensor.random.type import RandomType
 
 import synkhronos as synk
 from synkhronos import theano
+from synkhronos.api.given_rows import GivenRows
 from synkhronos.api.training import TrainingFunction
 from synkhronos.extensions import lasagne
 from synkhronos.extensions.lasagne import layers as L
@@ -121,6 +124,27 @@ def test_slice_of_constant_length(session):
     _as_one_device(session, test_model, test_reference, calls, params)  # no update
 
 
+def test_selected_rows_computed_once_per_call(session, monkeypatch):
+    """Rank 0 computes a call's selected rows once (the call's check of their count and
+    its plan share them)."""
+    x, y, _, ce, params, _ = _classifier()
+    train_x, train_y = _shared_data(4)
+    index, size = pt.lscalar("index"), 7
+    givens = {
+        x: train_x[index * size : (index + 1) * size],
+        y: train_y[index * size : (index + 1) * size],
+    }
+    updates = lasagne.updates.sgd(ce.mean(), params, 0.1)
+    train = synk.function([index], ce.mean(), updates=updates, givens=givens, mode=_mode())
+    computed = []
+    rows = GivenRows.rows
+    monkeypatch.setattr(GivenRows, "rows", lambda self, a: computed.append(1) or rows(self, a))
+    for k in (0, 1, 0):
+        train(k)
+    assert len(computed) == 3
+    synk.verify()
+
+
 def test_index_vector_of_shuffled_minibatches(session):
     """``train_x[order[index * B:(index + 1) * B]]``, ``order`` a shared permutation, and
     Adam (its step count too)."""
@@ -184,6 +208,36 @@ def _cpu_ranks_only():
         pytest.skip("random draws in JAX mode are JAX's, not the C reference's")
 
 
+def _drawn_as_its_reference(session, train, calls, params):
+    """GPU ranks (JAX mode: JAX's bits, which no C reference draws): ``train``'s calls
+    against its own reference in rank 0's process (``as_pytensor``, compiled as the ranks
+    compile it), from the same parameters and generator state; every rank's state equal
+    (``synk.verify``)."""
+    _, tol = session
+    generators = [v for v in train.get_shared() if isinstance(v.type, RandomType)]
+    assert generators
+    start = [p.get_value() for p in params]
+    # A JAX generator's state is a dict that set_value does not take back: its storage.
+    states = [copy.deepcopy(g.container.storage[0]) for g in generators]
+    got = []
+    for args in calls:
+        got.append(train(*args))
+        synk.verify()
+    after = [p.get_value() for p in params]
+    drawn = [copy.deepcopy(g.container.storage[0]) for g in generators]
+    for p, value in zip(params, start, strict=True):
+        p.set_value(value)
+    for g, state in zip(generators, states, strict=True):
+        g.container.storage[0] = state
+    for k, args in enumerate(calls):
+        np.testing.assert_allclose(got[k], train.as_pytensor(*args), rtol=tol, atol=tol)
+    for value, p in zip(after, params, strict=True):
+        np.testing.assert_allclose(value, p.get_value(), rtol=tol, atol=tol, err_msg=str(p))
+    for g, state in zip(generators, drawn, strict=True):  # as the calls left every rank's
+        g.container.storage[0] = state
+    synk.broadcast(params)
+
+
 def _unit_data(rows):
     X = np.random.default_rng(8).uniform(size=(rows, 4)).astype(pytensor.config.floatX)
     return pytensor.shared(X, name="train_x")
@@ -191,14 +245,22 @@ def _unit_data(rows):
 
 def test_corruption_mask_drawn_as_one_device(session):
     """dA's line, its corruption level a second scalar input: every rank draws the whole
-    minibatch's mask as one device, and keeps its rows'."""
-    _cpu_ranks_only()
+    minibatch's mask as one device, and keeps its rows' (GPU ranks: as their reference
+    draws it, the last minibatch of 2 rows split, then one of 1 row computed whole)."""
     x, level, cost, updates, params = _denoising_autoencoder()
     train_x = _unit_data(ROWS)
     index, size = pt.lscalar("index"), 7
     givens = {x: train_x[index * size : (index + 1) * size]}
     train = synk.function([index, level], cost, updates=updates, givens=givens, mode=_mode())
     assert isinstance(train, TrainingFunction)
+    if launch.current().backend.name != "cpu":
+        fx = np.dtype(pytensor.config.floatX).type
+        calls = [(0, fx(0.3)), (3, fx(0.3)), (1, fx(0.2))]
+        _drawn_as_its_reference(session, train, calls, params)
+        one = {x: train_x[index : index + 1]}
+        train = synk.function([index, level], cost, updates=updates, givens=one)
+        _drawn_as_its_reference(session, train, [(5, fx(0.3)), (22, fx(0.3))], params)
+        return
     reference = _reference([index, level], cost, updates=updates, givens=givens, mode=_mode())
     _as_one_device(session, train, reference, [(0, 0.3), (1, 0.3), (3, 0.2)], params)
 
@@ -220,6 +282,37 @@ def test_minibatch_of_fewer_rows_than_ranks(session):
     reference = _reference([index, level], cost, updates=updates, givens=two, mode=_mode())
     _as_one_device(session, train, reference, [(k, 0.3) for k in (0, 11, 4)], params)
     assert n in (2, 3)
+
+
+def test_num_slices_of_a_minibatch_computed_whole(session):
+    """A minibatch of fewer rows than ranks (the last, 1 row), computed whole: its
+    ``num_slices`` is checked as the split's (0 refused; 2 refused where the mask is
+    drawn per row), and 2 gives one device's answer where nothing is drawn."""
+    x, y, _, ce, params, _ = _classifier()
+    train_x, train_y = _shared_data(3)
+    index, size = pt.lscalar("index"), 11  # minibatches of 11, 11 and 1
+    updates = lasagne.updates.sgd(ce.mean(), params, 0.1)
+    givens = {
+        x: train_x[index * size : (index + 1) * size],
+        y: train_y[index * size : (index + 1) * size],
+    }
+    train = synk.function([index], ce.mean(), updates=updates, givens=givens, mode=_mode())
+    reference = _reference([index], ce.mean(), updates=updates, givens=givens, mode=_mode())
+    with pytest.raises(ValueError, match="num_slices must be at least 1"):
+        train(2, num_slices=0)
+    with pytest.raises(TypeError, match="num_slices must be an int"):
+        train(2, num_slices=2.0)
+
+    def sliced(k):
+        return train(k, num_slices=2)
+
+    _as_one_device(session, sliced, reference, [(2,), (0,), (2,)], params)
+    _cpu_ranks_only()
+    x, level, cost, updates, params = _denoising_autoencoder()
+    givens = {x: _unit_data(ROWS)[index * size : (index + 1) * size]}
+    train = synk.function([index, level], cost, updates=updates, givens=givens, mode=_mode())
+    with pytest.raises(ValueError, match="draws random numbers per row"):
+        train(2, 0.3, num_slices=2)
 
 
 def test_broadcast_index_of_dA_draws_as_one_device(session):
