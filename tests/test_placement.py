@@ -96,3 +96,16 @@ def test_a_forced_host_device_count_leaves_each_gpu_rank_one_device(monkeypatch)
         np.testing.assert_array_equal(f(data), 2 * data)
     finally:
         synk.close()
+
+
+def test_rank_zero_keeps_the_users_thread_limit(monkeypatch):
+    """``OMP_NUM_THREADS=1`` set by the user stays rank 0's limit, as the workers keep it
+    (rank 0's BLAS went up to its share of the cores: 2 threads on this 2-core machine)."""
+    from threadpoolctl import threadpool_info
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    synk.fork(1, backend="cpu")
+    try:
+        assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
+    finally:
+        synk.close()

@@ -57,6 +57,20 @@ def jax_on_cpus(backend: str) -> bool:
     return backend == "jax-cpu" or (backend == "gpu" and gpu.on_cpu_devices())
 
 
+def rank_threads(threads: int, env=os.environ) -> int:
+    """``threads``, or fewer where the environment ``env`` asks fewer of a math library
+    (``OMP_NUM_THREADS=1``): rank 0 keeps the user's limit as the workers do
+    (:func:`worker_env` sets only the variables the user left unset).
+
+    Examples
+    --------
+    >>> rank_threads(2, {"OPENBLAS_NUM_THREADS": "1"}), rank_threads(2, {})
+    (1, 2)
+    """
+    asked = [int(v) for v in map(env.get, THREAD_VARS) if v and v.isdigit() and int(v)]
+    return min([threads, *asked])
+
+
 def worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     import pytensor
 

@@ -32,7 +32,7 @@ from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
 from synkhronos.session.agreed import AgreedValues
 from synkhronos.session.liveness import Watchdog
-from synkhronos.session.placement import cores_to_pin, jax_on_cpus, worker_env
+from synkhronos.session.placement import cores_to_pin, jax_on_cpus, rank_threads, worker_env
 from synkhronos.session.worker_output import WorkerOutput
 from synkhronos.transport import trace
 from synkhronos.transport.channel import (
@@ -72,7 +72,7 @@ class _RankZeroLimits:
         import scipy.linalg  # noqa: F401 - load the BLAS that Numba-compiled graphs call
         from threadpoolctl import threadpool_limits
 
-        self._blas = threadpool_limits(limits=threads)
+        self._blas = threadpool_limits(limits=rank_threads(threads))
         self._affinity = os.sched_getaffinity(0)
         self._xla_flags = os.environ.get("XLA_FLAGS")
         if cores is not None:
