@@ -5,8 +5,9 @@ devices here), against ``pytensor.function`` in one process.
 
 ResNet-110 (109 batch normalizations, CIFAR's 32x32x3 input) is split in one process:
 its statistics take 327 rounds, within the limit. Trained on ranks, a 26-layer one (25
-batch normalizations, 75 rounds) at 8x8, in PyTensor's FAST_COMPILE mode: each round is
-a function of its own, and compiling ResNet-110's 327 in the default mode takes minutes.
+batch normalizations, 75 rounds) at 8x8 on 2 CPU ranks, an 8-layer one elsewhere, CPU
+ranks in PyTensor's FAST_COMPILE mode: each round is a function every rank compiles,
+and ResNet-110's 327 would take minutes.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from synkhronos.extensions.lasagne.updates import momentum
 from synkhronos.rank.backends import gpu
 
 MODE = "FAST_COMPILE"
-FLOAT = pytensor.config.floatX
+#: (backend, ranks, blocks a stage): 4 blocks (75 rounds, past the 64 once allowed) on 2
+#: CPU ranks; 1 (21 rounds) elsewhere, as each round is a function each rank compiles.
 SESSIONS = [
-    ("cpu", 2),
-    ("cpu", 3),
-    pytest.param(("gpu", 2), marks=pytest.mark.gpu),
-    pytest.param(("gpu", 3), marks=pytest.mark.gpu),
+    ("cpu", 2, 4),
+    ("cpu", 3, 1),
+    pytest.param(("gpu", 2, 1), marks=pytest.mark.gpu),
+    pytest.param(("gpu", 3, 1), marks=pytest.mark.gpu),
 ]
 
 
@@ -74,9 +76,10 @@ def preactivation_resnet(x, blocks: int, size: int):
 
 
 def training(blocks: int, size: int):
-    """The network's loss and momentum updates (the parameters' and running averages')."""
+    """The network's loss and momentum updates (the parameters' and running averages'),
+    in floatX (float32 in a GPU session)."""
     lasagne.random.set_rng(np.random.RandomState(3))
-    x, t = pt.tensor4("x", dtype=FLOAT), pt.ivector("t")
+    x, t = pt.tensor4("x", dtype=pytensor.config.floatX), pt.ivector("t")
     net = preactivation_resnet(x, blocks, size)
     loss = lasagne.objectives.categorical_crossentropy(L.get_output(net), t).mean()
     params = L.get_all_params(net, trainable=True)
@@ -97,44 +100,49 @@ def test_resnet110_statistics_fit_the_rounds():
 
 @pytest.fixture(scope="module", params=SESSIONS, ids=lambda p: f"{p[0]}x{p[1]}")
 def session(request):
-    """A session of ``request.param`` (backend, ranks): its number of ranks."""
-    backend, n = request.param
+    """A session of ``request.param`` (backend, ranks, blocks): the mode its training
+    functions are built in (GPU ranks': their own, JAX), and the blocks a stage."""
+    backend, n, blocks = request.param
     if backend == "gpu":
         pytest.importorskip("jax")
         if not gpu.on_cpu_devices() and len(gpu.visible_gpus()) < n:
             pytest.skip(f"needs {n} GPUs")
     synk.fork(n, backend=backend)
-    yield n
+    yield None if backend == "gpu" else MODE, blocks
     synk.close()
 
 
-def test_a_26_layer_resnet_trains_as_one_device(session):
-    """75 rounds of batch statistics (past the 64 once allowed): no warning, and two
-    steps on 5 rows give one device's losses, parameters and running averages."""
-    x, t, loss, updates = training(4, 8)
+def test_a_deep_resnet_trains_as_one_device(session):
+    """A 26-layer network's 75 rounds of batch statistics (past the 64 once allowed), or
+    an 8-layer one's 21: no warning, and two steps on 5 rows give one device's losses,
+    parameters and running averages."""
+    mode, blocks = session
+    x, t, loss, updates = training(blocks, 8)
+    floatx = x.dtype
     variables = [v for v, _ in updates]
     variables += [v for v, _ in running_updates([loss], variables)]
     start = [v.get_value() for v in variables]
     rng = np.random.default_rng(11)
-    xs = rng.normal(size=(5, 3, 8, 8)).astype(FLOAT)
+    xs = rng.normal(size=(5, 3, 8, 8)).astype(floatx)
     ts = rng.integers(0, 10, 5).astype("int32")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        train = synk.function([x, t], loss, updates=updates, mode=MODE)
+        train = synk.function([x, t], loss, updates=updates, mode=mode)
     said = [str(w.message) for w in caught if "synkhronos" in str(w.message)]
     assert not said, said  # exact: nothing said
-    assert isinstance(train, TrainingFunction) and len(train.round_functions) == 75
+    assert isinstance(train, TrainingFunction)
+    assert len(train.round_functions) == 3 * (6 * blocks + 1)
     losses = [train(xs, ts) for _ in range(2)]
     synk.verify()  # every rank bit-identical
     trained = [v.get_value() for v in variables]
     for v, value in zip(variables, start, strict=True):
         v.set_value(value)
     reference = pytensor.function([x, t], loss, updates=updates, mode=MODE)
-    rtol = 1e-9 if FLOAT == "float64" else 1e-4
+    rtol = 1e-9 if floatx == "float64" else 1e-4
     np.testing.assert_allclose(losses, [reference(xs, ts) for _ in range(2)], rtol=rtol)
     for var, got in zip(variables, trained, strict=True):
         want = var.get_value()
         # Float32 rounds at the scale of the variable's largest entry.
-        atol = 1e-12 if FLOAT == "float64" else 1e-4 * np.abs(want).max()
+        atol = 1e-12 if floatx == "float64" else 1e-4 * np.abs(want).max()
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=str(var))
     synk.broadcast(variables)  # rank 0 holds the reference's values: every rank takes them
