@@ -46,3 +46,16 @@ def test_batch_norm_under_a_softmax_over_the_rows():
     assert not split.inexact, split.inexact
     arrays = [rng.normal(size=(ROWS, 3)).astype(FLOAT), rng.random(ROWS).astype(FLOAT)]
     assert_one_process([x, y], [loss], updates, arrays, split)
+
+
+def test_a_product_over_the_rows_is_said_with_its_layer():
+    """A reduction no round makes exact, read back by the rows: the sentence names the
+    layer's parameter it is read with."""
+    rng = np.random.default_rng(8)
+    x = pt.matrix("x", dtype=FLOAT)
+    w = pytensor.shared(rng.normal(size=(3, 2)).astype(FLOAT), name="dense.W")
+    h = pt.dot(x, w)
+    loss = (h * pt.prod(h, axis=0)).mean()
+    updates = [(w, w - 0.1 * pt.grad(loss, w))]
+    said = split_of([x], [loss], updates).inexact
+    assert any("(read with 'dense.W') reduces the rows with" in s for s in said), said

@@ -311,14 +311,14 @@ def _statistics_said(
         )
     sums, others = statistics_read(graph, row_nodes)
     inexact = [
-        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
+        f"{_named(graph, v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
         f"maximum or minimum), and their computation reads it: each rank computes it from "
         f"its own rows"
         for v in others
     ]
     weighted = [graph.has(v, Fact.FEEDS_ROWS) for v in frontier]
     inexact += [
-        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
+        f"{_named(graph, v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
         f"maximum or minimum): each rank's result is added to the others'"
         for v, w in zip(frontier, weighted, strict=True)
         if not w and not sums_rows(v.owner) and not extremum(v.owner)
@@ -329,6 +329,13 @@ def _statistics_said(
     if statistics and (plan is None or plan.final > MAX_ROUNDS):  # one line for all
         inexact.insert(0, _statistics_sentence(graph, statistics, why))
     return inexact, weighted
+
+
+def _named(graph: RowGraph, v) -> str:
+    """The analysed ``v`` as a message names it, with the named shared variable it is
+    read with (its layer's parameter), where there is one."""
+    layer = read_with(graph, v)
+    return f"{graph.label(v)} (read with {layer!r})" if layer else graph.label(v)
 
 
 def _statistics_sentence(graph: RowGraph, statistics: list, why: str) -> str:
