@@ -137,7 +137,7 @@ def factored_sums(graph: RowGraph) -> list | None:
             and graph.has(node.inputs[0], Fact.ROW)
         ):
             axes = tuple(range(node.inputs[0].type.ndim)) if op.axis is None else tuple(op.axis)
-            made = _factored(graph, node.inputs[0], axes)
+            made = _factored(graph, node.inputs[0], axes, out)
             if made is not None:
                 factored.append((out, made))
     if not factored:
@@ -147,10 +147,11 @@ def factored_sums(graph: RowGraph) -> list | None:
     return list(graph.fgraph.outputs)
 
 
-def _factored(graph: RowGraph, term: Variable, axes: tuple):
+def _factored(graph: RowGraph, term: Variable, axes: tuple, out: Variable):
     """``sum(term, axes)`` as the product of ``term``'s factors constant over the rows
     (computed from them, broadcast along ``axes``), times the sum of its other factors;
-    None where it has no such factor, or the other factors do not have ``term``'s shape."""
+    None where it has no such factor, or the other factors do not have ``term``'s shape,
+    or the result not the type of the sum ``out``."""
     factors, negated = _factors(term)
     constant = [
         f
@@ -167,7 +168,11 @@ def _factored(graph: RowGraph, term: Variable, axes: tuple):
         return None  # the factors left would sum fewer terms than the rows'
     summed = pt.sum(-inner if negated else inner, axis=axes)
     outside = [pt.squeeze(f, axis=axes) for f in constant]
-    return pt.cast(pt.mul(summed, *outside), term.type.dtype)
+    made = pt.cast(pt.mul(summed, *outside), out.type.dtype)
+    try:  # the sum's own type (its static lengths), or no rewrite
+        return out.type.filter_variable(made)
+    except TypeError:
+        return None
 
 
 def _factors(term: Variable) -> tuple[list, bool]:
