@@ -45,6 +45,7 @@ from synkhronos.api.split.keeping import IndexedPastRows
 from synkhronos.api.split.phases import PhaseSplit
 from synkhronos.api.split.stored import split_phases_stored
 from synkhronos.transport.callplan import CallPlan
+from synkhronos.transport.channel import MAX_ARRAYS
 from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.partition import resolve_rows, selection_length
 from synkhronos.transport.shared_arrays import Data
@@ -374,12 +375,16 @@ def _steps(split: PhaseSplit, holders: _Holders, functions: list) -> list:
 def _all_reduces(held, reductions: list) -> list[tuple]:
     """The chain's all-reduces of the ``(shared variable, value)`` pairs ``held``, each
     finished by its op of ``reductions``: one collective per op (the sums, then the
-    maxima, then the minima), not one per variable."""
+    maxima, then the minima), not one per variable; one per ``MAX_ARRAYS`` variables
+    where there are more (a deep network's gradients and statistics: ResNet-110's 659)."""
     held = list(zip(held, reductions, strict=True))
     entries = []
     for op in ("sum", "max", "min"):
         chosen = [v for (v, _), reduction in held if reduction == op]
-        entries += [("all_reduce", chosen, op)] if chosen else []
+        entries += [
+            ("all_reduce", chosen[k : k + MAX_ARRAYS], op)
+            for k in range(0, len(chosen), MAX_ARRAYS)
+        ]
     return entries
 
 

@@ -27,7 +27,12 @@ the row phase is then itself cut into *rounds*
 statistics whose inputs are ready, and the ranks sum them (one all-reduce per round);
 the next round reads the sums, divided by the whole count where the graph divides. What
 a later round reads of an earlier one's rows (a layer's output, the inputs, a dropout
-mask) the earlier one keeps, on its rank, so nothing is computed twice.
+mask) the earlier one keeps, on its rank, so nothing is computed twice. A sum whose
+terms share a factor constant over the rows that is itself a statistic (the gradient of
+batch normalization's mean, through its variance: ``sum(g * (x - mean))``) is summed
+without it and multiplied after (``g * sum(x - mean)``), so that it waits for no round
+of its own: batch normalization takes 3 rounds a layer (the mean; the variance; the
+gradient's sums).
 
 A maximum or a minimum over rows that the rows read back is a statistic too, all-reduced
 with "max" or "min"; one that only the updates or the outputs read crosses to the reduced

@@ -110,6 +110,7 @@ class RowGraph:
         fg = FunctionGraph(
             roots, [memo[t] for t in targets], features=[ShapeFeature()], clone=False
         )
+        self.fgraph = fg
         self.nodes = fg.toposort()
         self.original = {c: o for o, c in memo.items()}
         self.clone_of: dict[Any, Any] = {o: c for c, o in self.original.items()}
@@ -121,6 +122,20 @@ class RowGraph:
             self.facts[v] = (Fact.ROW if row else Fact.NONE) | (Fact.DATA if source else Fact.NONE)
         for node in self.nodes:
             self._classify(node)
+        self._mark_feeds_rows()
+
+    def rewrite(self, pairs: list[tuple]) -> None:
+        """Replace the analysed variables of ``pairs`` by their values (built from the
+        analysed graph's variables), and analyse what is new. The analysed graph then
+        stands for itself: ``original`` maps its variables to themselves."""
+        self.fgraph.replace_all(pairs, import_missing=True)
+        self.nodes = self.fgraph.toposort()
+        self.original = {}
+        for node in self.nodes:
+            if any(o not in self.facts for o in node.outputs):
+                self._classify(node)
+        for v in self.facts:
+            self.facts[v] &= ~Fact.FEEDS_ROWS
         self._mark_feeds_rows()
 
     def has(self, v: Variable, fact: Fact) -> bool:

@@ -24,13 +24,18 @@ from synkhronos.api.split.keeping import (
     mixing_said,
 )
 from synkhronos.api.split.rebuild import Substitution, drawn_whole, lengths_read, with_lengths
-from synkhronos.api.split.rounds import RoundsPlan, plan_rounds, statistics_read
+from synkhronos.api.split.rounds import (
+    RoundsPlan,
+    factored_sums,
+    plan_rounds,
+    read_with,
+    statistics_read,
+)
 
 #: The most rounds a row phase is cut into (an all-reduce and a compiled function each);
-#: beyond it, every rank's statistics are its own rows', as a warning says. ResNet-50's
-#: would take 196, and its training function several times as long to build
-#: (bench/RESULTS.md, "Time to first step").
-MAX_ROUNDS = 64
+#: beyond it, every rank's statistics are its own rows', as a warning says. Batch
+#: normalization takes 3 a layer: ResNet-50's 53 take 159, ResNet-110's 109 take 327.
+MAX_ROUNDS = 400
 
 
 @dataclass
@@ -241,17 +246,20 @@ def _analysed(
     sources: Sequence[Variable], outputs: Sequence[Variable], updates: Sequence[tuple]
 ) -> tuple[RowGraph, list, list]:
     """The graph of the outputs and update values, with the outputs and updates it holds
-    (softmax over the rows expanded)."""
+    (softmax over the rows expanded, statistics' factors constant over the rows taken
+    out of their sums: :func:`~synkhronos.api.split.rounds.factored_sums`)."""
     values = [u for _, u in updates]
     graph = RowGraph(list(outputs) + values, list(sources))
     expanded = _softmax_expanded(graph)
-    if not expanded:
-        return graph, list(outputs), list(updates)
-    # Analysed again: the maxima and sums over rows are in the graph now.
-    replaced = graph_replace(list(outputs) + values, expanded, strict=False)
-    outputs, values = replaced[: len(outputs)], replaced[len(outputs) :]
+    if expanded:  # analysed again: the maxima and sums over rows are in the graph now
+        values = graph_replace(list(outputs) + values, expanded, strict=False)
+        outputs, values = values[: len(outputs)], values[len(outputs) :]
+        graph = RowGraph(list(outputs) + values, list(sources))
+    factored = factored_sums(graph)
+    if factored is not None:
+        outputs, values = factored[: len(outputs)], factored[len(outputs) :]
     updates = [(var, u) for (var, _), u in zip(updates, values, strict=True)]
-    return RowGraph(list(outputs) + values, list(sources)), list(outputs), updates
+    return graph, list(outputs), updates
 
 
 def _softmax_expanded(graph: RowGraph) -> dict:
@@ -303,14 +311,14 @@ def _statistics_said(
         )
     sums, others = statistics_read(graph, row_nodes)
     inexact = [
-        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
+        f"{_named(graph, v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
         f"maximum or minimum), and their computation reads it: each rank computes it from "
         f"its own rows"
         for v in others
     ]
     weighted = [graph.has(v, Fact.FEEDS_ROWS) for v in frontier]
     inexact += [
-        f"{graph.label(v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
+        f"{_named(graph, v)} reduces the rows with {v.owner.op}, which is not a sum (nor a "
         f"maximum or minimum): each rank's result is added to the others'"
         for v, w in zip(frontier, weighted, strict=True)
         if not w and not sums_rows(v.owner) and not extremum(v.owner)
@@ -319,14 +327,29 @@ def _statistics_said(
     statistics = [v for v, w in zip(frontier, weighted, strict=True) if w and v not in others]
     statistics += [v for v in graph.nodes_outputs() if v in sums and v not in statistics]
     if statistics and (plan is None or plan.final > MAX_ROUNDS):  # one line for all
-        named = [graph.label(v) for v in statistics[:3]] + ["..."] * (len(statistics) > 3)
-        inexact.insert(
-            0,
-            f"{len(statistics)} statistic(s) of the rows that their computation reads "
-            f"({', '.join(named)}): each rank computes them from its own rows, since "
-            f"{why}",
-        )
+        inexact.insert(0, _statistics_sentence(graph, statistics, why))
     return inexact, weighted
+
+
+def _named(graph: RowGraph, v) -> str:
+    """The analysed ``v`` as a message names it, with the named shared variable it is
+    read with (its layer's parameter), where there is one."""
+    layer = read_with(graph, v)
+    return f"{graph.label(v)} (read with {layer!r})" if layer else graph.label(v)
+
+
+def _statistics_sentence(graph: RowGraph, statistics: list, why: str) -> str:
+    """The sentence that says each rank computes ``statistics`` from its rows, naming the
+    layers they are read in (by the nearest named shared variable: a layer's parameter or
+    running average)."""
+    layers = list(dict.fromkeys(filter(None, (read_with(graph, v) for v in statistics))))
+    named = ", ".join(repr(n) for n in layers[:3]) + (", ..." if len(layers) > 3 else "")
+    where = f", read with {named}" if named else ""
+    first = ", ".join(graph.label(v) for v in statistics[:3]) + ", ..." * (len(statistics) > 3)
+    return (
+        f"{len(statistics)} statistic(s) of the rows that their computation reads "
+        f"({first}{where}): each rank computes them from its own rows, since {why}"
+    )
 
 
 def _positions(

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
+from pytensor.scalar.basic import Mul, Neg, Second
+from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.type import TensorType
 
@@ -115,6 +119,101 @@ def _assign(graph: RowGraph, sums: set, depth: dict, drawn: set, frontier: list)
     return plan
 
 
+def factored_sums(graph: RowGraph) -> list | None:
+    """The analysed graph's targets, with the statistics that a factor constant over the
+    rows multiplies (an earlier statistic, as a variance's gradient) rewritten as that
+    factor times the sum of the rest: ``sum(g * (x - mean))`` as ``g * sum(x - mean)``,
+    the same sum in another order of its terms; None where none is. The sum of the rest
+    no longer waits for the factor, so it joins an earlier round: batch normalization's
+    gradient takes one round per layer, not two. ``graph`` is rewritten in place
+    (:meth:`~synkhronos.api.split.analysis.RowGraph.rewrite`)."""
+    factored = []
+    for node in graph.nodes:
+        op, out = node.op, node.outputs[0]
+        if (
+            isinstance(op, CAReduce)
+            and sums_rows(node)
+            and graph.has(out, Fact.FEEDS_ROWS)
+            and graph.has(node.inputs[0], Fact.ROW)
+        ):
+            axes = tuple(range(node.inputs[0].type.ndim)) if op.axis is None else tuple(op.axis)
+            made = _factored(graph, node.inputs[0], axes, out)
+            if made is not None:
+                factored.append((out, made))
+    if not factored:
+        return None
+    # The last first: a rewritten sum's factors may hold an earlier one, rewritten after.
+    graph.rewrite(factored[::-1])
+    return list(graph.fgraph.outputs)
+
+
+def _factored(graph: RowGraph, term: Variable, axes: tuple, out: Variable):
+    """``sum(term, axes)`` as the product of ``term``'s factors constant over the rows
+    (computed from them, broadcast along ``axes``), times the sum of its other factors;
+    None where it has no such factor, or the other factors do not have ``term``'s shape,
+    or the result not the type of the sum ``out``."""
+    factors, negated = _factors(term)
+    constant = [
+        f
+        for f in factors
+        if graph.has(f, Fact.DATA)
+        and not graph.has(f, Fact.ROW)
+        and all(f.type.broadcastable[a] for a in axes)
+    ]
+    rest = [f for f in factors if f not in constant]
+    if not constant or not rest:
+        return None
+    inner = pt.mul(*rest) if len(rest) > 1 else rest[0]
+    if inner.type.broadcastable != term.type.broadcastable:
+        return None  # the factors left would sum fewer terms than the rows'
+    summed = pt.sum(-inner if negated else inner, axis=axes)
+    outside = [pt.squeeze(f, axis=axes) for f in constant]
+    made = pt.cast(pt.mul(summed, *outside), out.type.dtype)
+    try:  # the sum's own type (its static lengths), or no rewrite
+        return out.type.filter_variable(made)
+    except TypeError:
+        return None
+
+
+def _factors(term: Variable) -> tuple[list, bool]:
+    """The factors of a product (through negations, and values broadcast to another's
+    shape: ``second(a, b)``'s factor is ``b``), and whether it is negated."""
+    factors, negated, stack = [], False, [term]
+    while stack:
+        v = stack.pop()
+        op = v.owner.op if v.owner is not None else None
+        scalar = op.scalar_op if isinstance(op, Elemwise) else None
+        if isinstance(scalar, Mul):
+            stack.extend(v.owner.inputs)
+        elif isinstance(scalar, Neg):
+            negated = not negated
+            stack.append(v.owner.inputs[0])
+        elif isinstance(scalar, Second):
+            stack.append(v.owner.inputs[1])
+        else:
+            factors.append(v)
+    return factors, negated
+
+
+def read_with(graph: RowGraph, v: Variable) -> str:
+    """The named shared variable nearest to where the analysed ``v`` is read (a
+    statistic's layer, by its parameter or running average: ``'bn1.gamma'``), or ""."""
+    clients = graph.fgraph.clients
+    queue, seen = [v], {v}
+    while queue:
+        u = queue.pop(0)
+        for node, _ in clients.get(u, []):
+            if node == "output":
+                continue
+            for i in node.inputs:
+                if isinstance(i, SharedVariable) and i.name:
+                    return i.name
+            fresh = [o for o in node.outputs if o not in seen]
+            seen.update(fresh)
+            queue.extend(fresh)
+    return ""
+
+
 def _described(graph: RowGraph, u: Variable) -> str:
     """``u`` as a message names it: by its name, or, for a value PyTensor made (a scalar
     taken from an array), with the nearest named variable it is computed from (the
@@ -135,4 +234,4 @@ def _described(graph: RowGraph, u: Variable) -> str:
     return f"{label} (a {u.type})"
 
 
-__all__ = ["RoundsPlan", "plan_rounds", "statistics_read"]
+__all__ = ["RoundsPlan", "factored_sums", "plan_rounds", "read_with", "statistics_read"]

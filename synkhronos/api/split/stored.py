@@ -35,7 +35,7 @@ from synkhronos.rank.rewritten_graphs import (
 logger = logging.getLogger(__name__)
 
 #: The stored splits' format, in their key: a split stored by other code is not read.
-FORMAT = 5
+FORMAT = 6  # 6: statistics' factors taken out of their sums (rounds.factored_sums)
 
 
 def _variables_in(obj) -> list[Variable]:

@@ -1,0 +1,148 @@
+"""Pre-activation residual networks with batch normalization (He et al. 2016, the CIFAR
+models): deep enough that their batch statistics take more rounds than the 64 the split
+once allowed, they train as one device would, on 2 and 3 CPU ranks and GPU ranks (CPU
+devices here), against ``pytensor.function`` in one process.
+
+ResNet-110 (109 batch normalizations, CIFAR's 32x32x3 input) is split in one process:
+its statistics take 327 rounds, within the limit. Trained on ranks, a 26-layer one (25
+batch normalizations, 75 rounds) at 8x8 on 2 CPU ranks, an 8-layer one elsewhere, CPU
+ranks in PyTensor's FAST_COMPILE mode: each round is a function every rank compiles,
+and ResNet-110's 327 would take minutes.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import synkhronos as synk
+from synkhronos.api.split.phases import MAX_ROUNDS, split_phases
+from synkhronos.api.training import TrainingFunction, running_updates
+from synkhronos.extensions import lasagne
+from synkhronos.extensions.lasagne import init
+from synkhronos.extensions.lasagne import layers as L
+from synkhronos.extensions.lasagne.nonlinearities import rectify, softmax
+from synkhronos.extensions.lasagne.updates import momentum
+from synkhronos.rank.backends import gpu
+
+MODE = "FAST_COMPILE"
+#: (backend, ranks, blocks a stage): 4 blocks (75 rounds, past the 64 once allowed) on 2
+#: CPU ranks; 1 (21 rounds) elsewhere, as each round is a function each rank compiles.
+SESSIONS = [
+    ("cpu", 2, 4),
+    ("cpu", 3, 1),
+    pytest.param(("gpu", 2, 1), marks=pytest.mark.gpu),
+    pytest.param(("gpu", 3, 1), marks=pytest.mark.gpu),
+]
+
+
+def _conv(incoming, channels: int, stride: int = 1, size: int = 3):
+    return L.Conv2DLayer(
+        incoming,
+        channels,
+        size,
+        stride=stride,
+        pad="same",
+        W=init.HeNormal(gain="relu"),
+        b=None,
+        nonlinearity=None,
+    )
+
+
+def _activated(incoming, name: str):
+    return L.NonlinearityLayer(L.BatchNormLayer(incoming, name=name), rectify)
+
+
+def preactivation_resnet(x, blocks: int, size: int):
+    """Three stages of ``blocks`` pre-activation blocks (16, 32, 64 channels; the second
+    and third halve the size, with a 1x1 projection), batch normalization before every
+    convolution but the first, then a normalized global pooling and a softmax over 10
+    classes: 6 * blocks + 2 layers with weights, 6 * blocks + 1 batch normalizations."""
+    net = _conv(L.InputLayer((None, 3, size, size), x), 16)
+    for stage, channels in enumerate((16, 32, 64)):
+        for b in range(blocks):
+            stride = 2 if stage and not b else 1
+            name = f"stage{stage}_block{b}"
+            activated = _activated(net, f"{name}_bn1")
+            branch = _conv(_activated(_conv(activated, channels, stride), f"{name}_bn2"), channels)
+            shortcut = net if stride == 1 else _conv(activated, channels, stride, 1)
+            net = L.ElemwiseSumLayer([branch, shortcut])
+    net = L.GlobalPoolLayer(_activated(net, "final_bn"))
+    return L.DenseLayer(net, 10, nonlinearity=softmax)
+
+
+def training(blocks: int, size: int):
+    """The network's loss and momentum updates (the parameters' and running averages'),
+    in floatX (float32 in a GPU session)."""
+    lasagne.random.set_rng(np.random.RandomState(3))
+    x, t = pt.tensor4("x", dtype=pytensor.config.floatX), pt.ivector("t")
+    net = preactivation_resnet(x, blocks, size)
+    loss = lasagne.objectives.categorical_crossentropy(L.get_output(net), t).mean()
+    params = L.get_all_params(net, trainable=True)
+    return x, t, loss, list(momentum(loss, params, 0.01, 0.9).items())
+
+
+def test_resnet110_statistics_fit_the_rounds():
+    """ResNet-110's batch statistics, the whole batch's: 3 rounds for each of its 109 batch
+    normalizations (the mean; the variance; the gradient's two sums), within the limit."""
+    x, t, loss, updates = training(18, 32)
+    running = running_updates([loss, *(u for _, u in updates)], [v for v, _ in updates])
+    assert len(running) == 2 * 109
+    with pytensor.config.change_flags(traceback__limit=0):
+        split = split_phases([x, t], [loss], [True], updates + running, True, True, len(updates))
+    assert not split.inexact, split.inexact
+    assert len(split.rounds) == 327 <= MAX_ROUNDS
+
+
+@pytest.fixture(scope="module", params=SESSIONS, ids=lambda p: f"{p[0]}x{p[1]}")
+def session(request):
+    """A session of ``request.param`` (backend, ranks, blocks): the mode its training
+    functions are built in (GPU ranks': their own, JAX), and the blocks a stage."""
+    backend, n, blocks = request.param
+    if backend == "gpu":
+        pytest.importorskip("jax")
+        if not gpu.on_cpu_devices() and len(gpu.visible_gpus()) < n:
+            pytest.skip(f"needs {n} GPUs")
+    synk.fork(n, backend=backend)
+    yield None if backend == "gpu" else MODE, blocks
+    synk.close()
+
+
+def test_a_deep_resnet_trains_as_one_device(session):
+    """A 26-layer network's 75 rounds of batch statistics (past the 64 once allowed), or
+    an 8-layer one's 21: no warning, and two steps on 5 rows give one device's losses,
+    parameters and running averages."""
+    mode, blocks = session
+    x, t, loss, updates = training(blocks, 8)
+    floatx = x.dtype
+    variables = [v for v, _ in updates]
+    variables += [v for v, _ in running_updates([loss], variables)]
+    start = [v.get_value() for v in variables]
+    rng = np.random.default_rng(11)
+    xs = rng.normal(size=(5, 3, 8, 8)).astype(floatx)
+    ts = rng.integers(0, 10, 5).astype("int32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train = synk.function([x, t], loss, updates=updates, mode=mode)
+    said = [str(w.message) for w in caught if "synkhronos" in str(w.message)]
+    assert not said, said  # exact: nothing said
+    assert isinstance(train, TrainingFunction)
+    assert len(train.round_functions) == 3 * (6 * blocks + 1)
+    losses = [train(xs, ts) for _ in range(2)]
+    synk.verify()  # every rank bit-identical
+    trained = [v.get_value() for v in variables]
+    for v, value in zip(variables, start, strict=True):
+        v.set_value(value)
+    reference = pytensor.function([x, t], loss, updates=updates, mode=MODE)
+    rtol = 1e-9 if floatx == "float64" else 1e-4
+    np.testing.assert_allclose(losses, [reference(xs, ts) for _ in range(2)], rtol=rtol)
+    for var, got in zip(variables, trained, strict=True):
+        want = var.get_value()
+        # Float32 rounds at the scale of the variable's largest entry.
+        atol = 1e-12 if floatx == "float64" else 1e-4 * np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=str(var))
+    synk.broadcast(variables)  # rank 0 holds the reference's values: every rank takes them
