@@ -243,3 +243,31 @@ def test_core_functions_are_short():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{module}.{node.name} ({lines} lines)")
     assert not long, f"over {MAX_FUNCTION_LINES} lines less docstring: {long}"
+
+
+def _test_file_of(module: str, stems: dict[str, int]) -> str:
+    """``tests/test_<stem>.py``, or ``test_<folder>_<stem>.py`` where two modules of the core
+    share the stem (``transport/shm.py`` and ``transport/comm/shm.py``)."""
+    parts = module.split(".")
+    stem = parts[-1]
+    return f"test_{parts[-2]}_{stem}.py" if stems[stem] > 1 else f"test_{stem}.py"
+
+
+def test_every_core_module_has_its_test_file():
+    """A newcomer finds a module's tests by its name. The Theano face (re-exports, tested by
+    ``test_theano_*.py``) and packages' ``__init__`` are outside the rule."""
+    core = [
+        m
+        for m in _modules()
+        if not m.startswith((EXTENSIONS, "synkhronos.theano"))
+        and not ROOT.joinpath(*m.split("."), "__init__.py").exists()
+    ]
+    stems: dict[str, int] = {}
+    for module in core:
+        stems[module.rsplit(".", 1)[-1]] = stems.get(module.rsplit(".", 1)[-1], 0) + 1
+    missing = sorted(
+        f"{m} (tests/{_test_file_of(m, stems)})"
+        for m in core
+        if not (ROOT / "tests" / _test_file_of(m, stems)).exists()
+    )
+    assert not missing, "core modules without their test file: " + ", ".join(missing)
