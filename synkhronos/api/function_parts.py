@@ -13,7 +13,7 @@ from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api.collectives import travels
 from synkhronos.api.planning import label
-from synkhronos.rank.graphs import GraphSpec, with_default_updates
+from synkhronos.rank.graphs import FAST_MATH, GraphSpec, compile_settings, with_default_updates
 from synkhronos.transport.reduction import check_output_op, check_update_op
 
 
@@ -118,6 +118,9 @@ class FunctionParts:
     handover: list = field(default_factory=list)
     # Random generators every rank draws from with rank 0's state (GraphSpec's).
     same_on_every_rank: list = field(default_factory=list)
+    # Compiled with PyTensor's fast-math flags, as pytensor.function compiles: only where
+    # rank 0 runs it alone (plain_graph), since fresh and cached code then differ by an ulp.
+    fast_math: bool = False
 
     @classmethod
     def parse(
@@ -193,4 +196,5 @@ class FunctionParts:
             dict(self.function_kwargs),
             same_on_every_rank=list(self.same_on_every_rank),
             handover=list(self.handover),
+            settings=(*compile_settings(), *(FAST_MATH if self.fast_math else ())),
         )

@@ -18,7 +18,8 @@ computed 1 ulp apart (a two-phase SGD step, float64: the cold-compiling rank and
 cache-loading one drifted from the first update on), so which code a rank ran, and so its
 parameters, depended on the state of the caches. Without the flags LLVM keeps IEEE
 semantics: fresh and cached code give the same bits, whichever rank compiles first or
-whatever another program writes to the cache meanwhile.
+whatever another program writes to the cache meanwhile. (A function rank 0 runs alone,
+a training function's plain graph on one rank, keeps the flags: ``GraphSpec.settings``.)
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def compiling(what: str) -> Iterator[None]:
 
 def _compile_flags(spec: GraphSpec) -> contextlib.AbstractContextManager:
     """PyTensor's settings while a function compiles and makes its first call: rank 0's
-    when it built the graph, without fast-math flags (see the module docstring)."""
-    return pytensor.config.change_flags(**dict(spec.settings), numba__fastmath=False)
+    when it built the graph, without fast-math flags (see the module docstring) unless
+    the spec asks them (:data:`~synkhronos.rank.graphs.FAST_MATH`: rank 0 alone)."""
+    return pytensor.config.change_flags(**{"numba__fastmath": False, **dict(spec.settings)})
 
 
 def assign(updates: list[tuple]) -> None:

@@ -42,6 +42,11 @@ def compile_settings() -> tuple[tuple[str, Any], ...]:
     return tuple((name, getattr(pytensor.config, name)) for name in COMPILE_SETTINGS)
 
 
+# A spec's settings with these compile it with Numba's fast-math flags, which every rank
+# otherwise compiles without (rank.compiled: fresh and cached code then give the same bits).
+FAST_MATH = (("numba__fastmath", True),)
+
+
 @dataclass
 class GraphSpec:
     """Everything a rank needs to compile one synkhronos function."""
