@@ -112,3 +112,32 @@ def test_the_programs_first_jax_function_has_the_fixes():
         check=False,
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_a_training_function_in_another_mode_trains_on_gpu_ranks(rng):
+    """A training function the program compiles in a mode other than JAX's (here
+    FAST_COMPILE) runs its chain step by step on GPU ranks: the fused program takes JAX
+    functions only (it failed: 'Loop' object has no attribute 'jit_fn')."""
+    synk.fork(2, backend="gpu")
+    try:
+        w = pytensor.shared(rng.normal(size=(5, 3)).astype("float32"), name="w_fast_compile")
+        x, y = pt.matrix("x"), pt.ivector("y")
+        loss = lasagne.objectives.categorical_crossentropy(
+            pt.special.softmax(pt.dot(x, w), axis=-1), y
+        ).mean()
+        updates = lasagne.updates.sgd(loss, [w], learning_rate=0.1)
+        train = synk.function([x, y], loss, updates=updates, mode="FAST_COMPILE")
+        reference = pytensor.function([x, y], loss, updates=updates, mode="FAST_COMPILE")
+        xv = rng.normal(size=(11, 5)).astype("float32")
+        yv = rng.integers(0, 3, 11).astype("int32")
+        start = w.get_value().copy()
+        got = [float(train(xv, yv)) for _ in range(3)]
+        trained = np.asarray(w.get_value())
+        synk.verify()
+        w.set_value(start)
+        want = [float(reference(xv, yv)) for _ in range(3)]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        np.testing.assert_allclose(trained, np.asarray(w.get_value()), rtol=1e-5, atol=1e-6)
+    finally:
+        synk.close()

@@ -118,6 +118,8 @@ def _calls(state: RankState, steps, plan: CallPlan | None, resolve):
         weight, compiled, args = fn.prepare(**share)
         if not weight or getattr(compiled.maker.linker, "scalar_shape_inputs", None):
             return None
+        if not hasattr(compiled.vm, "jit_fn"):  # compiled in another mode than JAX's
+            return None
         if calls and args:  # later functions' own arguments (sliceable rows): step by step
             return None
         key = (id(compiled), tuple(subset), len(args))  # each call's the same, built once
