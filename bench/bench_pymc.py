@@ -277,6 +277,9 @@ def contender(how: str, rows: int, tune: int, draws: int, chains: int, chain_met
         "compile_s": float(attrs.get("synk_compile_s", np.nan)),
         "means": idata.posterior["b"].mean(("chain", "draw")).values.tolist(),
         "mcse": az.mcse(idata, var_names=["b"])["b"].values.tolist(),
+        # Leapfrog steps of the kept draws (the tuning's are not kept): samplers whose
+        # adaptation ended apart take trajectories of other lengths.
+        "steps": int(idata.sample_stats["n_steps"].sum()) if "n_steps" in idata.sample_stats else 0,
     }
 
 
@@ -350,7 +353,8 @@ def samplers(rows: int, args: argparse.Namespace, names: list[str]) -> None:
             f"    {name:<28} sampling {seconds:8.1f} s (x{fastest[0] / seconds:.2f} the fastest "
             f"pm, x{fastest[1] / seconds:.2f} on 1 core)  call {r['wall_s']:8.1f} s  "
             f"compile {r['compile_s']:6.1f} s  setup {r['setup_s']:5.1f} s  "
-            f"means within {far:.1f} MCSE ({'ok' if far <= 4 else 'FAR'})",
+            f"means within {far:.1f} MCSE ({'ok' if far <= 4 else 'FAR'})  "
+            f"{r.get('steps', 0)} leapfrog steps in the draws",
             flush=True,
         )
     synk_best = min((t for n, t in ok.items() if n.startswith("synk")), default=np.nan)

@@ -128,14 +128,21 @@ def test_arrays_data_batch_and_output_subset(monkeypatch, rng):
     _against_both(train, _subsets(reference), synk_calls, reference_calls, state, monkeypatch)
 
 
-def test_batch_norm_running_averages(monkeypatch, rng):
-    """A batch norm's running averages move as one process's (default updates)."""
-    x, y, net, norm = training_outputs.classifier(batch_norm=True)
+def _sgd_line(batch_norm: bool = False, **kwargs):
+    """The classifier's SGD line: ``(x, y, params, norm, loss, updates, train)``, ``train``
+    built by ``synk.function`` with ``kwargs``."""
+    x, y, net, norm = training_outputs.classifier(batch_norm=batch_norm)
     ce = lasagne.objectives.categorical_crossentropy(lasagne.layers.get_output(net), y)
     params = lasagne.layers.get_all_params(net, trainable=True)
     updates = lasagne.updates.sgd(ce.mean(), params, 0.1)
-    train = synk.function([x, y], ce.mean(), updates=updates, mode=MODE)
-    reference = pytensor.function([x, y], ce.mean(), updates=updates, mode=MODE)
+    train = synk.function([x, y], ce.mean(), updates=updates, **kwargs)
+    return x, y, params, norm, ce.mean(), updates, train
+
+
+def test_batch_norm_running_averages(monkeypatch, rng):
+    """A batch norm's running averages move as one process's (default updates)."""
+    x, y, params, norm, loss, updates, train = _sgd_line(batch_norm=True, mode=MODE)
+    reference = pytensor.function([x, y], loss, updates=updates, mode=MODE)
     X = rng.normal(size=(11, 4)).astype(pytensor.config.floatX)
     Y = rng.integers(0, 3, 11).astype("int32")
     calls = [((X, Y), {}), ((X[3:], Y[3:]), {})]
@@ -168,12 +175,8 @@ def test_givens_slice_with_a_corruption_mask(monkeypatch):
 
 def test_num_slices_runs_the_phases(monkeypatch, rng):
     """``num_slices=2`` takes the phases' path (their slices combine the update)."""
-    x, y, net, _ = training_outputs.classifier()
-    ce = lasagne.objectives.categorical_crossentropy(lasagne.layers.get_output(net), y)
-    params = lasagne.layers.get_all_params(net, trainable=True)
-    updates = lasagne.updates.sgd(ce.mean(), params, 0.1)
-    train = synk.function([x, y], ce.mean(), updates=updates, mode=MODE)
-    reference = pytensor.function([x, y], ce.mean(), updates=updates, mode=MODE)
+    x, y, params, _, loss, updates, train = _sgd_line(mode=MODE)
+    reference = pytensor.function([x, y], loss, updates=updates, mode=MODE)
     X = rng.normal(size=(11, 4)).astype(pytensor.config.floatX)
     Y = rng.integers(0, 3, 11).astype("int32")
     monkeypatch.setattr(PlainGraph, "__call__", None)  # not called
@@ -186,12 +189,7 @@ def test_num_slices_runs_the_phases(monkeypatch, rng):
 def test_errors_and_checkpoint(tmp_path, rng):
     """A wrong argument count and a bad ``num_slices`` are refused as the phases refuse
     them; a checkpoint after plain calls restores the parameters."""
-    x, y, net, _ = training_outputs.classifier()
-    ce = lasagne.objectives.categorical_crossentropy(lasagne.layers.get_output(net), y)
-    params = lasagne.layers.get_all_params(net, trainable=True)
-    train = synk.function(
-        [x, y], ce.mean(), updates=lasagne.updates.sgd(ce.mean(), params, 0.1), mode=MODE
-    )
+    _, _, params, _, _, _, train = _sgd_line(mode=MODE)
     X = rng.normal(size=(11, 4)).astype(pytensor.config.floatX)
     Y = rng.integers(0, 3, 11).astype("int32")
     with pytest.raises(TypeError, match="expected 2"):
@@ -212,10 +210,7 @@ def test_plain_graph_compiles_as_pytensor_function():
     """The plain graph keeps PyTensor's fast-math flags, as ``pytensor.function`` compiles
     the line (the ranks' functions compile without them, so that fresh and cached code
     agree across ranks: the MLP tutorial's step 1.4x as long)."""
-    x, y, net, _ = training_outputs.classifier()
-    ce = lasagne.objectives.categorical_crossentropy(lasagne.layers.get_output(net), y)
-    params = lasagne.layers.get_all_params(net, trainable=True)
-    train = synk.function([x, y], ce.mean(), updates=lasagne.updates.sgd(ce.mean(), params, 0.1))
+    train = _sgd_line()[-1]
     assert train._plain.runs(CallOptions())
     assert dict(train._plain._function.spec.settings)["numba__fastmath"] is True
     assert dict(train.row_function.spec.settings).get("numba__fastmath") is None
