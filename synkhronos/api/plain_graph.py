@@ -29,7 +29,6 @@ from synkhronos.api.functions import Function, FunctionParts
 from synkhronos.api.planning import CallOptions, label
 from synkhronos.api.selected import GivenMinibatch
 from synkhronos.rank.compiled import is_jax
-from synkhronos.transport.nodes import current as current_nodes
 from synkhronos.transport.shared_arrays import Data
 
 
@@ -54,7 +53,7 @@ class PlainGraph:
     def __init__(self, session, parts: FunctionParts, mode) -> None:
         self._function: Function | None = None
         compiler = mode if mode is not None else session.backend.mode  # None: the backend's
-        if session.n_ranks == 1 and current_nodes().n_global == 1 and not is_jax(compiler):
+        if session.alone and not is_jax(compiler):
             alone = replace(parts, mode=mode, counts_rows=False, handover=[], fast_math=True)
             self._function = Function(session, replace(alone, same_on_every_rank=[]))
         # Per broadcast scalar (the tutorials' index): its position, its variable, and the
