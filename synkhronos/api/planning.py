@@ -168,6 +168,15 @@ class Ranks:
     lengths: Callable[[list], list[int]]
 
 
+def check_num_slices(num_slices) -> int:
+    """``num_slices``, refused unless an int of at least 1 (a bool is not one)."""
+    if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)):
+        raise TypeError(f"num_slices must be an int, got {num_slices!r}")
+    if num_slices < 1:
+        raise ValueError(f"num_slices must be at least 1, got {num_slices}")
+    return int(num_slices)
+
+
 class Planner:
     """The checks and the plans of one function's calls (rank 0).
 
@@ -232,11 +241,7 @@ class Planner:
         spec = self.spec
         n_in = len(spec.inputs)
         check_arguments(self.what, spec, args)
-        num_slices = options.num_slices
-        if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)):
-            raise TypeError(f"num_slices must be an int, got {num_slices!r}")
-        if num_slices < 1:
-            raise ValueError(f"num_slices must be at least 1, got {num_slices}")
+        num_slices = check_num_slices(options.num_slices)
         subset = self._subset(options.output_subset, num_slices)
         scatter = [
             self._scattered(i, var, arg)

@@ -14,14 +14,13 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.given_rows import GivenRows
-from synkhronos.api.planning import CallOptions
+from synkhronos.api.planning import CallOptions, check_num_slices
 from synkhronos.transport.callplan import CallPlan
 
 # The random generators some function listed to draw with rank 0's state on every rank
@@ -70,11 +69,7 @@ class GivenMinibatch:
         ``num_slices`` is checked as any call's, and slices nothing: the selected rows
         travel as a broadcast input, so that no rank has rows to slice (each computes
         the minibatch, of fewer rows than ranks, in one piece)."""
-        num_slices = options.num_slices
-        if isinstance(num_slices, bool) or not isinstance(num_slices, int | np.integer):
-            raise TypeError(f"num_slices must be an int, got {num_slices!r}")
-        if num_slices < 1:
-            raise ValueError(f"num_slices must be at least 1, got {num_slices}")
+        check_num_slices(options.num_slices)
         if self.function is None:
             generators = random_generators(self.whole)
             # Explicit: a rank keeps the default update the training function shipped,
