@@ -24,7 +24,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api import mode_choice
-from synkhronos.api.calls import KeptCall, reuses, run_command, stale
+from synkhronos.api.calls import MISS, KeptCall, OneRankCall, reuses, run_command, stale
 from synkhronos.api.collectives import (
     check_tensor,
     sliceable_lengths,
@@ -284,6 +284,9 @@ class Function(BaseFunction):
     reads, writes : list
         The shared variables a call reads that rank 0's program may change, and those it
         leaves as synkhronos' own (:func:`~synkhronos.api.function_parts.shared_reads_writes`).
+    fast : OneRankCall or None
+        On the only rank, the fast path of calls like the kept one
+        (:class:`~synkhronos.api.calls.OneRankCall`); None before a call was kept.
     """
 
     def __init__(self, session, parts: FunctionParts) -> None:
@@ -310,6 +313,7 @@ class Function(BaseFunction):
         self._all_outputs = self.planner.all_outputs
         self._shipped = False
         self._kept: KeptCall | None = None
+        self.fast: OneRankCall | None = None  # on one rank, the kept call's fast path
         self._handover = list(parts.handover)
         session.sliceable_ids.update(id(s) for s in parts.sliceable)
         self.reads, self.writes = shared_reads_writes(parts, session.sliceable_ids)
@@ -380,6 +384,11 @@ class Function(BaseFunction):
         """
         # abort_nodes inline, as every kind of call does: a wrapper adds a frame per call.
         try:
+            fast = self.fast
+            if fast is not None and not kwargs:
+                result = fast(args)
+                if result is not MISS:
+                    return result
             session = self._check_session()
             options = PLAIN
             if kwargs:
@@ -459,7 +468,8 @@ class Function(BaseFunction):
         aligned, as the scratch is) may take that Data's place, as it is (no worker reads
         the scratch); rank 0's part applies the updates as it returns (no other rank can
         fail) and gives the outputs as one rank's
-        (:func:`~synkhronos.rank.outputs.own_outputs`)."""
+        (:func:`~synkhronos.rank.outputs.own_outputs`); there :attr:`fast` takes a call
+        like it."""
         state, spec, single, n = session.state, self._spec, self._single, len(self._spec.inputs)
         subset = self._all_outputs.tolist()
         alone = session.alone and piece is not None
@@ -470,6 +480,7 @@ class Function(BaseFunction):
             for a, d in zip(args, own, strict=True)
         ]
         if not alone:
+            self.fast = None
             return KeptCall(
                 args, hosts, len(args), arrays,
                 lambda args: run_piece(state, fn, piece, *_views(args, n), subset), False,
@@ -479,7 +490,9 @@ class Function(BaseFunction):
             outs = piece.run(*_views(args, n), None, None)
             return own_outputs(spec, subset, outs, piece.weight, single)
 
-        return KeptCall(args, hosts, len(args), arrays, run, True)
+        kept = KeptCall(args, hosts, len(args), arrays, run, True)
+        self.fast = OneRankCall(session, kept, self._touches, [])
+        return kept
 
     def _plan(self, session, args, options: CallOptions, every_rank_rows: bool = False) -> CallPlan:
         """The call's plan, every argument checked (:meth:`Planner.plan

@@ -36,6 +36,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.type import RandomType
 
+from synkhronos.api.calls import MISS, OneRankCall
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.plain_graph import PlainGraph, line_parts
@@ -246,6 +247,7 @@ class TrainingFunction(BaseFunction):
         self.chain = Chain(session, [self])
         self._selected: tuple | None = None  # a call's arguments and selected rows
         self._plain = PlainGraph(session, line_parts(parts, given), mode)
+        self._fast: OneRankCall | None = None  # the plain graph's fast path
 
     def __repr__(self) -> str:
         return f"<synkhronos.TrainingFunction {self.name or ''}>".replace(" >", ">")
@@ -272,12 +274,20 @@ class TrainingFunction(BaseFunction):
         than ranks is computed whole on every rank. On one CPU rank a call without
         ``num_slices`` runs the line's plain graph (:mod:`synkhronos.api.plain_graph`).
         """
+        fast = self._fast
+        if fast is not None and not kwargs:
+            result = fast(args)
+            if result is not MISS:
+                return result
         args, options = self._arguments(args, kwargs)
         session = self._check_session()
         if self._given is not None:
             refuse_row_options(self._what, options)
         if self._plain.runs(options):
-            return self._plain(args, options)
+            result = self._plain(args, options)
+            if options.plain:  # a call like it goes straight to the kept call
+                self._fast = self._plain.fast(args)
+            return result
         if self._given is not None and len(args) == len(self.inputs):
             rows = self._given.rows.rows(args)
             if len(rows) < current_nodes().n_global and options.batch is None:
