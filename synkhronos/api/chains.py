@@ -222,9 +222,12 @@ class Chain:
         options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
         return self._run(args, options, kwargs, "this chain")
 
-    def _run(self, args: tuple, options: CallOptions, kwargs: dict, what: str) -> list:
+    def _run(
+        self, args: tuple, options: CallOptions, kwargs: dict, what: str, selected=None
+    ) -> list:
         """A call of the chain, or of the training function ``what`` that runs as one, with
-        its ``options`` and its inputs given by name (``kwargs``)."""
+        its ``options`` and its inputs given by name (``kwargs``); ``selected``: the rows
+        its givens select, computed by the caller (the first function's ``_plan``'s)."""
         # abort_nodes inline, as in Function.__call__: no wrapper's frame on a tiny call.
         try:
             session = launch.current()
@@ -243,17 +246,18 @@ class Chain:
             if kept is not None and kept[0].matches(args):
                 values = self._kept_values(args, *kept[1:])  # checked before the command
                 return self._outputs(session, None, self._command(kept[0].run, values), None)
-            return self._planned(session, args, options)
+            return self._planned(session, args, options, selected)
         except BaseException as error:
             abort_nodes("a synkhronos chained call", error)
             raise
 
-    def _planned(self, session, args: tuple | None, options: CallOptions) -> list:
+    def _planned(self, session, args: tuple | None, options: CallOptions, selected=None) -> list:
         """A call by the general path (``args`` None: the chain has no function to take
         any): planned, run, and kept where a call like it may reuse it."""
         plan, arrays = None, [self._table]
         if args is not None:
-            plan = self._members[0][0]._plan(session, args, options, self._every_rank_rows)
+            first = self._members[0][0]
+            plan = first._plan(session, args, options, self._every_rank_rows, selected)
             if session.n_ranks > 1:
                 arrays += plan.encode()
         state = session.state

@@ -168,8 +168,13 @@ class BaseFunction(ABC):
         """What it runs as, as :func:`synkhronos.chain`'s steps: Functions and collectives."""
 
     @abstractmethod
-    def _plan(self, session, args, options: CallOptions, every_rank_rows=False) -> CallPlan:
-        """The plan of a call with these arguments, checked: its first Function's."""
+    def _plan(
+        self, session, args, options: CallOptions, every_rank_rows=False, selected=None
+    ) -> CallPlan:
+        """The plan of a call with these arguments, checked: its first Function's;
+        ``selected``: where the givens select the minibatch, its rows, if the caller
+        computed them already (:meth:`GivenRows.rows
+        <synkhronos.api.given_rows.GivenRows.rows>`)."""
 
     @abstractmethod
     def _collect(self, results: list, output_subset: Sequence[int] | None):
@@ -494,8 +499,11 @@ class Function(BaseFunction):
         self.fast = OneRankCall(session, kept, self._touches, [])
         return kept
 
-    def _plan(self, session, args, options: CallOptions, every_rank_rows: bool = False) -> CallPlan:
+    def _plan(
+        self, session, args, options: CallOptions, every_rank_rows: bool = False, selected=None
+    ) -> CallPlan:
         """The call's plan, every argument checked (:meth:`Planner.plan
-        <synkhronos.api.planning.Planner.plan>`)."""
+        <synkhronos.api.planning.Planner.plan>`); no givens select its rows
+        (``selected`` is None)."""
         ranks = Ranks(session.n_ranks, current_nodes(), partial(sliceable_lengths, session))
         return self.planner.plan(args, options, ranks, every_rank_rows)

@@ -245,7 +245,6 @@ class TrainingFunction(BaseFunction):
             split, holders, [self.row_function, *self.round_functions, self.reduced_function]
         )
         self.chain = Chain(session, [self])
-        self._selected: tuple | None = None  # a call's arguments and selected rows
         self._plain = PlainGraph(session, line_parts(parts, given), mode)
         self._fast: OneRankCall | None = None  # the plain graph's fast path
 
@@ -293,11 +292,8 @@ class TrainingFunction(BaseFunction):
             if len(rows) < current_nodes().n_global and options.batch is None:
                 self._refuse_slices(options.num_slices)
                 return self._given.run_whole(session, rows, args, options)
-            self._selected = (args, rows)  # _plan's, through the chain: computed once
-        try:
-            return self.chain._run(args, options, {}, self._what)[0]
-        finally:
-            self._selected = None
+            return self.chain._run(args, options, {}, self._what, rows)[0]  # computed once
+        return self.chain._run(args, options, {}, self._what)[0]
 
     def _chain_entries(self) -> list:
         return list(self._entries)
@@ -311,7 +307,9 @@ class TrainingFunction(BaseFunction):
 
     as_theano = as_pytensor
 
-    def _plan(self, session, args, options: CallOptions, every_rank_rows=True) -> CallPlan:
+    def _plan(
+        self, session, args, options: CallOptions, every_rank_rows=True, selected=None
+    ) -> CallPlan:
         """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
         if self._given is not None:
             refuse_row_options(self._what, options)
@@ -319,8 +317,7 @@ class TrainingFunction(BaseFunction):
                 raise TypeError(
                     f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}"
                 )
-            selected = self._selected
-            rows = selected[1] if selected and selected[0] is args else self._given.rows.rows(args)
+            rows = self._given.rows.rows(args) if selected is None else selected
             args = (rows, *args)
         check_arguments(self._what, self._spec, args)
         self._refuse_slices(options.num_slices)
