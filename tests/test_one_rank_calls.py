@@ -191,13 +191,13 @@ def test_one_gpu_ranks_training_step_runs_on_its_devices_own_arrays(rng, monkeyp
 
 @pytest.fixture
 def planned(monkeypatch):
-    """One GPU rank, and the list of the Functions planned (``Function._plan``) while it runs."""
+    """One GPU rank, and the list of the Functions planned (``Function.plan``) while it runs."""
     pytest.importorskip("jax")
     from synkhronos.api.functions import Function
 
     made: list = []
-    plan = Function._plan
-    monkeypatch.setattr(Function, "_plan", lambda f, *a: made.append(f) or plan(f, *a))
+    plan = Function.plan
+    monkeypatch.setattr(Function, "plan", lambda f, *a: made.append(f) or plan(f, *a))
     synk.fork(1, backend="gpu")
     yield made
     synk.close()

@@ -13,7 +13,10 @@ it ends in what rank 0 runs: a Function's :class:`~synkhronos.rank.compiled.Piec
 chain's fused program (:mod:`synkhronos.rank.fused_chain`). The general path keeps that,
 with its command's message, as a :class:`KeptCall`; a later call that :func:`reuses` it and
 whose arguments it :meth:`~KeptCall.matches` passes the same checks and has the same rows,
-and runs the kept part without planning.
+and runs the kept part without planning. On the only rank of the only node a
+:class:`OneRankCall`, built by the general path with the call it kept, takes such a call
+before any other check of the caller's (a training function's plain graph writes its
+broadcast scalars first).
 """
 
 from __future__ import annotations

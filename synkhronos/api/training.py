@@ -188,7 +188,7 @@ class TrainingFunction(BaseFunction):
         The whole call: the row phase, the all-reduces, the reduced phase.
     """
 
-    _reads_call_plan = True
+    reads_call_plan = True
 
     def __init__(
         self,
@@ -295,7 +295,7 @@ class TrainingFunction(BaseFunction):
             return self.chain._run(args, options, {}, self._what, rows)[0]  # computed once
         return self.chain._run(args, options, {}, self._what)[0]
 
-    def _chain_entries(self) -> list:
+    def chain_entries(self) -> list:
         return list(self._entries)
 
     def as_pytensor(self, *args):
@@ -307,10 +307,10 @@ class TrainingFunction(BaseFunction):
 
     as_theano = as_pytensor
 
-    def _plan(
+    def plan(
         self, session, args, options: CallOptions, every_rank_rows=True, selected=None
     ) -> CallPlan:
-        """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
+        """The row phase's plan (every output computed: :meth:`outputs_from` picks them)."""
         if self._given is not None:
             refuse_row_options(self._what, options)
             if len(args) != len(self.inputs):
@@ -326,7 +326,7 @@ class TrainingFunction(BaseFunction):
             args = (*args[:n_in], self._row_positions(args[0], options.batch), *args[n_in:])
         # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
         options = replace(options, output_subset=None)
-        return self.row_function._plan(session, (*args, _NO_ROWS), options, True)
+        return self.row_function.plan(session, (*args, _NO_ROWS), options, True)
 
     def _refuse_slices(self, num_slices) -> None:
         """Refuse ``num_slices > 1`` where slices would not give one device's answer."""
@@ -342,7 +342,7 @@ class TrainingFunction(BaseFunction):
                 f"draws only with num_slices=1 (each slice would draw anew)"
             )
 
-    def _collect(self, results: list, output_subset: Sequence[int] | None):
+    def outputs_from(self, results: list, output_subset: Sequence[int] | None):
         values: list = [None] * len(self.output_modes)
         for positions, result in (
             (self._row_outputs, results[0]),
