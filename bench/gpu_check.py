@@ -326,7 +326,7 @@ def check_memory(args) -> tuple[str, str]:
         stages.append(f"4 steps {in_use():.0f}")
         donated = all(o.is_deleted() for o in old)
         variables = session.state.registry.variables
-        handed = {id(v) for v in step.row_function._handover}  # never on the device
+        handed = {id(v) for v in step.row_function.handover}  # never on the device
         shared = sum(np.asarray(v.get_value()).nbytes for v in variables if id(v) not in handed)
         stats = comm.device.memory_stats() or {}
         ran_fused = sum(f.calls for f in fused.values())

@@ -294,7 +294,7 @@ def test_deep_graph_ships(ranks, rng):
 
 # ---- without forking: a call's arguments as a Function takes them --------------------------
 def _named(defaults=None):
-    """What BaseFunction._by_name reads of a function: inputs x, y and c, c's default."""
+    """What BaseFunction.ordered_arguments reads of a function: inputs x, y and c, c's default."""
     from types import SimpleNamespace
 
     inputs = [pt.matrix("x"), pt.vector("y"), pt.scalar("c")]
@@ -310,14 +310,14 @@ def test_arguments_by_name_and_defaults_take_their_places():
     from synkhronos.api.functions import BaseFunction
 
     f = _named()
-    assert BaseFunction._by_name(f, (1,), {"y": 2}) == (1, 2, 0.5)
-    assert BaseFunction._by_name(f, (), {"c": 3, "x": 1, "y": 2}) == (1, 2, 3)
+    assert BaseFunction.ordered_arguments(f, (1,), {"y": 2}) == (1, 2, 0.5)
+    assert BaseFunction.ordered_arguments(f, (), {"c": 3, "x": 1, "y": 2}) == (1, 2, 3)
     with pytest.raises(TypeError, match="input 'x' given twice"):
-        BaseFunction._by_name(f, (1,), {"x": 1, "y": 2})
+        BaseFunction.ordered_arguments(f, (1,), {"x": 1, "y": 2})
     with pytest.raises(TypeError, match="has no input named 'z'"):
-        BaseFunction._by_name(f, (1, 2), {"z": 1})
+        BaseFunction.ordered_arguments(f, (1, 2), {"z": 1})
     with pytest.raises(TypeError, match=r"missing input 1 \('y'\)$"):
-        BaseFunction._by_name(_named({}), (1,), {"c": 3})
+        BaseFunction.ordered_arguments(_named({}), (1,), {"c": 3})
 
 
 def test_a_kept_calls_views_take_numpy_arrays_as_they_are():

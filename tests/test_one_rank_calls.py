@@ -191,13 +191,13 @@ def test_one_gpu_ranks_training_step_runs_on_its_devices_own_arrays(rng, monkeyp
 
 @pytest.fixture
 def planned(monkeypatch):
-    """One GPU rank, and the list of the Functions planned (``Function._plan``) while it runs."""
+    """One GPU rank, and the list of the Functions planned (``Function.plan``) while it runs."""
     pytest.importorskip("jax")
     from synkhronos.api.functions import Function
 
     made: list = []
-    plan = Function._plan
-    monkeypatch.setattr(Function, "_plan", lambda f, *a: made.append(f) or plan(f, *a))
+    plan = Function.plan
+    monkeypatch.setattr(Function, "plan", lambda f, *a: made.append(f) or plan(f, *a))
     synk.fork(1, backend="gpu")
     yield made
     synk.close()
@@ -316,3 +316,38 @@ def test_one_gpu_ranks_chain_calls_like_the_last_equal_plain_pytensor(rng, plann
     check(xs[:13])  # another length: planned
     check(xs[13:26])
     assert len(planned) == 2
+
+
+def test_calls_like_the_last_of_a_closed_session_are_refused(rng):
+    """A function and a training function whose calls took the one-rank fast path are
+    refused after the next fork, as the general path refuses them."""
+    synk.fork(1, backend="cpu")
+    try:
+        x, index = pt.vector("x"), pt.lscalar("index")
+        f = synk.function([x], (x.sum(), "sum"))
+        data = pytensor.shared(rng.normal(size=(12, 2)), name="data")
+        w = pytensor.shared(np.zeros(2), name="w")
+        rows = pt.matrix("rows")
+        loss = ((rows @ w - 1.0) ** 2).mean()
+        train = synk.function(
+            [index],
+            loss,
+            updates=[(w, w - 0.1 * pytensor.grad(loss, w))],
+            givens={rows: data[index * 4 : (index + 1) * 4]},
+            mode="FAST_COMPILE",
+        )
+        d = synk.data(np.ones(5))
+        for k in range(3):
+            f(d)
+            train(k)
+        assert f.fast is not None and train._fast is not None
+    finally:
+        synk.close()
+    synk.fork(1, backend="cpu")
+    try:
+        with pytest.raises(RuntimeError, match="build it again"):
+            train(0)
+        with pytest.raises(RuntimeError, match="build it again"):
+            f(d)
+    finally:
+        synk.close()

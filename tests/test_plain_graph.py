@@ -16,6 +16,7 @@ import pytest
 from pytensor.tensor.random.type import RandomType
 
 import synkhronos as synk
+from synkhronos.api.calls import MISS, OneRankCall
 from synkhronos.api.plain_graph import PlainGraph
 from synkhronos.api.planning import CallOptions
 from synkhronos.api.training import TrainingFunction
@@ -77,20 +78,30 @@ def _subsets(reference):
     return call
 
 
+def _counted(ran: list, result):
+    """``result`` of a fast path's call, counted in ``ran`` where it ran the call."""
+    if result is not MISS:
+        ran.append(1)
+    return result
+
+
 def _against_both(train, reference, synk_calls, reference_calls, state, monkeypatch) -> None:
     """``train``'s calls on the plain graph equal ``reference``'s (a ``pytensor.function``
     of the line) and the phases' (the same types); the plain graph ran."""
     ran = []
     with monkeypatch.context() as patched:
-        run = PlainGraph.__call__
+        run, fast = PlainGraph.__call__, OneRankCall.__call__
         patched.setattr(PlainGraph, "__call__", lambda *a: ran.append(1) or run(*a))
+        patched.setattr(OneRankCall, "__call__", lambda *a: _counted(ran, fast(*a)))
         plain = _calls(train, synk_calls, state)
     assert len(ran) == len(synk_calls)
     _same(plain[0], _calls(reference, reference_calls, state)[0])
     _same([plain[1]], [_calls(reference, reference_calls, state)[1]])
     with monkeypatch.context() as patched:
         patched.setattr(PlainGraph, "runs", lambda self, options: False)
+        patched.setattr(train, "_fast", None)
         phases = _calls(train, synk_calls, state)
+        assert train._fast is None  # the phases' calls made none
     _same(plain[0], phases[0], exact_types=True)
     _same([plain[1]], [phases[1]])
 
@@ -214,3 +225,90 @@ def test_plain_graph_compiles_as_pytensor_function():
     assert train._plain.runs(CallOptions())
     assert dict(train._plain._function.spec.settings)["numba__fastmath"] is True
     assert dict(train.row_function.spec.settings).get("numba__fastmath") is None
+
+
+def test_fast_path_keeps_the_general_paths_rules(rng):
+    """Calls like the last (an index of the same kind) take the fast path straight to
+    the kept call, with the general path's rules: the outputs and parameters equal
+    ``pytensor.function``'s; an index of another kind or out of its dtype's range goes
+    the general path (its error); a call that fails leaves the parameters as they were;
+    a broken session is refused; calls are counted for ``verify_every``; a timeline
+    records the call (the general path)."""
+    from pytensor.raise_op import Assert
+
+    from synkhronos.session import launch
+
+    data = pytensor.shared(rng.normal(size=(23, 3)), name="data")
+    target = pytensor.shared(rng.normal(size=23), name="target")
+    w = pytensor.shared(np.zeros(3), name="w")
+    x, y, index = pt.matrix("x"), pt.vector("y"), pt.iscalar("index")
+    size = 5
+    givens = {
+        x: data[index * size : (index + 1) * size],
+        y: target[index * size : (index + 1) * size],
+    }
+    loss = Assert("index past the data")(((x @ w - y) ** 2).mean(), index < 4)
+    updates = [(w, w - 0.1 * pytensor.grad(loss, w))]
+    train = synk.function([index], loss, updates=updates, givens=givens)
+    reference = pytensor.function([index], loss, updates=updates, givens=givens)
+    session, start = launch.current(), w.get_value()
+    hits = []
+    fast_call = OneRankCall.__call__
+
+    def counted(fast, args):
+        return _counted(hits, fast_call(fast, args))
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(OneRankCall, "__call__", counted)
+        got = [train(k) for k in (0, 3, 1, 2)]
+        assert len(hits) == 3
+        with pytest.raises(TypeError, match="index"):
+            train(1.5)  # another kind: the general path's error
+        with pytest.raises(TypeError, match="index"):
+            train(2**40)  # out of int32's range: the same
+        before = w.get_value()
+        with pytest.raises(AssertionError, match="index past the data"):
+            train(4)  # on the fast path: no update applied
+        assert len(hits) == 3
+        np.testing.assert_array_equal(w.get_value(), before)
+        got.append(train(0))
+        assert len(hits) == 4
+        session.verify_every, calls = 1000, session.calls
+        try:
+            got.append(train(1))
+            assert session.calls == calls + 1 and len(hits) == 5
+        finally:
+            session.verify_every = None
+        session.broken = True
+        try:
+            with pytest.raises(RuntimeError, match="session is broken"):
+                train(2)
+        finally:
+            session.broken = False
+    trained = w.get_value()
+    w.set_value(start)
+    want = [reference(k) for k in (0, 3, 1, 2)]
+    with pytest.raises(AssertionError):
+        reference(4)
+    want += [reference(0), reference(1)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(trained, w.get_value(), rtol=1e-12)
+
+
+def test_fast_path_leaves_a_timeline_to_the_general_path(tmp_path, monkeypatch):
+    """Under a timeline a call like the last is planned (the timeline shows its rows)."""
+    x, level, cost, updates, params = given_minibatch._denoising_autoencoder()
+    index, size = pt.lscalar("index"), 7
+    givens = {x: given_minibatch._unit_data(23)[index * size : (index + 1) * size]}
+    train = synk.function([index, level], cost, updates=updates, givens=givens, mode=MODE)
+    train(0, 0.3)
+    train(1, 0.3)
+    assert train._fast is not None
+    planned = []
+    run = PlainGraph.__call__
+    monkeypatch.setattr(PlainGraph, "__call__", lambda *a: planned.append(1) or run(*a))
+    with synk.timeline(tmp_path / "timeline.json"):
+        train(2, 0.3)
+    assert planned == [1]
+    train(0, 0.3)
+    assert planned == [1]

@@ -13,7 +13,10 @@ it ends in what rank 0 runs: a Function's :class:`~synkhronos.rank.compiled.Piec
 chain's fused program (:mod:`synkhronos.rank.fused_chain`). The general path keeps that,
 with its command's message, as a :class:`KeptCall`; a later call that :func:`reuses` it and
 whose arguments it :meth:`~KeptCall.matches` passes the same checks and has the same rows,
-and runs the kept part without planning.
+and runs the kept part without planning. On the only rank of the only node a
+:class:`OneRankCall`, built by the general path with the call it kept, takes such a call
+before any other check of the caller's (a training function's plain graph writes its
+broadcast scalars first).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import numpy as np
 
 from synkhronos.api.collectives import send_changes
 from synkhronos.api.planning import PLAIN, CallOptions
+from synkhronos.session.launch import current as current_session
+from synkhronos.transport.protocol import Command
 
 
 def reuses(session, options: CallOptions) -> bool:
@@ -140,3 +145,89 @@ class KeptCall:
             elif r is None or r() is not a or a.layout != layout:
                 return False
         return True
+
+
+MISS = object()
+"""What :meth:`OneRankCall.__call__` returns for a call it does not take."""
+
+
+def exact_kind(var, value) -> type | None:
+    """The type of a broadcast scalar ``value`` that writing into an array of ``var``'s
+    dtype converts exactly as the call's check does (or refuses, raising), or None:
+    a Python int for an integer dtype, a Python float for float64, a numpy scalar of
+    the dtype itself."""
+    kind, dtype = type(value), var.type.dtype
+    if kind is int and dtype[0] in "iu":
+        return kind
+    if kind is float and dtype == "float64":
+        return kind
+    if isinstance(value, np.generic) and value.dtype == dtype:
+        return kind
+    return None
+
+
+class OneRankCall:
+    """The fast path of a call on the only rank of the only node (:attr:`Session.alone
+    <synkhronos.session.session.Session.alone>`): decided by the general path, which
+    builds it with the call it kept, and taken by a later call with arguments of the
+    same kinds, which goes straight to the kept call's compiled piece.
+
+    A call it takes is the general path's call without its planning: the same command
+    (:func:`run_command`: a broken session refused, released Data forgotten, updates
+    applied only where the call succeeded, the call counted for ``verify_every``), on
+    the kept call's arguments. It takes no call that has options, that a timeline
+    records, of a stale session, or whose arguments the kept call does not
+    :meth:`~KeptCall.matches` (after its broadcast scalars are written, each of the
+    first call's kind, :func:`exact_kind`): it returns :data:`MISS`, and the general
+    path runs the call.
+
+    Parameters
+    ----------
+    session : Session
+        The session it runs in.
+    kept : KeptCall
+        The kept call, whose ``run`` gives the call's outputs (``kept.alone``).
+    touches : tuple
+        ``(reads, wrote)`` of :func:`run_command`.
+    scalars : list
+        Per broadcast scalar that the call takes as a Python or numpy scalar: its
+        position, the ``Data`` that holds it in the kept call, and its kind.
+    """
+
+    __slots__ = ("_kept", "_scalars", "_session", "_touches")
+
+    def __init__(self, session, kept: KeptCall, touches: tuple, scalars: list) -> None:
+        self._session, self._kept, self._touches, self._scalars = session, kept, touches, scalars
+
+    def with_scalars(self, scalars: list) -> OneRankCall:
+        """The same fast path for a caller that writes ``scalars`` first."""
+        return OneRankCall(self._session, self._kept, self._touches, scalars)
+
+    def __call__(self, args: tuple) -> Any:
+        """The call's outputs, or :data:`MISS` where the general path must run it."""
+        session = self._session
+        if session.timeline_path is not None or current_session() is not session:
+            return MISS
+        if self._scalars:
+            written = self._written(args)
+            if written is None:
+                return MISS
+            args = written
+        kept = self._kept
+        if not kept.matches(args):
+            return MISS
+        return run_command(session, Command.CALL, kept.arrays, kept.run, (args,), *self._touches)
+
+    def _written(self, args: tuple) -> tuple | None:
+        """``args`` with each broadcast scalar written into its Data, the Data in its
+        place; None where one is of another kind or out of its dtype's range."""
+        values = list(args)
+        for k, data, kind in self._scalars:
+            if k >= len(values) or type(values[k]) is not kind:
+                return None
+            try:
+                data.data[...] = values[k]
+            except (OverflowError, ValueError, TypeError):
+                return None
+            values[k] = data
+        return tuple(values)

@@ -138,7 +138,7 @@ class Chain:
         for member in entries:
             if isinstance(member, BaseFunction):
                 self._check_member(member)
-                inlined = member._chain_entries()
+                inlined = member.chain_entries()
                 self._members.append((member, sum(isinstance(e, Function) for e in inlined)))
             else:
                 inlined = [member]
@@ -161,11 +161,11 @@ class Chain:
             "the chain's functions' outputs (a worker's reply holds them all)",
         )
         self._steps, self._functions, self._shipped = steps, functions, not functions
-        self._every_rank_rows = every_rank_rows or any(m._reads_call_plan for m, _ in self._members)
+        self._every_rank_rows = every_rank_rows or any(m.reads_call_plan for m, _ in self._members)
         self._kept: tuple | None = None  # (KeptCall, its scattered count, its row count)
         self._table = encode_table(steps, fuse)
         self._written = written  # by id()
-        handed = {id(v) for f in functions for v in f._handover}
+        handed = {id(v) for f in functions for v in f.handover}
         self._reads, self._leaves = _watched(functions, written, handed)
         # Written as a step runs (the others apply on every rank or on none); what a
         # training function hands between its phases is written anew by the next call.
@@ -195,7 +195,7 @@ class Chain:
                 f"{member._what} takes inputs, but only the chain's first "
                 f"function receives the call's arguments"
             )
-        if self._members and member._reads_call_plan:
+        if self._members and member.reads_call_plan:
             raise TypeError(
                 f"{member._what} trains (it counts the call's rows): it is a chain's first step"
             )
@@ -222,9 +222,12 @@ class Chain:
         options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
         return self._run(args, options, kwargs, "this chain")
 
-    def _run(self, args: tuple, options: CallOptions, kwargs: dict, what: str) -> list:
+    def _run(
+        self, args: tuple, options: CallOptions, kwargs: dict, what: str, selected=None
+    ) -> list:
         """A call of the chain, or of the training function ``what`` that runs as one, with
-        its ``options`` and its inputs given by name (``kwargs``)."""
+        its ``options`` and its inputs given by name (``kwargs``); ``selected``: the rows
+        its givens select, computed by the caller (the first function's ``plan``'s)."""
         # abort_nodes inline, as in Function.__call__: no wrapper's frame on a tiny call.
         try:
             session = launch.current()
@@ -238,22 +241,23 @@ class Chain:
                     raise TypeError("this chain has no function to take arguments")
                 return self._planned(session, None, options)
             if kwargs:
-                args = self._members[0][0]._by_name(args, kwargs)
+                args = self._members[0][0].ordered_arguments(args, kwargs)
             kept = self._kept if reuses(session, options) else None
             if kept is not None and kept[0].matches(args):
                 values = self._kept_values(args, *kept[1:])  # checked before the command
                 return self._outputs(session, None, self._command(kept[0].run, values), None)
-            return self._planned(session, args, options)
+            return self._planned(session, args, options, selected)
         except BaseException as error:
             abort_nodes("a synkhronos chained call", error)
             raise
 
-    def _planned(self, session, args: tuple | None, options: CallOptions) -> list:
+    def _planned(self, session, args: tuple | None, options: CallOptions, selected=None) -> list:
         """A call by the general path (``args`` None: the chain has no function to take
         any): planned, run, and kept where a call like it may reuse it."""
         plan, arrays = None, [self._table]
         if args is not None:
-            plan = self._members[0][0]._plan(session, args, options, self._every_rank_rows)
+            first = self._members[0][0]
+            plan = first.plan(session, args, options, self._every_rank_rows, selected)
             if session.n_ranks > 1:
                 arrays += plan.encode()
         state = session.state
@@ -302,7 +306,7 @@ class Chain:
         outputs, start = [], 0
         for k, (member, n) in enumerate(self._members):
             subset_k = output_subset if k == 0 else None
-            outputs.append(member._collect(per_function[start : start + n], subset_k))
+            outputs.append(member.outputs_from(per_function[start : start + n], subset_k))
             start += n
         return outputs
 

@@ -72,7 +72,7 @@ def handed_over(session) -> list[int]:
     """The registry indices of the shared variables that each call of a session's
     function writes before a later step of the call reads them (a training function's
     phases hand their values over in them): nothing to save, load or compare."""
-    ids = {id(v) for f in session.functions for v in f._handover}
+    ids = {id(v) for f in session.functions for v in f.handover}
     return [i for i, var in enumerate(session.state.registry.variables) if id(var) in ids]
 
 

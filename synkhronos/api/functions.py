@@ -24,7 +24,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api import mode_choice
-from synkhronos.api.calls import KeptCall, reuses, run_command, stale
+from synkhronos.api.calls import MISS, KeptCall, OneRankCall, reuses, run_command, stale
 from synkhronos.api.collectives import (
     check_tensor,
     sliceable_lengths,
@@ -117,13 +117,14 @@ class BaseFunction(ABC):
         The reduce op of each output.
     update_modes : list
         The op combining each update over ``num_slices`` ("avg" for pairs).
+    reads_call_plan : bool
+        Whether it reads its call's plan beyond its arguments (a training function: the
+        whole batch's row count) and needs rows on every rank (its later steps read what
+        its first wrote): then it is a chain's first step, and the chain refuses a rank
+        without rows.
     """
 
-    # Whether it reads its call's plan beyond its arguments (a training function: the
-    # whole batch's row count) and needs rows on every rank (its later steps read what
-    # its first wrote): then it is a chain's first step, and the chain refuses a rank
-    # without rows.
-    _reads_call_plan = False
+    reads_call_plan = False
     # Per call position, the value a call takes where it omits the argument
     # (``In(var, value=...)``; synk.function sets it).
     _defaults: dict = {}
@@ -164,15 +165,20 @@ class BaseFunction(ABC):
         """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``)."""
 
     @abstractmethod
-    def _chain_entries(self) -> list:
+    def chain_entries(self) -> list:
         """What it runs as, as :func:`synkhronos.chain`'s steps: Functions and collectives."""
 
     @abstractmethod
-    def _plan(self, session, args, options: CallOptions, every_rank_rows=False) -> CallPlan:
-        """The plan of a call with these arguments, checked: its first Function's."""
+    def plan(
+        self, session, args, options: CallOptions, every_rank_rows=False, selected=None
+    ) -> CallPlan:
+        """The plan of a call with these arguments, checked: its first Function's;
+        ``selected``: where the givens select the minibatch, its rows, if the caller
+        computed them already (:meth:`GivenRows.rows
+        <synkhronos.api.given_rows.GivenRows.rows>`)."""
 
     @abstractmethod
-    def _collect(self, results: list, output_subset: Sequence[int] | None):
+    def outputs_from(self, results: list, output_subset: Sequence[int] | None):
         """What a call returns, from its Functions' results (each as called alone)."""
 
     def _check_session(self) -> Any:
@@ -242,10 +248,10 @@ class BaseFunction(ABC):
         places, the defaults filled in), and its options."""
         options, kwargs = CallOptions.split(kwargs) if kwargs else (PLAIN, kwargs)
         if kwargs or (self._defaults and len(args) < len(self.inputs)):
-            args = self._by_name(args, kwargs)
+            args = self.ordered_arguments(args, kwargs)
         return args, options
 
-    def _by_name(self, args: tuple, kwargs: dict) -> tuple:
+    def ordered_arguments(self, args: tuple, kwargs: dict) -> tuple:
         """The positional arguments, with those given by name put in their places and the
         defaults filled in (:func:`~synkhronos.api.planning.in_order`)."""
         ordered, given, rest = in_order(
@@ -284,6 +290,13 @@ class Function(BaseFunction):
     reads, writes : list
         The shared variables a call reads that rank 0's program may change, and those it
         leaves as synkhronos' own (:func:`~synkhronos.api.function_parts.shared_reads_writes`).
+    handover : list
+        The shared variables each call writes before a later step of the call reads
+        them (a training function's row phase's, from one phase to the next): never
+        saved, loaded or compared between ranks.
+    fast : OneRankCall or None
+        On the only rank, the fast path of calls like the kept one
+        (:class:`~synkhronos.api.calls.OneRankCall`); None before a call was kept.
     """
 
     def __init__(self, session, parts: FunctionParts) -> None:
@@ -310,7 +323,8 @@ class Function(BaseFunction):
         self._all_outputs = self.planner.all_outputs
         self._shipped = False
         self._kept: KeptCall | None = None
-        self._handover = list(parts.handover)
+        self.fast: OneRankCall | None = None  # on one rank, the kept call's fast path
+        self.handover = list(parts.handover)
         session.sliceable_ids.update(id(s) for s in parts.sliceable)
         self.reads, self.writes = shared_reads_writes(parts, session.sliceable_ids)
         # What a call reads and writes (run_command's reads and wrote).
@@ -354,10 +368,10 @@ class Function(BaseFunction):
         """The shared variables the function uses (as ``pytensor`` functions' ``get_shared``)."""
         return self._session.state.functions[self._spec.fid].get_shared()
 
-    def _chain_entries(self) -> list:
+    def chain_entries(self) -> list:
         return [self]
 
-    def _collect(self, results: list, output_subset: Sequence[int] | None):
+    def outputs_from(self, results: list, output_subset: Sequence[int] | None):
         return results[0]  # collected with the plan's subset
 
     # ---- a call --------------------------------------------------------------------------
@@ -380,12 +394,17 @@ class Function(BaseFunction):
         """
         # abort_nodes inline, as every kind of call does: a wrapper adds a frame per call.
         try:
+            fast = self.fast
+            if fast is not None and not kwargs:
+                result = fast(args)
+                if result is not MISS:
+                    return result
             session = self._check_session()
             options = PLAIN
             if kwargs:
                 options, kwargs = CallOptions.split(kwargs)
             if kwargs or (self._defaults and len(args) < len(self.inputs)):
-                args = self._by_name(args, kwargs)
+                args = self.ordered_arguments(args, kwargs)
             if not self._shipped:
                 session.distribute()
                 self._shipped = True
@@ -417,7 +436,7 @@ class Function(BaseFunction):
         """:meth:`__call__` by the general path: planned, and kept where a call like it
         may reuse it (``reuse``)."""
         with trace.span("check and plan", "rank 0"):
-            plan = self._plan(session, args, options)
+            plan = self.plan(session, args, options)
         subset, arrays = plan.subset.tolist(), plan.encode() if session.n_ranks > 1 else ()
         keep = reuse and self.planner.reusable(args)
         state = session.state
@@ -459,7 +478,8 @@ class Function(BaseFunction):
         aligned, as the scratch is) may take that Data's place, as it is (no worker reads
         the scratch); rank 0's part applies the updates as it returns (no other rank can
         fail) and gives the outputs as one rank's
-        (:func:`~synkhronos.rank.outputs.own_outputs`)."""
+        (:func:`~synkhronos.rank.outputs.own_outputs`); there :attr:`fast` takes a call
+        like it."""
         state, spec, single, n = session.state, self._spec, self._single, len(self._spec.inputs)
         subset = self._all_outputs.tolist()
         alone = session.alone and piece is not None
@@ -470,6 +490,7 @@ class Function(BaseFunction):
             for a, d in zip(args, own, strict=True)
         ]
         if not alone:
+            self.fast = None
             return KeptCall(
                 args, hosts, len(args), arrays,
                 lambda args: run_piece(state, fn, piece, *_views(args, n), subset), False,
@@ -479,10 +500,15 @@ class Function(BaseFunction):
             outs = piece.run(*_views(args, n), None, None)
             return own_outputs(spec, subset, outs, piece.weight, single)
 
-        return KeptCall(args, hosts, len(args), arrays, run, True)
+        kept = KeptCall(args, hosts, len(args), arrays, run, True)
+        self.fast = OneRankCall(session, kept, self._touches, [])
+        return kept
 
-    def _plan(self, session, args, options: CallOptions, every_rank_rows: bool = False) -> CallPlan:
+    def plan(
+        self, session, args, options: CallOptions, every_rank_rows: bool = False, selected=None
+    ) -> CallPlan:
         """The call's plan, every argument checked (:meth:`Planner.plan
-        <synkhronos.api.planning.Planner.plan>`)."""
+        <synkhronos.api.planning.Planner.plan>`); no givens select its rows
+        (``selected`` is None)."""
         ranks = Ranks(session.n_ranks, current_nodes(), partial(sliceable_lengths, session))
         return self.planner.plan(args, options, ranks, every_rank_rows)

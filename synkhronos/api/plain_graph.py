@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from synkhronos.api.calls import OneRankCall, exact_kind
 from synkhronos.api.collectives import checked_value
 from synkhronos.api.functions import Function, FunctionParts
 from synkhronos.api.planning import CallOptions, label
@@ -87,6 +88,25 @@ class PlainGraph:
             num_slices=options.num_slices,  # 1, or an equal value its checks refuse
             output_subset=options.output_subset,
         )
+
+    def fast(self, args: tuple) -> OneRankCall | None:
+        """The fast path of calls like one just run with ``args`` and no option: the
+        plain Function's (:attr:`Function.fast <synkhronos.Function>`), each broadcast
+        scalar written into its held Data first; None where there is none, or a scalar
+        was given as a value of a kind it cannot take (:func:`~synkhronos.api.calls.exact_kind`)."""
+        function = self._function
+        if function is None or function.fast is None or len(args) != self._count:
+            return None
+        scalars = []
+        for i, var, data in self._held:
+            k = self._n + i
+            if isinstance(args[k], Data):  # the kept call matches it itself
+                continue
+            kind = exact_kind(var, args[k])
+            if kind is None:
+                return None
+            scalars.append((k, data, kind))
+        return function.fast.with_scalars(scalars)
 
     def _in_held(self, args: tuple) -> tuple:
         """``args`` with each broadcast scalar's value checked as a call checks it and

@@ -399,7 +399,7 @@ class Planner:
         full = [len(d) for d in scatter if not d.minibatch]
         sel: Selection
         if batch is None:
-            # Minibatch data is read by position: it may be longer (checked in _plan).
+            # Minibatch data is read by position: it may be longer (checked in Function.plan).
             lengths = {len(d) for d in scatter if not d.minibatch} or {len(d) for d in scatter}
             if len(lengths) > 1:
                 names = ", ".join(

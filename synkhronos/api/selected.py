@@ -134,14 +134,17 @@ class SelectedWhole(BaseFunction):
             output_subset=options.output_subset,
         )
 
-    def _chain_entries(self) -> list:
+    def chain_entries(self) -> list:
         return [self.function]
 
-    def _plan(self, session, args, options: CallOptions, every_rank_rows=False) -> CallPlan:
+    def plan(
+        self, session, args, options: CallOptions, every_rank_rows=False, selected=None
+    ) -> CallPlan:
         refuse_row_options(self._what, options)
-        return self.function._plan(session, (self._rows.rows(args), *args), options)
+        rows = self._rows.rows(args) if selected is None else selected
+        return self.function.plan(session, (rows, *args), options)
 
-    def _collect(self, results: list, output_subset: Sequence[int] | None):
+    def outputs_from(self, results: list, output_subset: Sequence[int] | None):
         return results[0]
 
 

@@ -36,6 +36,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.type import RandomType
 
+from synkhronos.api.calls import MISS, OneRankCall
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
 from synkhronos.api.plain_graph import PlainGraph, line_parts
@@ -187,7 +188,7 @@ class TrainingFunction(BaseFunction):
         The whole call: the row phase, the all-reduces, the reduced phase.
     """
 
-    _reads_call_plan = True
+    reads_call_plan = True
 
     def __init__(
         self,
@@ -244,8 +245,8 @@ class TrainingFunction(BaseFunction):
             split, holders, [self.row_function, *self.round_functions, self.reduced_function]
         )
         self.chain = Chain(session, [self])
-        self._selected: tuple | None = None  # a call's arguments and selected rows
         self._plain = PlainGraph(session, line_parts(parts, given), mode)
+        self._fast: OneRankCall | None = None  # the plain graph's fast path
 
     def __repr__(self) -> str:
         return f"<synkhronos.TrainingFunction {self.name or ''}>".replace(" >", ">")
@@ -272,24 +273,29 @@ class TrainingFunction(BaseFunction):
         than ranks is computed whole on every rank. On one CPU rank a call without
         ``num_slices`` runs the line's plain graph (:mod:`synkhronos.api.plain_graph`).
         """
+        fast = self._fast
+        if fast is not None and not kwargs:
+            result = fast(args)
+            if result is not MISS:
+                return result
         args, options = self._arguments(args, kwargs)
         session = self._check_session()
         if self._given is not None:
             refuse_row_options(self._what, options)
         if self._plain.runs(options):
-            return self._plain(args, options)
+            result = self._plain(args, options)
+            if options.plain:  # a call like it goes straight to the kept call
+                self._fast = self._plain.fast(args)
+            return result
         if self._given is not None and len(args) == len(self.inputs):
             rows = self._given.rows.rows(args)
             if len(rows) < current_nodes().n_global and options.batch is None:
                 self._refuse_slices(options.num_slices)
                 return self._given.run_whole(session, rows, args, options)
-            self._selected = (args, rows)  # _plan's, through the chain: computed once
-        try:
-            return self.chain._run(args, options, {}, self._what)[0]
-        finally:
-            self._selected = None
+            return self.chain._run(args, options, {}, self._what, rows)[0]  # computed once
+        return self.chain._run(args, options, {}, self._what)[0]
 
-    def _chain_entries(self) -> list:
+    def chain_entries(self) -> list:
         return list(self._entries)
 
     def as_pytensor(self, *args):
@@ -301,16 +307,17 @@ class TrainingFunction(BaseFunction):
 
     as_theano = as_pytensor
 
-    def _plan(self, session, args, options: CallOptions, every_rank_rows=True) -> CallPlan:
-        """The row phase's plan (every output computed: :meth:`_collect` picks them)."""
+    def plan(
+        self, session, args, options: CallOptions, every_rank_rows=True, selected=None
+    ) -> CallPlan:
+        """The row phase's plan (every output computed: :meth:`outputs_from` picks them)."""
         if self._given is not None:
             refuse_row_options(self._what, options)
             if len(args) != len(self.inputs):
                 raise TypeError(
                     f"{self._what}: expected {len(self.inputs)} arguments, got {len(args)}"
                 )
-            selected = self._selected
-            rows = selected[1] if selected and selected[0] is args else self._given.rows.rows(args)
+            rows = self._given.rows.rows(args) if selected is None else selected
             args = (rows, *args)
         check_arguments(self._what, self._spec, args)
         self._refuse_slices(options.num_slices)
@@ -319,7 +326,7 @@ class TrainingFunction(BaseFunction):
             args = (*args[:n_in], self._row_positions(args[0], options.batch), *args[n_in:])
         # The whole row count's place (PhaseSplit.rows): the row phase's plan writes it.
         options = replace(options, output_subset=None)
-        return self.row_function._plan(session, (*args, _NO_ROWS), options, True)
+        return self.row_function.plan(session, (*args, _NO_ROWS), options, True)
 
     def _refuse_slices(self, num_slices) -> None:
         """Refuse ``num_slices > 1`` where slices would not give one device's answer."""
@@ -335,7 +342,7 @@ class TrainingFunction(BaseFunction):
                 f"draws only with num_slices=1 (each slice would draw anew)"
             )
 
-    def _collect(self, results: list, output_subset: Sequence[int] | None):
+    def outputs_from(self, results: list, output_subset: Sequence[int] | None):
         values: list = [None] * len(self.output_modes)
         for positions, result in (
             (self._row_outputs, results[0]),
