@@ -7,7 +7,7 @@ and turns the draws into ``InferenceData``, with its sampling step replaced by a
 of the model's terms (PyTensor's JAX backend, as PyMC does) and compiles the whole of NUTS,
 warm-up and draws, into one XLA program over the ranks' mesh
 (:meth:`~synkhronos.transport.comm.xla.XlaCommunicator.program`). In it the log-density
-is the rank's own rows' terms, summed over the ranks by an all-reduce, plus the terms
+is the rank's own rows' terms, summed over the ranks inside it, plus the terms
 computed once (the priors, the Jacobians), which every rank computes alike. Every rank
 starts from the same point with the same key and receives the same sums, so every rank
 takes the same trajectory; rank 0 checks that every rank's draws are its own, bit for
