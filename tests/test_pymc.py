@@ -27,11 +27,11 @@ ROWS = 29  # uneven on 2 and on 3 ranks
 
 @pytest.fixture(scope="module")
 def ranks(request):
-    """2 or 3 CPU ranks, or "gpu": 2 GPU ranks in float64. PYTENSOR_FLAGS naming floatX
-    keeps the fork from making it float32 (its GPU default), and the fork then turns JAX's
-    64-bit mode on, on rank 0 and the workers."""
+    """2 or 3 CPU ranks, or "gpu" ("gpu3"): 2 (3) GPU ranks in float64. PYTENSOR_FLAGS
+    naming floatX keeps the fork from making it float32 (its GPU default), and the fork
+    then turns JAX's 64-bit mode on, on rank 0 and the workers."""
     param = getattr(request, "param", 2)
-    if param != "gpu":
+    if param not in ("gpu", "gpu3"):
         synk.fork(param, backend="cpu")
         yield param
         synk.close()
@@ -43,12 +43,13 @@ def ranks(request):
     flags = [f for f in (os.environ.get("PYTENSOR_FLAGS"), "floatX=float64") if f]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTENSOR_FLAGS", ",".join(flags))
-        synk.fork(2, backend="gpu")
+        n_ranks = 3 if param == "gpu3" else 2
+        synk.fork(n_ranks, backend="gpu")
         import jax
 
         assert launch.current().backend.name == "gpu"
         assert jax.config.read("jax_enable_x64")
-        yield 2
+        yield n_ranks
         synk.close()
 
 
@@ -285,6 +286,39 @@ def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, chain_method, monkey
     (by_rank,) = replies
     assert np.array_equal(by_rank[0][0], by_rank[1][0])  # the raw draws of b, every rank's
     assert split.posterior.attrs["synk_sampling_s"] > 0
+
+
+def summed_routine(state, parts: np.ndarray) -> list:
+    """(Every GPU rank) the compiled NUTS's sum over the ranks of each rank's row of
+    ``parts``."""
+    import pytensor.link.jax.dispatch  # noqa: F401 - JAX's 64 bits, as the NUTS routine's
+    from jax import lax
+
+    from synkhronos.extensions.pymc.compiled import _summed
+    from synkhronos.transport.comm.traced import AXIS
+
+    comm, n_ranks = state.comm, len(parts)
+    program = comm.program(lambda a: [_summed(a[0][lax.axis_index(AXIS)], n_ranks)])
+    return [np.asarray(r) for r in comm.run(program, comm.to_device([parts]))]
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [pytest.param("gpu", marks=pytest.mark.gpu), pytest.param("gpu3", marks=pytest.mark.gpu)],
+    indirect=True,
+)
+def test_compiled_sum_is_in_rank_order_on_every_rank(ranks):
+    """The log-density's sum over the ranks in the compiled NUTS adds rank 0's part first,
+    then rank 1's...: on 3 ranks 1e16 + 1 - 1e16 is 0 in that order, 1 in some others;
+    every rank gets the same bits."""
+    from synkhronos.api import routines
+
+    parts = np.array([[1e16, 2.5], [1.0, -0.5], [-1e16, 1e-3]])[:ranks]
+    want = parts[0].copy()
+    for part in parts[1:]:
+        want = want + part
+    replies = routines.run(summed_routine, parts)
+    assert all(r[0].tobytes() == want.tobytes() for r in replies), (replies, want)
 
 
 @pytest.mark.parametrize("ranks", [2], indirect=True)

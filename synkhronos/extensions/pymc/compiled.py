@@ -7,7 +7,7 @@ and turns the draws into ``InferenceData``, with its sampling step replaced by a
 of the model's terms (PyTensor's JAX backend, as PyMC does) and compiles the whole of NUTS,
 warm-up and draws, into one XLA program over the ranks' mesh
 (:meth:`~synkhronos.transport.comm.xla.XlaCommunicator.program`). In it the log-density
-is the rank's own rows' terms, summed over the ranks by an all-reduce, plus the terms
+is the rank's own rows' terms, summed over the ranks inside it, plus the terms
 computed once (the priors, the Jacobians), which every rank computes alike. Every rank
 starts from the same point with the same key and receives the same sums, so every rank
 takes the same trajectory; rank 0 checks that every rank's draws are its own, bit for
@@ -220,31 +220,55 @@ def _program_body(graph: tuple, config: dict, n_ranks: int, n_values: int):
 
 def _summed_over_ranks(own, n_ranks: int):
     """(Traced) ``own`` (a rank's rows' log-density of a position) summed over the ranks,
-    its gradient the sum of theirs. Differentiated by JAX, an all-reduce's gradient in a
+    its gradient the sum of theirs. Differentiated by JAX, a collective's gradient in a
     program over the mesh that does not track which values are replicated
     (``check_vma=False``) is each rank's own gradient times the ranks' count: each rank
     would step by its own rows. So the value and the gradient are computed together and
-    summed in one all-reduce."""
+    summed in one collective (:func:`_summed`)."""
     import jax
     from jax.flatten_util import ravel_pytree
-
-    from synkhronos.transport.comm.xla import reduce_traced
 
     def summed(position):
         value, grad = jax.value_and_grad(own)(position)
         flat, unravel = ravel_pytree(grad)
-        total = reduce_traced(jax.numpy.concatenate([value[None], flat]), "sum", n_ranks)
+        total = _summed(jax.numpy.concatenate([value[None], flat]), n_ranks)
         return total[0], unravel(total[1:])
 
     @jax.custom_vjp
     def rows_sum(position):
-        return reduce_traced(own(position), "sum", n_ranks)
+        return _summed(own(position)[None], n_ranks)[0]
 
     def backward(grad, cotangent):
         return (jax.tree_util.tree_map(lambda g: cotangent * g, grad),)
 
     rows_sum.defvjp(summed, backward)  # summed: the value, and the gradient kept for backward
     return rows_sum
+
+
+def _summed(x, n_ranks: int):
+    """(Traced) the vector ``x`` summed over the ranks in their order, rank 0's first, the
+    same sum on every rank: each rank's ``x`` reaches every other by ``n_ranks - 1``
+    collective permutes (at the k-th, rank i sends to rank i + k). Not an all-reduce: on
+    CPU devices, gloo's all-reduce of a few numbers on 2 ranks writes 12 messages a rank
+    (a ring in segments, each announced), its all-gather 6, a permute 3, each a wake-up
+    of a thread on the rank's one core; NUTS waits for one sum at every leapfrog step."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from synkhronos.transport.comm.traced import AXIS
+
+    if n_ranks == 1:
+        return x
+    received = [x] + [  # the k-th from rank (this rank - k) mod n_ranks
+        lax.ppermute(x, AXIS, [(i, (i + k) % n_ranks) for i in range(n_ranks)])
+        for k in range(1, n_ranks)
+    ]
+    sources = (lax.axis_index(AXIS) - jnp.arange(n_ranks)) % n_ranks
+    by_rank = jnp.take(jnp.stack(received), sources, axis=0)
+    total = by_rank[0]
+    for part in by_rank[1:]:
+        total = total + part
+    return total
 
 
 def _numpyro_chain(logp, key, init: list, config: dict) -> tuple[list, list]:

@@ -76,6 +76,9 @@ COORDINATOR_VAR = "SYNK_COORDINATOR"
 
 
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's results
+# A longer wait pauses up to this share of the time waited (at most POLL_S): a compiled
+# NUTS runs for minutes, on a rank's one core its every poll a wake-up beside XLA's thread.
+WAITED_SHARE = 1 / 64
 ERROR_GRACE_S = 1.0  # how long a failed program waits for a dead peer to show as dead
 LEAVE_BOUND_S = 60.0  # how long close() waits to leave JAX's runtime after an abandoned program
 _leaving: list[threading.Thread] = []  # leaving JAX's runtime past LEAVE_BOUND_S
@@ -423,11 +426,13 @@ class XlaCommunicator(ShmCommunicator):
         if self.n_ranks == 1:  # no peer in the program to watch
             jax.block_until_ready(arrays)
             return
-        pause, check_at = FIRST_PAUSE_S, time.monotonic() + POLL_S
+        start = time.monotonic()
+        pause, check_at = FIRST_PAUSE_S, start + POLL_S
         try:
             while not all(a.is_ready() for a in arrays):
                 time.sleep(pause)
-                pause = min(2 * pause, LONGEST_PAUSE_S)
+                longest = max(LONGEST_PAUSE_S, (time.monotonic() - start) * WAITED_SHARE)
+                pause = min(2 * pause, longest, POLL_S)
                 if time.monotonic() >= check_at:
                     self._check()
                     check_at = time.monotonic() + POLL_S
