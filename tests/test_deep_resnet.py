@@ -18,8 +18,11 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.graph.traversal import io_toposort
 
 import synkhronos as synk
+from synkhronos.api import mode_choice
+from synkhronos.api.function_parts import FunctionParts
 from synkhronos.api.split.phases import MAX_ROUNDS, split_phases
 from synkhronos.api.training import TrainingFunction, running_updates
 from synkhronos.extensions import lasagne
@@ -86,16 +89,40 @@ def training(blocks: int, size: int):
     return x, t, loss, list(momentum(loss, params, 0.01, 0.9).items())
 
 
-def test_resnet110_statistics_fit_the_rounds():
-    """ResNet-110's batch statistics, the whole batch's: 3 rounds for each of its 109 batch
-    normalizations (the mean; the variance; the gradient's two sums), within the limit."""
+@pytest.fixture(scope="module")
+def resnet110():
+    """ResNet-110's training line at 32x32: its inputs, loss and momentum updates, and
+    its running averages' updates (built once: seconds)."""
     x, t, loss, updates = training(18, 32)
     running = running_updates([loss, *(u for _, u in updates)], [v for v, _ in updates])
+    return x, t, loss, updates, running
+
+
+def test_resnet110_statistics_fit_the_rounds(resnet110):
+    """ResNet-110's batch statistics, the whole batch's: 3 rounds for each of its 109 batch
+    normalizations (the mean; the variance; the gradient's two sums), within the limit."""
+    x, t, loss, updates, running = resnet110
     assert len(running) == 2 * 109
     with pytensor.config.change_flags(traceback__limit=0):
         split = split_phases([x, t], [loss], [True], updates + running, True, True, len(updates))
     assert not split.inexact, split.inexact
     assert len(split.rounds) == 327 <= MAX_ROUNDS
+
+
+def test_resnet110_phases_take_the_lines_mode(resnet110, monkeypatch):
+    """The mode of every phase is chosen for the whole line: ResNet-110's is large, so
+    its rounds (each a small graph, the first under the size) compile op by op."""
+    if not pytensor.config.cxx:
+        pytest.skip("no C compiler: the default mode is kept")
+    monkeypatch.setattr(mode_choice, "configured", lambda: False)
+    x, t, loss, updates, running = resnet110
+    parts = FunctionParts.parse(inputs=[x, t], outputs=loss, updates=updates)
+    assert mode_choice.choose_for_line(parts, None, updates + running) == "CVM"
+    assert mode_choice.choose_for_line(parts, "JAX", updates + running) is None
+    parts.mode = "FAST_COMPILE"
+    assert mode_choice.choose_for_line(parts, None, updates + running) == "FAST_COMPILE"
+    first = min((value for _, value in running), key=lambda v: len(io_toposort([x], [v])))
+    assert mode_choice.choose(None, None, [x], [first], "first round") is None
 
 
 @pytest.fixture(scope="module", params=SESSIONS, ids=lambda p: f"{p[0]}x{p[1]}")
