@@ -7,7 +7,8 @@ ResNet-110 (109 batch normalizations, CIFAR's 32x32x3 input) is split in one pro
 its statistics take 327 rounds, within the limit. Trained on ranks, a 26-layer one (25
 batch normalizations, 75 rounds) at 8x8 on 2 CPU ranks, an 8-layer one elsewhere, CPU
 ranks in PyTensor's FAST_COMPILE mode: each round is a function every rank compiles,
-and ResNet-110's 327 would take minutes.
+and ResNet-110's 327 would take minutes. Named no mode, every phase compiles in the mode
+chosen for the whole line (ResNet-110's: the C VM, op by op), the small rounds too.
 """
 
 from __future__ import annotations
@@ -173,3 +174,39 @@ def test_a_deep_resnet_trains_as_one_device(session):
         atol = 1e-12 if floatx == "float64" else 1e-4 * np.abs(want).max()
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=str(var))
     synk.broadcast(variables)  # rank 0 holds the reference's values: every rank takes them
+
+
+@pytest.mark.parametrize("ranks", [2], indirect=True)
+def test_a_large_lines_rounds_compile_op_by_op(ranks, rng, monkeypatch):
+    """A line of at least LARGE_GRAPH_NODES nodes compiles op by op in every phase, its
+    first round (a few nodes) too, and trains as one device."""
+    if not pytensor.config.cxx:
+        pytest.skip("no C compiler: the default mode is kept")
+    x, t = pt.matrix("x"), pt.ivector("t")
+    net = L.InputLayer((None, 4), x)
+    for name in ("bn1", "bn2"):
+        net = L.NonlinearityLayer(L.BatchNormLayer(L.DenseLayer(net, 5), name=name), rectify)
+    net = L.DenseLayer(net, 3, nonlinearity=softmax)
+    loss = lasagne.objectives.categorical_crossentropy(L.get_output(net), t).mean()
+    params = L.get_all_params(net, trainable=True)
+    updates = list(momentum(loss, params, 0.1, 0.9).items())
+    variables = [v for v, _ in updates]
+    variables += [v for v, _ in running_updates([loss], variables)]
+    roots = [loss, *(v.default_update for v in variables[len(updates) :]), *dict(updates).values()]
+    monkeypatch.setattr(mode_choice, "LARGE_GRAPH_NODES", len(io_toposort([x, t], roots)))
+    monkeypatch.setattr(mode_choice, "configured", lambda: False)
+    train = synk.function([x, t], loss, updates=updates)
+    phases = [train.row_function, *train.round_functions, train.reduced_function]
+    assert len(phases) == 2 + 3 * 2 and {f.mode for f in phases} == {"CVM"}
+    xs, ts = rng.standard_normal((11, 4)), rng.integers(0, 3, 11).astype("int32")
+    start = [v.get_value() for v in variables]
+    losses = [train(xs, ts) for _ in range(2)]
+    synk.verify()
+    trained = [v.get_value() for v in variables]
+    for v, value in zip(variables, start, strict=True):
+        v.set_value(value)
+    reference = pytensor.function([x, t], loss, updates=updates, mode="CVM")
+    np.testing.assert_allclose(losses, [reference(xs, ts) for _ in range(2)], rtol=1e-9)
+    for var, got in zip(variables, trained, strict=True):
+        np.testing.assert_allclose(got, var.get_value(), rtol=1e-9, atol=1e-12, err_msg=str(var))
+    synk.broadcast(variables)
