@@ -7,7 +7,8 @@ CIFAR's 32x32x3 input, float32, ``--batch`` rows a step), trained by momentum:
   in rounds (3 per batch normalization);
 * ``inexact``: the same with ``MAX_ROUNDS`` lowered below the rounds it needs, so that each
   rank normalizes by its own rows' statistics (and synkhronos warns);
-* ``one``: ``pytensor.function`` of the same line in one process.
+* ``one``: ``pytensor.function`` of the same line in one process, in the mode named, else
+  in the one synkhronos chooses for the line (:mod:`synkhronos.api.mode_choice`).
 
 Each runs in a fresh process, twice with the same cache folder: "cold" into an empty one
 (``PYTENSOR_FLAGS=base_compiledir=<empty>``), then "warm". Printed per run: seconds to build
@@ -41,6 +42,7 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
 
     pytensor.config.floatX = "float32"
     import synkhronos as synk
+    from synkhronos.api import mode_choice
     from synkhronos.api.split import phases
     from tests.test_deep_resnet import training
 
@@ -56,6 +58,8 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
     )
     start = time.perf_counter()
     if case == "one":
+        roots = [loss, *(value for _, value in updates)]
+        mode = mode_choice.choose(mode, None, [x, t], roots, "the line")
         step = pytensor.function([x, t], loss, updates=updates, mode=mode)
         info = {"mode": mode, "rounds": 0}
     else:
