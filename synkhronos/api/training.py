@@ -254,7 +254,8 @@ class TrainingFunction(BaseFunction):
 
     @property
     def mode(self):
-        """The compile mode of every phase (the row phase's, chosen as a Function's)."""
+        """The compile mode of every phase, chosen for the whole line
+        (:func:`~synkhronos.api.mode_choice.choose_for_line`)."""
         return self.row_function.mode
 
     def get_shared(self) -> list:
