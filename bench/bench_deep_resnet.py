@@ -16,7 +16,8 @@ the function, to the end of the first step (from the start of the build), and th
 the next steps; for the ranks, the compile mode and the number of round functions.
 
 Run: ``python bench/bench_deep_resnet.py`` (all), or e.g.
-``python bench/bench_deep_resnet.py --cases exact --blocks 4 --runs warm``.
+``python bench/bench_deep_resnet.py --cases exact --blocks 4 --runs warm --cache <folder>``
+(a "warm" run alone is warm only in a ``--cache`` folder that an earlier run filled).
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--mode", default=None, help="a mode to name (default: none)")
     parser.add_argument("--runs", nargs="+", choices=("cold", "warm"), default=["cold", "warm"])
     parser.add_argument("--limit", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument("--cache", help="a compile folder to keep (default: a new one per case)")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -115,7 +117,8 @@ def main() -> None:
     print(f"{'case':8} {'run':5} {'build s':>8} {'first step s':>12} {'next step ms':>12} "
           f"{'mode':>6} {'rounds':>6}", flush=True)  # fmt: skip
     for case in args.cases:
-        with tempfile.TemporaryDirectory(prefix="synk-deep-resnet-") as cache:
+        with tempfile.TemporaryDirectory(prefix="synk-deep-resnet-") as temporary:
+            cache = args.cache or temporary
             for run_name in args.runs:
                 res = run(args, case, cache)
                 if "failed" in res:
