@@ -7,7 +7,8 @@ ResNet-110 (109 batch normalizations, CIFAR's 32x32x3 input) is split in one pro
 its statistics take 327 rounds, within the limit. Trained on ranks, a 26-layer one (25
 batch normalizations, 75 rounds) at 8x8 on 2 CPU ranks, an 8-layer one elsewhere, CPU
 ranks in PyTensor's FAST_COMPILE mode: each round is a function every rank compiles,
-and ResNet-110's 327 would take minutes.
+and ResNet-110's 327 would take minutes. Named no mode, every phase compiles in the mode
+chosen for the whole line (ResNet-110's: the C VM, op by op), the small rounds too.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.graph.traversal import io_toposort
 
 import synkhronos as synk
+from synkhronos.api import mode_choice
+from synkhronos.api.function_parts import FunctionParts
 from synkhronos.api.split.phases import MAX_ROUNDS, split_phases
 from synkhronos.api.training import TrainingFunction, running_updates
 from synkhronos.extensions import lasagne
@@ -86,16 +90,40 @@ def training(blocks: int, size: int):
     return x, t, loss, list(momentum(loss, params, 0.01, 0.9).items())
 
 
-def test_resnet110_statistics_fit_the_rounds():
-    """ResNet-110's batch statistics, the whole batch's: 3 rounds for each of its 109 batch
-    normalizations (the mean; the variance; the gradient's two sums), within the limit."""
+@pytest.fixture(scope="module")
+def resnet110():
+    """ResNet-110's training line at 32x32: its inputs, loss and momentum updates, and
+    its running averages' updates (built once: seconds)."""
     x, t, loss, updates = training(18, 32)
     running = running_updates([loss, *(u for _, u in updates)], [v for v, _ in updates])
+    return x, t, loss, updates, running
+
+
+def test_resnet110_statistics_fit_the_rounds(resnet110):
+    """ResNet-110's batch statistics, the whole batch's: 3 rounds for each of its 109 batch
+    normalizations (the mean; the variance; the gradient's two sums), within the limit."""
+    x, t, loss, updates, running = resnet110
     assert len(running) == 2 * 109
     with pytensor.config.change_flags(traceback__limit=0):
         split = split_phases([x, t], [loss], [True], updates + running, True, True, len(updates))
     assert not split.inexact, split.inexact
     assert len(split.rounds) == 327 <= MAX_ROUNDS
+
+
+def test_resnet110_phases_take_the_lines_mode(resnet110, monkeypatch):
+    """The mode of every phase is chosen for the whole line: ResNet-110's is large, so
+    its rounds (each a small graph, the first under the size) compile op by op."""
+    if not pytensor.config.cxx:
+        pytest.skip("no C compiler: the default mode is kept")
+    monkeypatch.setattr(mode_choice, "configured", lambda: False)
+    x, t, loss, updates, running = resnet110
+    parts = FunctionParts.parse(inputs=[x, t], outputs=loss, updates=updates)
+    assert mode_choice.choose_for_line(parts, None, updates + running) == "CVM"
+    assert mode_choice.choose_for_line(parts, "JAX", updates + running) is None
+    parts.mode = "FAST_COMPILE"
+    assert mode_choice.choose_for_line(parts, None, updates + running) == "FAST_COMPILE"
+    first = min((value for _, value in running), key=lambda v: len(io_toposort([x], [v])))
+    assert mode_choice.choose(None, None, [x], [first], "first round") is None
 
 
 @pytest.fixture(scope="module", params=SESSIONS, ids=lambda p: f"{p[0]}x{p[1]}")
@@ -146,3 +174,43 @@ def test_a_deep_resnet_trains_as_one_device(session):
         atol = 1e-12 if floatx == "float64" else 1e-4 * np.abs(want).max()
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=str(var))
     synk.broadcast(variables)  # rank 0 holds the reference's values: every rank takes them
+
+
+def test_a_large_lines_rounds_compile_op_by_op(session, rng, monkeypatch):
+    """A line of at least LARGE_GRAPH_NODES nodes compiles op by op in every phase, its
+    first round (a few nodes) too, and trains as one device."""
+    if session[0] is None:
+        pytest.skip("GPU ranks compile in their backend's mode")
+    if not pytensor.config.cxx:
+        pytest.skip("no C compiler: the default mode is kept")
+    # Seeded: with some weights (seed 4) one process's line in CVM moves one bias entry
+    # unlike its own line in FAST_COMPILE (the ranks' phases agree with the latter).
+    lasagne.random.set_rng(np.random.RandomState(3))
+    x, t = pt.matrix("x"), pt.ivector("t")
+    net = L.InputLayer((None, 4), x)
+    for name in ("bn1", "bn2"):
+        net = L.NonlinearityLayer(L.BatchNormLayer(L.DenseLayer(net, 5), name=name), rectify)
+    net = L.DenseLayer(net, 3, nonlinearity=softmax)
+    loss = lasagne.objectives.categorical_crossentropy(L.get_output(net), t).mean()
+    params = L.get_all_params(net, trainable=True)
+    updates = list(momentum(loss, params, 0.1, 0.9).items())
+    variables = [v for v, _ in updates]
+    variables += [v for v, _ in running_updates([loss], variables)]
+    roots = [loss, *(v.default_update for v in variables[len(updates) :]), *dict(updates).values()]
+    monkeypatch.setattr(mode_choice, "LARGE_GRAPH_NODES", len(io_toposort([x, t], roots)))
+    monkeypatch.setattr(mode_choice, "configured", lambda: False)
+    train = synk.function([x, t], loss, updates=updates)
+    phases = [train.row_function, *train.round_functions, train.reduced_function]
+    assert len(phases) == 2 + 3 * 2 and {f.mode for f in phases} == {"CVM"}
+    xs, ts = rng.standard_normal((11, 4)), rng.integers(0, 3, 11).astype("int32")
+    start = [v.get_value() for v in variables]
+    losses = [train(xs, ts) for _ in range(2)]
+    synk.verify()
+    trained = [v.get_value() for v in variables]
+    for v, value in zip(variables, start, strict=True):
+        v.set_value(value)
+    reference = pytensor.function([x, t], loss, updates=updates, mode="CVM")
+    np.testing.assert_allclose(losses, [reference(xs, ts) for _ in range(2)], rtol=1e-9)
+    for var, got in zip(variables, trained, strict=True):
+        np.testing.assert_allclose(got, var.get_value(), rtol=1e-9, atol=1e-12, err_msg=str(var))
+    synk.broadcast(variables)

@@ -14,6 +14,11 @@ neither the function, the backend nor PyTensor's configuration names a mode and 
 compiler is configured. A mode the user names is kept. Rank 0 chooses, and the mode
 travels with the graph, with rank 0's PyTensor settings (``GraphSpec.settings``): every
 rank compiles it the same way.
+
+A training function's phases (:mod:`synkhronos.api.training`) all compile in the mode
+chosen for the whole line (:func:`choose_for_line`): where batch statistics cut its row
+phase into rounds, each round is a small graph, but hundreds of them (ResNet-110's 327)
+would each take Numba a compile of its own, where the C VM reuses each op's code.
 """
 
 from __future__ import annotations
@@ -57,3 +62,12 @@ def choose(mode, backend_mode, inputs: list, roots: list, what: str):
         what, nodes, LARGE_GRAPH_NODES, LARGE_GRAPH_MODE,
     )  # fmt: skip
     return LARGE_GRAPH_MODE
+
+
+def choose_for_line(parts, backend_mode, all_updates: list) -> object:
+    """The mode of every phase of a training function: :func:`choose`'s for its whole
+    line, the graph from ``parts``' inputs to its outputs and ``all_updates``' values
+    (its running averages' too)."""
+    inputs = parts.inputs + parts.bcast_inputs
+    roots = parts.outputs + [value for _, value in all_updates]
+    return choose(parts.mode, backend_mode, inputs, roots, parts.what)

@@ -36,6 +36,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.type import RandomType
 
+from synkhronos.api import mode_choice
 from synkhronos.api.calls import MISS, OneRankCall
 from synkhronos.api.chains import Chain
 from synkhronos.api.functions import BaseFunction, Function, FunctionParts
@@ -211,9 +212,10 @@ class TrainingFunction(BaseFunction):
         holders = _Holders.make(split, parts, label)
         running = [var for var, _ in all_updates[len(parts.updates) :]]
         round_updates = holders.round_updates(split, running)
-        self.row_function = Function(
-            session, _row_parts(parts, split, holders, running, round_updates[0], label)
-        )
+        row_parts = _row_parts(parts, split, holders, running, round_updates[0], label)
+        # The phases' mode is the whole line's (a large line's rounds are small graphs).
+        row_parts.mode = mode_choice.choose_for_line(parts, session.backend.mode, all_updates)
+        self.row_function = Function(session, row_parts)
         mode = self.row_function.mode  # one compiler for every phase (a cold start waits less)
         kwargs = {k: v for k, v in parts.function_kwargs.items() if k != "allow_input_downcast"}
         self.round_functions = [
@@ -253,7 +255,8 @@ class TrainingFunction(BaseFunction):
 
     @property
     def mode(self):
-        """The compile mode of every phase (the row phase's, chosen as a Function's)."""
+        """The compile mode of every phase, chosen for the whole line
+        (:func:`~synkhronos.api.mode_choice.choose_for_line`)."""
         return self.row_function.mode
 
     def get_shared(self) -> list:
