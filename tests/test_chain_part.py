@@ -45,3 +45,15 @@ def test_updates_wait_unless_a_later_step_reads_them():
     # The update function first: the gradient function reads w after it, not v.
     held = held_updates([update, grad], None)
     assert held == [{id(v)}, {id(g)}]
+
+
+def test_a_collective_steps_key_tells_long_index_lists_apart():
+    """A chain's held-back updates are found once per chain, by its steps' keys: two steps
+    whose indices differ only where an array's repr elides them have different keys."""
+    indices = np.arange(2000)
+    other = indices.copy()
+    other[1000] = 5000
+    one, two = (CollectiveStep(Collective.ALL_REDUCE, i, "sum", False) for i in (indices, other))
+    assert repr(one) == repr(two)  # what the key once was
+    assert one.key() != two.key()
+    assert one.key() == CollectiveStep(Collective.ALL_REDUCE, indices.copy(), "sum", False).key()

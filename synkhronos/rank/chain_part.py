@@ -83,6 +83,11 @@ class CollectiveStep:
             and self.nccl == other.nccl
         )
 
+    def key(self) -> tuple:
+        """The step as a hashable value, equal for equal steps (all its indices: an array's
+        repr elides long ones)."""
+        return (self.kind, self.indices.tobytes(), self.op, self.nccl)
+
     def describe(self) -> str:
         return f"{self.kind.name.lower()} of {len(self.indices)} variable(s), op {self.op!r}"
 
@@ -211,7 +216,7 @@ def held_updates(steps: list[GraphSpec | list], default_mode) -> list[set[int]]:
 
 def _held_back(state: RankState, steps: list[Step]) -> list[set[int]]:
     """:func:`held_updates` of this rank's chain of ``steps`` (found once per chain)."""
-    key = tuple(map(repr, steps))
+    key = tuple(s.key() if isinstance(s, CollectiveStep) else s for s in steps)
     if key not in state.held:
         state.held[key] = held_updates(
             [
