@@ -141,3 +141,20 @@ def test_a_training_function_in_another_mode_trains_on_gpu_ranks(rng):
         np.testing.assert_allclose(trained, np.asarray(w.get_value()), rtol=1e-5, atol=1e-6)
     finally:
         synk.close()
+
+
+@pytest.mark.gpu
+def test_every_rank_computes_in_rank_0s_precision_from_its_start(monkeypatch):
+    """With floatX float64, a worker's JAX computed in 32 bits until its first JAX-mode
+    function compiled: a routine's program (the compiled NUTS's) crashed or differed."""
+    from jax_precision import precision
+
+    from synkhronos.api import routines
+
+    monkeypatch.setenv("PYTENSOR_FLAGS", "floatX=float64")
+    with pytensor.config.change_flags(floatX="float64"):
+        synk.fork(3, backend="gpu")
+        try:
+            assert [r[0].tolist() for r in routines.run(precision)] == [[8], [8], [8]]
+        finally:
+            synk.close()

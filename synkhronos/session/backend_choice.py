@@ -71,23 +71,21 @@ def auto_cpu_backend(deciding: bool = True) -> tuple[str | None, str]:
 
 
 def _match_jax_precision() -> None:
-    """Make rank 0's JAX precision follow floatX now, as the workers' will.
+    """Make rank 0's JAX precision follow floatX now, as the workers' does from their start.
 
     PyTensor's JAX backend fixes ``jax_enable_x64`` from floatX when it is first imported;
     if floatX changed since, rank 0 would compute in another precision than the workers.
     """
-    import pytensor
-
     try:
-        import jax
+        import jax  # noqa: F401 - the extra's message where it is missing
     except ImportError:
         raise ImportError(
             "the jax-cpu and gpu backends need JAX; install the extra: "
             "pip install 'synkhronos[jax]' (or [cuda] for GPUs)"
         ) from None
-    import pytensor.link.jax.dispatch  # noqa: F401 - sets x64 from floatX on first import
+    from synkhronos.rank.backends.jax_compat import match_precision
 
-    jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
+    match_precision()
 
 
 def chosen_backend(use_gpu: bool, backend: str) -> str:

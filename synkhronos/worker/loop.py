@@ -106,6 +106,10 @@ def main(argv: list[str]) -> None:
     backend = get_backend(backend_name)
     comm = make_communicator(backend_name, session, rank, n_ranks, control, check_parent)
     comm.start()
+    if backend.mode == "JAX":  # rank 0's precision from the start (jax_compat.match_precision)
+        from synkhronos.rank.backends.jax_compat import match_precision
+
+        match_precision()
     state = RankState(
         rank,
         n_ranks,

@@ -91,6 +91,15 @@ warnings.filterwarnings(
 )
 
 
+def match_precision() -> None:
+    """Set JAX's 64-bit mode from floatX, as every rank of a session sets it at its start.
+
+    PyTensor's JAX backend sets it from floatX when it is first imported; a worker that ran
+    JAX code (a routine's program) before it compiled a JAX-mode function computed in 32
+    bits where rank 0 computed in 64."""
+    jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
+
+
 JAX_FOLDER = "synkhronos-jax"
 """The folder of XLA's compiled programs, in PyTensor's compile folder."""
 
