@@ -25,10 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+
+from timing import child_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ("one", "inexact", "exact")
@@ -86,15 +87,8 @@ def run(args, case: str, cache: str) -> dict:
     env = dict(os.environ, PYTENSOR_FLAGS=f"base_compiledir={cache}")
     cmd = [sys.executable, __file__, "--child", case, str(args.ranks), str(args.blocks)]
     cmd += [str(args.batch), args.mode or "default"]
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.limit)
-    except subprocess.TimeoutExpired:
-        return {"failed": f">{args.limit:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        errors = [line for line in done.stderr.splitlines() if "Error" in line]
-        return {"failed": errors[-1] if errors else f"exit status {done.returncode}"}
-    return json.loads(lines[-1])
+    result = child_result(cmd, env, args.limit)
+    return {"failed": f">{args.limit:.0f} s"} if result is None else result
 
 
 def main() -> None:

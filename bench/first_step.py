@@ -25,10 +25,11 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
+
+from timing import child_result
 
 MODELS = ("mlp", "cnn", "lstm", "unet", "resnet50")
 MODES = ("default", "NUMBA", "CVM", "JAX")
@@ -148,15 +149,7 @@ def run(model: str, mode: str, ranks: int, cache: str, limit: float) -> dict | N
     env = dict(os.environ, PYTENSOR_FLAGS=f"base_compiledir={cache}")
     env.pop("OPENBLAS_CORETYPE", None)
     cmd = [sys.executable, __file__, "--child", model, mode, str(ranks)]
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        return None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        errors = [line for line in done.stderr.splitlines() if "Error" in line]
-        return {"failed": errors[-1] if errors else f"exit status {done.returncode}"}
-    return json.loads(lines[-1])
+    return child_result(cmd, env, limit)
 
 
 def main() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -44,3 +46,17 @@ def blas_kernels() -> str:
         or "OpenBLAS's own choice"
     )
     return f"{'/'.join(kernels)} ({chosen})"
+
+
+def child_result(cmd: list[str], env: dict, limit: float | None = None) -> dict | None:
+    """The JSON line a benchmark's child process (``cmd`` run with ``env``) printed last;
+    None past ``limit`` seconds; ``{"failed": ...}`` (its last error line) where it failed."""
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        errors = [line for line in done.stderr.splitlines() if "Error" in line]
+        return {"failed": errors[-1] if errors else f"exit status {done.returncode}"}
+    return json.loads(lines[-1])
