@@ -24,7 +24,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api import mode_choice
-from synkhronos.api.calls import MISS, KeptCall, OneRankCall, reuses, run_command, stale
+from synkhronos.api.calls import KeptCall, OneRankCall, reuses, run_command, stale
 from synkhronos.api.collectives import (
     check_tensor,
     sliceable_lengths,
@@ -296,7 +296,9 @@ class Function(BaseFunction):
         saved, loaded or compared between ranks.
     fast : OneRankCall or None
         On the only rank, the fast path of calls like the kept one
-        (:class:`~synkhronos.api.calls.OneRankCall`); None before a call was kept.
+        (:class:`~synkhronos.api.calls.OneRankCall`), for a caller that wraps this
+        function (a training function's plain graph); None before a call was kept. The
+        function's own calls take the kept call on the general path, as fast.
     """
 
     def __init__(self, session, parts: FunctionParts) -> None:
@@ -323,7 +325,7 @@ class Function(BaseFunction):
         self._all_outputs = self.planner.all_outputs
         self._shipped = False
         self._kept: KeptCall | None = None
-        self.fast: OneRankCall | None = None  # on one rank, the kept call's fast path
+        self.fast: OneRankCall | None = None  # for a wrapping caller (PlainGraph)
         self.handover = list(parts.handover)
         session.sliceable_ids.update(id(s) for s in parts.sliceable)
         self.reads, self.writes = shared_reads_writes(parts, session.sliceable_ids)
@@ -394,11 +396,6 @@ class Function(BaseFunction):
         """
         # abort_nodes inline, as every kind of call does: a wrapper adds a frame per call.
         try:
-            fast = self.fast
-            if fast is not None and not kwargs:
-                result = fast(args)
-                if result is not MISS:
-                    return result
             session = self._check_session()
             options = PLAIN
             if kwargs:
@@ -478,8 +475,8 @@ class Function(BaseFunction):
         aligned, as the scratch is) may take that Data's place, as it is (no worker reads
         the scratch); rank 0's part applies the updates as it returns (no other rank can
         fail) and gives the outputs as one rank's
-        (:func:`~synkhronos.rank.outputs.own_outputs`); there :attr:`fast` takes a call
-        like it."""
+        (:func:`~synkhronos.rank.outputs.own_outputs`); there :attr:`fast` offers a
+        wrapping caller a call like it."""
         state, spec, single, n = session.state, self._spec, self._single, len(self._spec.inputs)
         subset = self._all_outputs.tolist()
         alone = session.alone and piece is not None
