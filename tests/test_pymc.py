@@ -291,14 +291,12 @@ def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, chain_method, monkey
 def summed_routine(state, parts: np.ndarray) -> list:
     """(Every GPU rank) the compiled NUTS's sum over the ranks of each rank's row of
     ``parts``."""
-    import pytensor.link.jax.dispatch  # noqa: F401 - JAX's 64 bits, as the NUTS routine's
     from jax import lax
 
-    from synkhronos.extensions.pymc.compiled import _summed
-    from synkhronos.transport.comm.traced import AXIS
+    from synkhronos.transport.comm.traced import AXIS, sum_in_order_traced
 
     comm, n_ranks = state.comm, len(parts)
-    program = comm.program(lambda a: [_summed(a[0][lax.axis_index(AXIS)], n_ranks)])
+    program = comm.program(lambda a: [sum_in_order_traced(a[0][lax.axis_index(AXIS)], n_ranks)])
     return [np.asarray(r) for r in comm.run(program, comm.to_device([parts]))]
 
 

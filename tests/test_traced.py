@@ -11,6 +11,7 @@ from synkhronos.transport.comm.traced import (
     broadcast_traced,
     reduce_buckets_traced,
     reduce_traced,
+    sum_in_order_traced,
 )
 
 jax = pytest.importorskip("jax")
@@ -70,3 +71,16 @@ def test_broadcast_gives_the_roots_exact_bits(root, rng):
     np.testing.assert_array_equal(
         _over_ranks(lambda x: broadcast_traced(x, root), ints)[1], ints[root]
     )
+
+
+def test_the_sum_in_order_adds_rank_0s_part_first_on_every_rank():
+    """1e16 + 1 - 1e16 is 0 in rank order, 1 in others; every rank gets the same bits."""
+    with jax.enable_x64(True):
+        stacked = np.array([[1e16, 2.5], [1.0, -0.5], [-1e16, 1e-3]])
+        got = _over_ranks(lambda x: sum_in_order_traced(x, N_RANKS), stacked)
+        want = stacked[0] + stacked[1] + stacked[2]
+        assert want[0] == 0.0
+        for row in got:
+            assert row.tobytes() == want.tobytes()
+        one = stacked[:1]
+        np.testing.assert_array_equal(_over_ranks(lambda x: sum_in_order_traced(x, 1), one), one)

@@ -159,10 +159,6 @@ def nuts_routine(state: Any, settings: np.ndarray, graph: np.ndarray, *arrays: n
     comm = getattr(state.comm, "local", state.comm)
     if not isinstance(comm, XlaCommunicator):
         raise RuntimeError("a compiled NUTS runs on GPU ranks (backend='gpu') only")
-    # JAX's precision from floatX, as rank 0's (set on the first import of PyTensor's JAX
-    # backend, which a worker that compiled nothing yet has not made).
-    import pytensor.link.jax.dispatch  # noqa: F401
-
     config = json.loads(from_text(settings))
     n_values, n_rows = config["n_values"], config["n_rows"]
     inits, rows, others = (
@@ -224,51 +220,28 @@ def _summed_over_ranks(own, n_ranks: int):
     program over the mesh that does not track which values are replicated
     (``check_vma=False``) is each rank's own gradient times the ranks' count: each rank
     would step by its own rows. So the value and the gradient are computed together and
-    summed in one collective (:func:`_summed`)."""
+    summed in one collective
+    (:func:`~synkhronos.transport.comm.traced.sum_in_order_traced`)."""
     import jax
     from jax.flatten_util import ravel_pytree
+
+    from synkhronos.transport.comm.traced import sum_in_order_traced
 
     def summed(position):
         value, grad = jax.value_and_grad(own)(position)
         flat, unravel = ravel_pytree(grad)
-        total = _summed(jax.numpy.concatenate([value[None], flat]), n_ranks)
+        total = sum_in_order_traced(jax.numpy.concatenate([value[None], flat]), n_ranks)
         return total[0], unravel(total[1:])
 
     @jax.custom_vjp
     def rows_sum(position):
-        return _summed(own(position)[None], n_ranks)[0]
+        return sum_in_order_traced(own(position)[None], n_ranks)[0]
 
     def backward(grad, cotangent):
         return (jax.tree_util.tree_map(lambda g: cotangent * g, grad),)
 
     rows_sum.defvjp(summed, backward)  # summed: the value, and the gradient kept for backward
     return rows_sum
-
-
-def _summed(x, n_ranks: int):
-    """(Traced) the vector ``x`` summed over the ranks in their order, rank 0's first, the
-    same sum on every rank: each rank's ``x`` reaches every other by ``n_ranks - 1``
-    collective permutes (at the k-th, rank i sends to rank i + k). Not an all-reduce: on
-    CPU devices, gloo's all-reduce of a few numbers on 2 ranks writes 12 messages a rank
-    (a ring in segments, each announced), its all-gather 6, a permute 3, each a wake-up
-    of a thread on the rank's one core; NUTS waits for one sum at every leapfrog step."""
-    import jax.numpy as jnp
-    from jax import lax
-
-    from synkhronos.transport.comm.traced import AXIS
-
-    if n_ranks == 1:
-        return x
-    received = [x] + [  # the k-th from rank (this rank - k) mod n_ranks
-        lax.ppermute(x, AXIS, [(i, (i + k) % n_ranks) for i in range(n_ranks)])
-        for k in range(1, n_ranks)
-    ]
-    sources = (lax.axis_index(AXIS) - jnp.arange(n_ranks)) % n_ranks
-    by_rank = jnp.take(jnp.stack(received), sources, axis=0)
-    total = by_rank[0]
-    for part in by_rank[1:]:
-        total = total + part
-    return total
 
 
 def _numpyro_chain(logp, key, init: list, config: dict) -> tuple[list, list]:
