@@ -179,11 +179,11 @@ def restore_environment() -> None:
     for name, setting in _replaced_settings:
         setattr(pytensor.config, name, setting)
     if _replaced_settings and "jax" in sys.modules:
-        import jax
+        from synkhronos.rank.backends.jax_compat import match_precision
 
         # JAX's precision followed the session's floatX (backend_choice._match_jax_precision); a
         # later CPU-rank session's workers take it from the floatX restored here.
-        jax.config.update("jax_enable_x64", pytensor.config.floatX == "float64")
+        match_precision()
     _replaced_settings.clear()
 
 
