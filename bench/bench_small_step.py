@@ -36,9 +36,8 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import time  # noqa: E402 - after the thread counts, which BLAS reads when loaded
-
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402 - after the thread counts, which BLAS reads when loaded
+from timing import best_of  # noqa: E402
 
 N_IN, N_HIDDEN, N_OUT, BATCH = 784, 500, 10, 20
 LR, L2 = 0.01, 0.0001
@@ -123,12 +122,8 @@ def best_times(cases: dict, rounds: int, calls: int) -> dict:
     best = dict.fromkeys(cases, float("inf"))
     for _ in range(rounds):
         for name, call in cases.items():
-            for _ in range(calls // 10):
-                call()
-            start = time.perf_counter()
-            for _ in range(calls):
-                call()
-            best[name] = min(best[name], (time.perf_counter() - start) / calls)
+            best_of(call, 1, calls // 10)  # warm
+            best[name] = min(best[name], best_of(call, 1, calls))
     return best
 
 
