@@ -123,7 +123,8 @@ def test_a_rank_killed_mid_collective_gives_worker_died(monkeypatch):
         with pytest.raises(RuntimeError, match="broken"):
             synk.all_reduce(w, "sum")
         # Leaving JAX's runtime may wait for the abandoned collective (NCCL's may never
-        # end): here it waits until released; close() gives up after LEAVE_BOUND_S.
+        # end; gloo's does, see the test above): here it waits until released; close()
+        # gives up after LEAVE_BOUND_S.
         monkeypatch.setattr(xla, "LEAVE_BOUND_S", 0.5)
         monkeypatch.setattr(jax.distributed, "shutdown", lambda: release.wait(60) and shutdown())
     finally:

@@ -9,9 +9,10 @@ with rank 0's coordinator address (:data:`COORDINATOR_VAR`; rank 0 runs JAX's
 coordination service). Rank 0 joins with JAX's ``jax_enable_recoverability`` on, so that
 the service outlives a worker that dies: without it the service ends every process,
 rank 0 included, once a dead peer misses its heartbeats or at shutdown. Every rank joins
-with JAX's preemption service off: it would take SIGTERM from the worker's own handler, and
-at close, once a worker was sent SIGTERM, it makes every rank wait at a barrier that a
-dead rank never reaches, where leaving the runtime then waits too. Rank 0 first
+with JAX's preemption service off: its SIGTERM handler would replace the worker's own,
+and a SIGTERM (``close()`` sends one to a broken session's surviving workers) makes every
+rank wait at a barrier that a dead rank never reaches, and leaving the runtime with it,
+until JAX's barrier times out and then ends rank 0's process. Rank 0 first
 drops JAX's backends (``jax.extend.backend.clear_backends``), since the process may have
 run JAX before the fork, and :meth:`~XlaCommunicator.close` shuts the runtime down and
 drops its backends again, so that a later fork (of any backend and size) starts afresh.
