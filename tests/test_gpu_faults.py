@@ -1,13 +1,18 @@
 """GPU ranks (on CPU devices without a GPU, as in ``test_gpu.py``) when a rank dies inside
-an XLA collective: rank 0 gets ``WorkerDied`` within seconds, ``close()`` leaves nothing
-behind, and the next fork runs."""
+an XLA collective or between calls: rank 0 gets ``WorkerDied`` within seconds, ``close()``
+returns within seconds and leaves nothing behind, JAX does not end rank 0's process, and
+the next fork runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytensor
@@ -20,6 +25,74 @@ from synkhronos.transport.comm import xla
 from tests.conftest import shm_entries
 
 jax = pytest.importorskip("jax")
+
+
+@pytest.mark.gpu
+def test_a_rank_killed_on_3_ranks_leaves_rank_0_running_and_close_fast():
+    """In a child process, so that JAX ending it shows as its exit status: a rank killed
+    inside an all-reduce, then in a new session one killed between calls."""
+    if not gpu.on_cpu_devices() and len(gpu.visible_gpus()) < 3:
+        pytest.skip("needs 3 GPUs")
+    root = Path(__file__).resolve().parents[1]
+    code = "from tests.test_gpu_faults import kill_and_close; kill_and_close()"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    child = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    # gloo writes to stdout too
+    reports = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    assert [r["when"] for r in reports] == ["mid", "idle"]
+    for report in reports:
+        assert report["raised"] == f"synkhronos worker rank {report['victim']} died (signal 9)"
+        assert report["raised_s"] < 10 and report["close_s"] < 20  # hang guards, not latencies
+        assert report["running"] == [] and report["names"] == []
+
+
+def kill_and_close() -> None:
+    """Rank 1 of 3 killed in an all-reduce, close; a new fork, its sum right, rank 2 killed
+    between calls, close: one JSON line per session on stdout (the child process of the
+    test above)."""
+    for when, victim in (("mid", 1), ("idle", 2)):
+        n = synk.fork(3 if gpu.on_cpu_devices() else None, backend="gpu")
+        session = launch.current()
+        # Large enough that the all-reduce still runs when the kill lands.
+        w = pytensor.shared(np.arange(1 << 20, dtype="float32"), name=f"w_{when}")
+        synk.function([], w.sum())
+        synk.all_reduce(w, "sum")  # compiled, and the ranks connected
+        np.testing.assert_array_equal(synk.get_value(0, w), np.arange(1 << 20) * n)
+        process = session.processes[victim - 1]
+        if when == "mid":
+            comm, wait = session.state.comm, session.state.comm.wait
+
+            def kill_then_wait(arrays, wait=wait, pid=process.pid):
+                os.kill(pid, signal.SIGKILL)  # every rank passed the exchange before it
+                wait(arrays)
+
+            comm.wait = kill_then_wait
+        else:
+            process.kill()
+            process.wait()
+        start, raised = time.monotonic(), None
+        try:
+            synk.all_reduce(w, "sum")
+        except synk.WorkerDied as error:
+            raised = str(error).split(";")[0]
+        raised_s, start = time.monotonic() - start, time.monotonic()
+        synk.close()
+        report = {
+            "when": when,
+            "victim": victim,
+            "raised": raised,
+            "raised_s": raised_s,
+            "close_s": time.monotonic() - start,
+            "running": [p.pid for p in session.processes if p.poll() is None],
+            "names": shm_entries(session.name),
+        }
+        print(json.dumps(report), flush=True)
 
 
 @pytest.mark.gpu
@@ -50,7 +123,8 @@ def test_a_rank_killed_mid_collective_gives_worker_died(monkeypatch):
         with pytest.raises(RuntimeError, match="broken"):
             synk.all_reduce(w, "sum")
         # Leaving JAX's runtime may wait for the abandoned collective (NCCL's may never
-        # end): here it waits until released; close() gives up after LEAVE_BOUND_S.
+        # end; gloo's does, see the test above): here it waits until released; close()
+        # gives up after LEAVE_BOUND_S.
         monkeypatch.setattr(xla, "LEAVE_BOUND_S", 0.5)
         monkeypatch.setattr(jax.distributed, "shutdown", lambda: release.wait(60) and shutdown())
     finally:

@@ -8,7 +8,11 @@ barrier through shared memory (a worker that died while starting gives rank 0
 with rank 0's coordinator address (:data:`COORDINATOR_VAR`; rank 0 runs JAX's
 coordination service). Rank 0 joins with JAX's ``jax_enable_recoverability`` on, so that
 the service outlives a worker that dies: without it the service ends every process,
-rank 0 included, once a dead peer misses its heartbeats or at shutdown. Rank 0 first
+rank 0 included, once a dead peer misses its heartbeats or at shutdown. Every rank joins
+with JAX's preemption service off: its SIGTERM handler would replace the worker's own,
+and a SIGTERM (``close()`` sends one to a broken session's surviving workers) makes every
+rank wait at a barrier that a dead rank never reaches, and leaving the runtime with it,
+until JAX's barrier times out and then ends rank 0's process. Rank 0 first
 drops JAX's backends (``jax.extend.backend.clear_backends``), since the process may have
 run JAX before the fork, and :meth:`~XlaCommunicator.close` shuts the runtime down and
 drops its backends again, so that a later fork (of any backend and size) starts afresh.
@@ -80,7 +84,7 @@ FIRST_PAUSE_S, LONGEST_PAUSE_S = 20e-6, 500e-6  # the polling of a program's res
 # NUTS runs for minutes, on a rank's one core its every poll a wake-up beside XLA's thread.
 WAITED_SHARE = 1 / 64
 ERROR_GRACE_S = 1.0  # how long a failed program waits for a dead peer to show as dead
-LEAVE_BOUND_S = 60.0  # how long close() waits to leave JAX's runtime after an abandoned program
+LEAVE_BOUND_S = 10.0  # how long close() waits to leave JAX's runtime after an abandoned program
 _leaving: list[threading.Thread] = []  # leaving JAX's runtime past LEAVE_BOUND_S
 logger = logging.getLogger(__name__)
 
@@ -229,10 +233,15 @@ class XlaCommunicator(ShmCommunicator):
         local = address.startswith("127.0.0.1:")
         self._config = {
             name: getattr(jax.config, name)
-            for name in ("jax_cpu_collectives_implementation", "jax_enable_recoverability")
+            for name in (
+                "jax_cpu_collectives_implementation",
+                "jax_enable_recoverability",
+                "jax_enable_preemption_service",
+            )
         }
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.config.update("jax_enable_recoverability", True)
+        jax.config.update("jax_enable_preemption_service", False)
         clear_backends()  # JAX may have run in this process before the fork
         try:
             # No cluster detection: the workers inherit an MPI launcher's variables from
@@ -245,10 +254,9 @@ class XlaCommunicator(ShmCommunicator):
                 cluster_detection_method="deactivate",
                 initialization_timeout=120,
             )
-        finally:  # read only when the service starts
-            jax.config.update(
-                "jax_enable_recoverability", self._config["jax_enable_recoverability"]
-            )
+        finally:  # read only while joining
+            for name in ("jax_enable_recoverability", "jax_enable_preemption_service"):
+                jax.config.update(name, self._config[name])
         devices = sorted(jax.devices(), key=lambda d: d.process_index)
         if len(devices) != n_ranks or len(jax.local_devices()) != 1:
             raise RuntimeError(
