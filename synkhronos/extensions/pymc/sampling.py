@@ -19,10 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from synkhronos.extensions.pymc.compiled import SAMPLERS, CompiledDensity, sample_on_ranks
+from synkhronos.extensions.pymc.compiled import (
+    SAMPLERS,
+    CompiledDensity,
+    sample_on_ranks,
+    start_jax_on_cpu,
+)
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
 from synkhronos.extensions.pymc.terms import row_count
 from synkhronos.session import launch
+from synkhronos.session.placement import rank_threads
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +99,6 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
         raise ValueError(
             f"synk_pymc.sample splits the NUTS of pymc and nutpie, and on GPU ranks "
             f"numpyro's and blackjax's: not nuts_sampler={sampler!r}"
-        )
-    backend = launch.current().backend.name
-    if sampler in SAMPLERS and backend != "gpu":
-        raise ValueError(
-            f"nuts_sampler={sampler!r} compiles NUTS into one program per GPU rank "
-            f"(backend='gpu'), not on {backend!r} ranks: there, nuts_sampler='pymc'"
         )
     if _too_few_rows(model, sampler, MIN_ROWS[sampler] if min_rows is None else min_rows):
         return pm.sample(*args, model=model, **kwargs)
@@ -206,9 +206,12 @@ def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
 
     key = ("compiled", *model.basic_RVs, *model.potentials, *model.value_vars)
     built = _built.setdefault(model, {})
+    session = launch.current()
     density = built.get(key)
-    if density is None or density.session is not launch.current():
+    if density is None or density.session is not session:
         density = built[key] = CompiledDensity(model)
+    if session.backend.name != "gpu":  # before PyMC starts JAX here: on rank 0's cores
+        start_jax_on_cpu(rank_threads(session.threads), cpu_only=False)
     name = f"_sample_{sampler}_nuts"
     own = getattr(pymc_jax, name)
     setattr(pymc_jax, name, functools.partial(sample_on_ranks, density, sampler))

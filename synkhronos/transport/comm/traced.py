@@ -2,7 +2,9 @@
 per rank (the mesh axis :data:`AXIS`): the programs of
 :class:`~synkhronos.transport.comm.xla.XlaCommunicator` and a fused chain's
 (:mod:`synkhronos.rank.fused_chain`), whose gradient all-reduce goes in buckets
-(:func:`reduce_buckets_traced`)."""
+(:func:`reduce_buckets_traced`); and, for a program on one rank's own device with no mesh
+(CPU ranks), a sum over the ranks by the rank's host communicator
+(:func:`sum_by_host_traced`)."""
 
 from __future__ import annotations
 
@@ -94,6 +96,33 @@ def sum_in_order_traced(x, n_ranks: int):
     return total
 
 
+def sum_by_host_traced(x, comm, errors: list | None = None):
+    """(Traced, in a program on this rank's own device) ``x`` summed over the ranks by
+    ``comm.all_reduce`` (a :class:`~synkhronos.transport.comm.base.Communicator` of host
+    arrays), called back from the program as it runs: every rank's program must reach it
+    as often, in the same order (a rank that computes what every other computes does).
+    Every rank gets the same bits, whatever the communicator's order of additions. Under
+    ``jax.vmap`` one all-reduce takes the whole batch. An error of the all-reduce (a peer
+    died, or failed and aborted the command) fails the program on this rank, which JAX
+    raises as its own runtime error: the error itself is appended to ``errors``, for the
+    caller to raise instead."""
+    import jax
+
+    if comm.n_ranks == 1:
+        return x
+
+    def total(value: np.ndarray) -> np.ndarray:
+        try:
+            return comm.all_reduce([np.ascontiguousarray(value)], "sum")[0]
+        except BaseException as error:
+            if errors is not None:
+                errors.append(error)
+            raise
+
+    shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return jax.pure_callback(total, shape, x, vmap_method="expand_dims")
+
+
 def broadcast_traced(x, root: int):
     """(Traced) ``root``'s ``x`` on every rank."""
     from jax import lax
@@ -114,5 +143,6 @@ __all__ = [
     "reduce_buckets_traced",
     "reduce_traced",
     "sender",
+    "sum_by_host_traced",
     "sum_in_order_traced",
 ]
