@@ -1,19 +1,29 @@
-"""NUTS compiled whole into one XLA program per GPU rank, the rows' log-density summed inside.
+"""NUTS compiled whole into one XLA program per rank, the rows' log-density summed inside.
 
-On GPU ranks (JAX mode), ``synk_pymc.sample(nuts_sampler="numpyro")`` (or ``"blackjax"``)
-runs PyMC's own ``pm.sample`` for that sampler on rank 0, which picks the initial points
-and turns the draws into ``InferenceData``, with its sampling step replaced by a routine
+``synk_pymc.sample(nuts_sampler="numpyro")`` (or ``"blackjax"``) runs PyMC's own
+``pm.sample`` for that sampler on rank 0, which picks the initial points and turns the
+draws into ``InferenceData``, with its sampling step replaced by a routine
 (:func:`synkhronos.api.routines.run`) that every rank runs: each rank makes JAX functions
 of the model's terms (PyTensor's JAX backend, as PyMC does) and compiles the whole of NUTS,
-warm-up and draws, into one XLA program over the ranks' mesh
-(:meth:`~synkhronos.transport.comm.xla.XlaCommunicator.program`). In it the log-density
-is the rank's own rows' terms, summed over the ranks inside it, plus the terms
-computed once (the priors, the Jacobians), which every rank computes alike. Every rank
-starts from the same point with the same key and receives the same sums, so every rank
-takes the same trajectory; rank 0 checks that every rank's draws are its own, bit for
-bit, and returns them. The chains of one call run in the program as PyMC's
-``chain_method`` says: "vectorized" together (``jax.vmap``), "parallel" (its default)
-one after another, as numpyro runs parallel chains on one device (each rank has one).
+warm-up and draws, into one XLA program. In it the log-density is the rank's own rows'
+terms, their value and gradient summed over the ranks inside it, plus the terms computed
+once (the priors, the Jacobians), which every rank computes alike. The program and the
+chains are the same on both backends; only the sum differs, chosen by the communicator:
+
+- GPU ranks (JAX mode): the program runs over the ranks' mesh
+  (:meth:`~synkhronos.transport.comm.xla.XlaCommunicator.program`), summing by collective
+  permutes in rank order (:func:`~synkhronos.transport.comm.traced.sum_in_order_traced`);
+- CPU ranks: the program runs on the rank's own JAX CPU device, JAX started on the rank's
+  cores (JAX is imported on a CPU rank only here), summing by the rank's communicator
+  (over MPI nodes, its all-reduce spans the nodes) called back from the program
+  (:func:`~synkhronos.transport.comm.traced.sum_by_host_traced`).
+
+Every rank starts from the same point with the same key and receives the same sums, so
+every rank takes the same trajectory; rank 0 checks that every rank's draws are its own,
+bit for bit, and returns them. The chains of one call run in the program as PyMC's
+``chain_method`` says: "vectorized" together (``jax.vmap``; on CPU ranks one all-reduce
+an evaluation for all of them), "parallel" (its default) one after another, as numpyro
+runs parallel chains on one device (each rank has one).
 """
 
 from __future__ import annotations
@@ -172,7 +182,8 @@ def nuts_routine(state: Any, settings: np.ndarray, graph: np.ndarray, *arrays: n
 
 
 def _on_mesh(comm: Any) -> bool:
-    """Whether ``comm`` is GPU ranks' (over MPI nodes, its node's own is)."""
+    """Whether ``comm`` is GPU ranks' (over MPI nodes, its node's own is), whose programs
+    run over the ranks' mesh."""
     from synkhronos.transport.comm.xla import XlaCommunicator
 
     return isinstance(getattr(comm, "local", comm), XlaCommunicator)

@@ -4,9 +4,9 @@
 model's ``logp_dlogp_function``; for the call, :func:`sample` gives the model one that
 builds :class:`~synkhronos.extensions.pymc.density.SplitDensity` instead, so that the
 initialization, the adaptation and the draws are all PyMC's own. The chains run one after
-another in rank 0's process (``cores=1``), each evaluation on every rank. On GPU ranks,
+another in rank 0's process (``cores=1``), each evaluation on every rank.
 ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs that library's NUTS compiled whole on
-every rank instead (:mod:`.compiled`).
+every rank instead (:mod:`.compiled`), on CPU and GPU ranks.
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
 
     - "pymc": PyMC's NUTS in this process, each evaluation split over the ranks;
     - "nutpie": nutpie's NUTS (Rust) in this process, calling the same split function;
-    - "numpyro" or "blackjax", on GPU ranks (``backend="gpu"``): that library's NUTS
-      compiled whole into one XLA program per rank (:mod:`.compiled`), its chains
-      together in it; the draws' posterior attributes ``synk_compile_s`` and
-      ``synk_sampling_s`` say how long rank 0 compiled and ran it;
+    - "numpyro" or "blackjax", on CPU and GPU ranks: that library's NUTS compiled
+      whole into one XLA program per rank (:mod:`.compiled`), its chains in it; the
+      draws' posterior attributes ``synk_compile_s`` and ``synk_sampling_s`` say how
+      long rank 0 compiled and ran it;
     - any other is refused, saying why.
 
     Parameters
@@ -80,8 +80,7 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
     Raises
     ------
     ValueError
-        If ``cores`` is not 1, or ``nuts_sampler`` is none of these (or "numpyro" or
-        "blackjax" on other than GPU ranks).
+        If ``cores`` is not 1, or ``nuts_sampler`` is none of these.
     ImportError
         If the sampler asked for is not installed.
     synkhronos.extensions.pymc.terms.RowsNotSplittable
@@ -97,8 +96,8 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
     sampler = kwargs.setdefault("nuts_sampler", "pymc" if model.discrete_value_vars else "nutpie")
     if sampler not in MIN_ROWS:
         raise ValueError(
-            f"synk_pymc.sample splits the NUTS of pymc and nutpie, and on GPU ranks "
-            f"numpyro's and blackjax's: not nuts_sampler={sampler!r}"
+            f"synk_pymc.sample splits the NUTS of pymc, nutpie, numpyro and blackjax: "
+            f"not nuts_sampler={sampler!r}"
         )
     if _too_few_rows(model, sampler, MIN_ROWS[sampler] if min_rows is None else min_rows):
         return pm.sample(*args, model=model, **kwargs)
@@ -200,7 +199,7 @@ def _logp(split_fn: SplitDensity, x: np.ndarray, **_shared) -> tuple[float, np.n
 
 def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
     """``pm.sample`` with ``nuts_sampler`` numpyro or blackjax, its sampling run by every
-    GPU rank (:func:`.compiled.sample_on_ranks`)."""
+    rank (:func:`.compiled.sample_on_ranks`)."""
     import pymc as pm
     import pymc.sampling.jax as pymc_jax
 
