@@ -406,6 +406,28 @@ def test_few_rows_sample_unsplit_and_say_so(ranks, split_calls, caplog):
     assert len(split_calls) >= 40  # 101 rows, min_rows=101: split
 
 
+@pytest.mark.parametrize("ranks", [2, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
+def test_compiled_nuts_runs_unsplit_below_its_threshold(ranks, caplog, monkeypatch):
+    """Below ``MIN_ROWS["numpyro"]`` rows (here 101) ``sample`` runs
+    ``pm.sample(nuts_sampler="numpyro")`` unsplit on CPU and GPU ranks alike, no rank's
+    routine, and says so."""
+    pytest.importorskip("numpyro")
+    from synkhronos.api import routines
+
+    routines_run: list = []
+    monkeypatch.setattr(routines, "run", lambda *a: routines_run.append(a))
+    settings = dict(draws=5, tune=5, chains=1, random_seed=7, progressbar=False)
+    with (
+        logistic(np.random.default_rng(1), n=101),
+        caplog.at_level(logging.WARNING, logger="synkhronos.extensions.pymc"),
+    ):
+        idata = synk_pymc.sample(nuts_sampler="numpyro", **settings)
+    assert idata.posterior["b"].shape == (1, 5, 3) and not routines_run
+    said = [r.getMessage() for r in caplog.records if "sampling unsplit" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"fewer than min_rows={synk_pymc.MIN_ROWS['numpyro']} " in said[0], said
+
+
 @pytest.mark.parametrize("ranks", [2, 3], indirect=True)
 def test_nutpie_calls_the_split_function(ranks, split_calls):
     """nutpie's NUTS calling the split function: posterior means within 4 Monte-Carlo

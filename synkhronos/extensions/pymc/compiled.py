@@ -229,7 +229,7 @@ class _OnHost:
 
     def __init__(self, comm: Any):
         self.comm, self.rank, self.n_ranks = comm, comm.rank, comm.n_ranks
-        worker = getattr(comm, "local", comm).rank != 0  # rank 0 started JAX before PyMC did
+        worker = getattr(comm, "local", comm).rank != 0  # rank 0: the user's process
         self.device = start_jax_on_cpu(rank_threads(len(os.sched_getaffinity(0))), worker)
         self.errors: list[BaseException] = []  # what failed a sum, raised instead of JAX's
 
@@ -257,11 +257,12 @@ class _OnHost:
 def start_jax_on_cpu(threads: int, cpu_only: bool) -> Any:
     """This process's JAX CPU device, JAX's precision set from floatX (as every JAX-mode
     rank sets it, :func:`~synkhronos.rank.backends.jax_compat.match_precision`). Where
-    JAX's backends have not started in this process, they start now with XLA on
-    ``threads`` threads (on one, no thread pool beside the rank's own:
-    :func:`~synkhronos.rank.backends.cpu.xla_flags`), and with ``cpu_only`` (a worker,
-    which uses JAX for nothing else) on the CPU alone; ``XLA_FLAGS``, read as they start,
-    is given back its value."""
+    JAX's backends have not started in this process, they start now with the
+    ``XLA_FLAGS`` of a rank of ``threads`` threads
+    (:func:`~synkhronos.rank.backends.cpu.xla_flags`; XLA sizes its thread pool by the
+    cores the process may use, the rank's own where the session pins it), and with
+    ``cpu_only`` (a worker, which uses JAX for nothing else) on the CPU alone;
+    ``XLA_FLAGS``, read as they start, is given back its value."""
     import jax
 
     from synkhronos.rank.backends.cpu import xla_flags

@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 #: The rows below which :func:`sample` runs ``pm.sample`` unsplit, by ``nuts_sampler``:
 #: the smallest size measured where the split, on 2 ranks of a 2-core machine, sampled
 #: faster than the same sampler in one process (``bench/bench_pymc.py --samplers``;
-#: numpyro's on GPU ranks on CPU devices; docs/pymc.rst). blackjax is always split:
+#: numpyro's on GPU ranks on CPU devices, and kept for CPU ranks, where the measurements
+#: under load did not settle one of their own; docs/pymc.rst). blackjax is always split:
 #: PyMC 6.4's own blackjax sampling fails with blackjax 1.7.
 MIN_ROWS = {"pymc": 100_000, "nutpie": 100_000, "numpyro": 1_000_000, "blackjax": 0}
 
