@@ -102,3 +102,31 @@ def test_a_rank_dying_in_the_program_is_reported():
     finally:
         synk.close()
     assert not shm_entries(name)
+
+
+def apart_routine(state) -> list:
+    """(Every CPU rank) one sum over the ranks, which each rank numbers as its own rank:
+    as if the ranks' programs had reached different sums."""
+    import jax
+
+    from synkhronos.extensions.pymc.compiled import start_jax_on_cpu
+    from synkhronos.transport.comm.traced import sum_by_host_traced
+
+    start_jax_on_cpu(1, cpu_only=state.rank != 0)
+    errors: list = []
+    program = jax.jit(lambda x: sum_by_host_traced(x, state.comm, state.rank, errors))
+    try:
+        return [np.asarray(program(np.ones(3)))]
+    except Exception:
+        raise errors[0] from None
+
+
+def test_sums_of_programs_gone_apart_are_refused():
+    """Ranks at different sums of their programs raise, naming it, rather than add one
+    sum's values into another's."""
+    synk.fork(2, backend="cpu")
+    try:
+        with pytest.raises(RuntimeError, match="programs went apart"):
+            routines.run(apart_routine)
+    finally:
+        synk.close()

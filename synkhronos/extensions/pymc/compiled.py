@@ -29,6 +29,7 @@ runs parallel chains on one device (each rank has one).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -232,11 +233,12 @@ class _OnHost:
         worker = getattr(comm, "local", comm).rank != 0  # rank 0: the user's process
         self.device = start_jax_on_cpu(rank_threads(len(os.sched_getaffinity(0))), worker)
         self.errors: list[BaseException] = []  # what failed a sum, raised instead of JAX's
+        self.sites = itertools.count()  # the program's sums, numbered as traced
 
     def sum(self, x):
         from synkhronos.transport.comm.traced import sum_by_host_traced
 
-        return sum_by_host_traced(x, self.comm, self.errors)
+        return sum_by_host_traced(x, self.comm, next(self.sites), self.errors)
 
     def compile_and_run(self, body, arrays: list) -> tuple[list, list[float]]:
         import jax
