@@ -25,20 +25,28 @@ With ``--samplers``, the samplers instead (issue #60), each sampling in a fresh 
 of its own, ``--chains`` chains (``cores=1``), taking turns, ``--rounds`` rounds:
 ``pm.sample`` with ``nuts_sampler`` numpyro and nutpie in one unrestricted process and
 pinned to one core (``taskset -c 0``), ``synk_pymc.sample`` on 2 CPU ranks (nutpie calling
-the split function) and on 2 GPU ranks (numpyro's NUTS compiled whole per rank; on CPU
-devices where there is no GPU), always split (``min_rows=0``); with ``--with-pymc`` also
+the split function, and numpyro's NUTS compiled whole per rank, summing by a host
+callback) and on 2 GPU ranks (numpyro's NUTS compiled whole per rank; on CPU devices where
+there is no GPU), always split (``min_rows=0``); with ``--with-pymc`` also
 PyMC's own NUTS (far slower at 1M rows): ``pm.sample`` unrestricted and pinned, and on 2
 CPU ranks. Each line gives the sampling seconds apart from the setup and compilation
 where the sampler tells them apart (see :func:`contender`), and the posterior means'
 largest distance to the first contender's in its Monte-Carlo standard errors (ok within
 4); a last line, the fastest synk's speed against the fastest ``pm.sample``'s,
 unrestricted and pinned. The compiled NUTS's ranks' draws are compared bit for bit by
-rank 0 (a difference fails the run); on CPU ranks the one sampler runs on rank 0.
+rank 0 (a difference fails the run); nutpie and PyMC's NUTS run on rank 0.
+
+With ``--callback``, what the compiled NUTS's sum costs on 2 CPU ranks, per evaluation:
+a program of a loop of ``--calls`` x 1000 steps, each summing 7 numbers (a log-density
+and its gradient of 6 coefficients) over the ranks by the host callback, against the
+same loop with no sum and with a callback that sums nothing (JAX's cost of a callback
+alone); for one chain and for 4 chains under ``vmap``.
 
 Usage::
 
     python bench/bench_pymc.py [--rows 100000 1000000] [--draws 30] [--tune 30] [--rounds 3]
     python bench/bench_pymc.py --samplers --rows 100000 1000000 --tune 500 --draws 500 --rounds 1
+    python bench/bench_pymc.py --callback
 """
 
 from __future__ import annotations
@@ -225,6 +233,7 @@ CONTENDERS = {
     "pm pymc, 1 core": ("pymc", True),
     "synk 2 CPU ranks (pymc)": ("synk-cpu", False),
     "synk 2 CPU ranks (nutpie)": ("synk-cpu-nutpie", False),
+    "synk 2 CPU ranks (numpyro)": ("synk-cpu-numpyro", False),
     "synk 2 GPU ranks (numpyro)": ("synk-gpu", False),
 }
 #: The contenders of PyMC's own NUTS, run only with ``--with-pymc``.
@@ -235,7 +244,8 @@ def contender(how: str, rows: int, tune: int, draws: int, chains: int, chain_met
     """(A sampler's own process) sample once; the seconds of the whole call, of its
     sampling alone (PyMC's ``sampling_time`` for numpyro and nutpie, which includes JAX's
     compilation for numpyro; the compiled program's run alone for synk on GPU ranks; the
-    whole call for PyMC's NUTS, which compiles before it), the setup before it, and the
+    whole call for PyMC's NUTS, which compiles before it; the compiled program's run alone
+    for synk's numpyro on CPU ranks too), the setup before it, and the
     posterior means and their Monte-Carlo standard errors."""
     import arviz as az
 
@@ -365,6 +375,61 @@ def samplers(rows: int, args: argparse.Namespace, names: list[str]) -> None:
     )
 
 
+def callback_routine(state, how: np.ndarray) -> list:
+    """(Every CPU rank) seconds of a program looping ``how[0]`` steps over ``how[1]``
+    chains (``vmap``) of 7 numbers: with no sum, with a callback that sums nothing, and
+    summing over the ranks as the compiled NUTS does on CPU ranks."""
+    import jax
+    from jax import lax
+
+    from synkhronos.extensions.pymc.compiled import _OnHost
+
+    ranks = _OnHost(state.comm)
+    steps, chains = int(how[0]), int(how[1])
+
+    def alone(x):
+        shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return jax.pure_callback(np.asarray, shape, x, vmap_method="expand_dims")
+
+    seconds = []
+    for total in (lambda x: x, alone, ranks.sum):
+
+        def body(arrays: list, total=total) -> list:
+            def loop(x):
+                return lax.fori_loop(0, steps, lambda _, y: total(y) * 0.5 + 1.0, x)
+
+            return [jax.vmap(loop)(arrays[0])]
+
+        _, (_, run_s) = ranks.compile_and_run(body, [np.ones((chains, 7))])
+        seconds.append(run_s)
+    return [np.array(seconds)]
+
+
+def callback_costs(calls: int, rounds: int) -> None:
+    """The cost of the compiled NUTS's sum on 2 CPU ranks (see the module docstring)."""
+    import bench_pymc  # this module by its name, which the workers import
+
+    from synkhronos.api import routines
+
+    steps = calls * 1000
+    synk.fork(2, backend="cpu")
+    try:
+        for chains in (1, 4):
+            rounds_s = [
+                routines.run(bench_pymc.callback_routine, np.array([steps, chains]))[0][0]
+                for _ in range(rounds)
+            ]
+            plain, alone, summed = np.min(rounds_s, axis=0) / steps * 1e6
+            print(
+                f"    {chains} chain(s), {steps} steps, best of {rounds}: a step {plain:.2f} us "
+                f"with no sum, {alone:.2f} us with an empty callback, {summed:.2f} us summed "
+                f"over 2 ranks: the sum costs {summed - plain:.1f} us an evaluation",
+                flush=True,
+            )
+    finally:
+        synk.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -383,6 +448,9 @@ def main() -> None:
         default="parallel",
         help="numpyro's (PyMC's chain_method), with --samplers",
     )
+    parser.add_argument(
+        "--callback", action="store_true", help="the compiled NUTS's sum on CPU ranks"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a sampler's own process
     args = parser.parse_args()
     if args.one:
@@ -392,6 +460,9 @@ def main() -> None:
         print(json.dumps(figures), flush=True)
         return
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
+    if args.callback:
+        callback_costs(args.calls, args.rounds)
+        return
     if args.samplers:
         for rows in args.rows:
             names = args.only or [n for n in CONTENDERS if args.with_pymc or n not in PYMC_NUTS]

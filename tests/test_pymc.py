@@ -4,6 +4,7 @@ uneven rows, and on 2 MPI nodes; refused models; sampling gives PyMC's posterior
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -252,39 +253,62 @@ def test_sample_gives_pymc_posterior(ranks):
     assert split.posterior["b"].shape == own.posterior["b"].shape
 
 
-@pytest.mark.parametrize("ranks", [pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
-@pytest.mark.parametrize(
-    ("sampler", "chain_method"), [("numpyro", "parallel"), ("blackjax", "vectorized")]
-)
-def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, chain_method, monkeypatch):
-    """numpyro's and blackjax's NUTS compiled whole on each GPU rank, its rows' terms
-    summed inside the program, 2 chains one after another ("parallel", PyMC's default:
-    numpyro's on one device) or together ("vectorized"): the posterior means are within 4
-    Monte-Carlo standard errors of ``pm.sample(nuts_sampler="numpyro")``'s, and every rank
-    drew the same draws (rank 0 compares them bit for bit; here the other ranks' replies
-    are kept to see)."""
-    pytest.importorskip(sampler)
+@functools.cache
+def numpyro_reference(chain_method: str) -> tuple[np.ndarray, np.ndarray]:
+    """``pm.sample(nuts_sampler="numpyro")``'s posterior means of :func:`compiled_case`'s
+    ``b`` and their Monte-Carlo standard errors."""
     import arviz as az
 
+    model, settings = compiled_case(chain_method)
+    with model:
+        own = pm.sample(nuts_sampler="numpyro", **settings)
+    mcse = az.mcse(own, var_names=["b"])["b"].values
+    return own.posterior["b"].mean(("chain", "draw")).values, mcse
+
+
+def compiled_case(chain_method: str) -> tuple:
+    """The model and settings the compiled NUTS is tested on: 2 chains."""
+    settings = dict(draws=150, tune=150, chains=2, random_seed=7, progressbar=False)
+    settings["nuts"] = {"chain_method": chain_method}
+    return logistic(np.random.default_rng(1), n=101), settings
+
+
+@pytest.mark.parametrize(
+    ("ranks", "sampler", "chain_method"),
+    [
+        (2, "numpyro", "parallel"),
+        (3, "blackjax", "vectorized"),
+        pytest.param("gpu", "numpyro", "parallel", marks=pytest.mark.gpu),
+        pytest.param("gpu", "blackjax", "vectorized", marks=pytest.mark.gpu),
+    ],
+    indirect=["ranks"],
+)
+def test_compiled_nuts_gives_pymc_posterior(ranks, sampler, chain_method, monkeypatch):
+    """numpyro's and blackjax's NUTS compiled whole on each rank, its rows' terms summed
+    inside the program (GPU ranks: by collectives over the mesh; CPU ranks: by the
+    communicator, called back from the program), 2 chains one after another
+    ("parallel", PyMC's default: numpyro's on one device) or together ("vectorized"):
+    the posterior means are within 4 Monte-Carlo standard errors of
+    ``pm.sample(nuts_sampler="numpyro")``'s, and every rank drew the same draws (rank 0
+    compares them bit for bit; here the other ranks' replies are kept to see)."""
+    pytest.importorskip(sampler)
     from synkhronos.api import routines
 
     replies, run = [], routines.run
     monkeypatch.setattr(routines, "run", lambda *a: replies.append(run(*a)) or replies[-1])
-    settings = dict(draws=150, tune=150, chains=2, random_seed=7, progressbar=False)
-    settings["nuts"] = {"chain_method": chain_method}
-    with logistic(np.random.default_rng(1), n=101):
+    model, settings = compiled_case(chain_method)
+    with model:
         split = synk_pymc.sample(nuts_sampler=sampler, min_rows=0, **settings)
-        # PyMC 6.4's own blackjax path fails with blackjax 1.7 (it hands the window
-        # adaptation a progress_bar argument): numpyro's draws are the reference for both.
-        own = pm.sample(nuts_sampler="numpyro", **settings)
+    # PyMC 6.4's own blackjax path fails with blackjax 1.7 (it hands the window
+    # adaptation a progress_bar argument): numpyro's draws are the reference for both.
+    want, mcse = numpyro_reference(chain_method)
     mean = split.posterior["b"].mean(("chain", "draw")).values
-    want = own.posterior["b"].mean(("chain", "draw")).values
-    mcse = az.mcse(own, var_names=["b"])["b"].values
     assert np.all(np.abs(mean - want) <= 4 * mcse), (mean, want, mcse)
-    assert split.posterior["b"].shape == own.posterior["b"].shape == (2, 150, 3)
-    assert set(own.sample_stats.data_vars) <= set(split.sample_stats.data_vars)
+    assert split.posterior["b"].shape == (2, 150, 3)
+    assert {"lp", "step_size", "n_steps", "diverging"} <= set(split.sample_stats.data_vars)
     (by_rank,) = replies
-    assert np.array_equal(by_rank[0][0], by_rank[1][0])  # the raw draws of b, every rank's
+    assert len(by_rank) == ranks
+    assert all(np.array_equal(by_rank[0][0], theirs[0]) for theirs in by_rank[1:])
     assert split.posterior.attrs["synk_sampling_s"] > 0
 
 
@@ -317,12 +341,6 @@ def test_compiled_sum_is_in_rank_order_on_every_rank(ranks):
         want = want + part
     replies = routines.run(summed_routine, parts)
     assert all(r[0].tobytes() == want.tobytes() for r in replies), (replies, want)
-
-
-@pytest.mark.parametrize("ranks", [2], indirect=True)
-def test_compiled_nuts_needs_gpu_ranks(ranks):
-    with pytest.raises(ValueError, match="one program per GPU rank"):
-        synk_pymc.sample(model=logistic(np.random.default_rng(0)), nuts_sampler="numpyro")
 
 
 @pytest.fixture
@@ -388,6 +406,28 @@ def test_few_rows_sample_unsplit_and_say_so(ranks, split_calls, caplog):
     assert len(split_calls) >= 40  # 101 rows, min_rows=101: split
 
 
+@pytest.mark.parametrize("ranks", [2, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
+def test_compiled_nuts_runs_unsplit_below_its_threshold(ranks, caplog, monkeypatch):
+    """Below ``MIN_ROWS["numpyro"]`` rows (here 101) ``sample`` is
+    ``pm.sample(nuts_sampler="numpyro")`` itself, unsplit, on CPU and GPU ranks alike, no
+    rank's routine, and says so. (``pm.sample`` is a stand-in here: PyMC's numpyro
+    sampling in this process would start JAX with the 100 host devices PyMC forces.)"""
+    from synkhronos.api import routines
+
+    routines_run: list = []
+    monkeypatch.setattr(routines, "run", lambda *a: routines_run.append(a))
+    monkeypatch.setattr(pm, "sample", lambda *a, **kw: ("pm.sample", kw["nuts_sampler"]))
+    with (
+        logistic(np.random.default_rng(1), n=101),
+        caplog.at_level(logging.WARNING, logger="synkhronos.extensions.pymc"),
+    ):
+        assert synk_pymc.sample(nuts_sampler="numpyro") == ("pm.sample", "numpyro")
+    assert not routines_run
+    said = [r.getMessage() for r in caplog.records if "sampling unsplit" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"fewer than min_rows={synk_pymc.MIN_ROWS['numpyro']} " in said[0], said
+
+
 @pytest.mark.parametrize("ranks", [2, 3], indirect=True)
 def test_nutpie_calls_the_split_function(ranks, split_calls):
     """nutpie's NUTS calling the split function: posterior means within 4 Monte-Carlo
@@ -451,7 +491,7 @@ with logistic(np.random.default_rng(1), n=101):
 want = own.posterior["b"].mean(("chain", "draw")).values
 assert np.all(np.abs(mean - want) <= 4 * az.mcse(own, var_names=["b"])["b"].values)
 print(f"node {world.node} of {world.n_global} ranks: ok, means {mean.tobytes().hex()}", flush=True)
-if sys.argv[2] == "gpu":  # NUTS compiled whole, its all-reduce over every node's ranks
+if sys.argv[2] == "gpu" or sys.argv[1] == "2":  # NUTS compiled whole, summed over every node
     with logistic(np.random.default_rng(1), n=101):
         compiled = synk_pymc.sample(nuts_sampler="numpyro", min_rows=0, **settings)
     mean = compiled.posterior["b"].mean(("chain", "draw")).values
@@ -471,7 +511,8 @@ def test_nodes_give_pymc_own(tmp_path, local, backend, monkeypatch):
     gradient equal PyMC's own within 1e-12, also after ``pm.set_data``, and a short
     sampling's posterior means are within 4 Monte-Carlo standard errors of ``pm.sample``'s
     and bit-identical on both nodes (their NUTS took the same steps); on GPU ranks, so are
-    numpyro's NUTS compiled whole, its all-reduce over the ranks of both nodes."""
+    numpyro's NUTS compiled whole (on 2 CPU ranks a node too), its sums over the ranks of
+    both nodes."""
     if backend == "gpu" and importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax")
     # An earlier test's numpyro sampling imported pymc.sampling.jax, which forces 100 host
@@ -483,6 +524,6 @@ def test_nodes_give_pymc_own(tmp_path, local, backend, monkeypatch):
     means = set(re.findall(rf"node [01] of {2 * local} ranks: ok, means ([0-9a-f]+)", out))
     assert len(re.findall(rf"node [01] of {2 * local} ranks: ok", out)) == 2, out
     assert len(means) == 1, out
-    if backend == "gpu":  # numpyro's NUTS compiled whole: the same draws on both nodes
+    if backend == "gpu" or local == 2:  # numpyro's NUTS compiled whole: the same draws
         compiled = re.findall(r"node [01]: compiled means ([0-9a-f]+)", out)
         assert len(compiled) == 2 and len(set(compiled)) == 1, out

@@ -4,8 +4,8 @@
 inside a ``pm.Model``, ``synk_pymc.sample(...)`` is ``pm.sample(...)`` with every
 evaluation of the log-density and its gradient split over the ranks by the rows of the
 observed data; :func:`logp_dlogp_function` is that split function itself, for other
-samplers and optimizers. On GPU ranks, ``sample(nuts_sampler="numpyro")`` (or
-"blackjax") compiles the whole NUTS into one program per rank (:class:`CompiledDensity`,
+samplers and optimizers. ``sample(nuts_sampler="numpyro")`` (or "blackjax") compiles
+the whole NUTS into one program per rank, on CPU and GPU ranks (:class:`CompiledDensity`,
 :mod:`.compiled`). Needs PyMC 6 (Python 3.12; ``pip install synkhronos[pymc]``),
 imported when a function is called. See ``docs/pymc.rst``.
 """

@@ -1,26 +1,38 @@
-"""NUTS compiled whole into one XLA program per GPU rank, the rows' log-density summed inside.
+"""NUTS compiled whole into one XLA program per rank, the rows' log-density summed inside.
 
-On GPU ranks (JAX mode), ``synk_pymc.sample(nuts_sampler="numpyro")`` (or ``"blackjax"``)
-runs PyMC's own ``pm.sample`` for that sampler on rank 0, which picks the initial points
-and turns the draws into ``InferenceData``, with its sampling step replaced by a routine
+``synk_pymc.sample(nuts_sampler="numpyro")`` (or ``"blackjax"``) runs PyMC's own
+``pm.sample`` for that sampler on rank 0, which picks the initial points and turns the
+draws into ``InferenceData``, with its sampling step replaced by a routine
 (:func:`synkhronos.api.routines.run`) that every rank runs: each rank makes JAX functions
 of the model's terms (PyTensor's JAX backend, as PyMC does) and compiles the whole of NUTS,
-warm-up and draws, into one XLA program over the ranks' mesh
-(:meth:`~synkhronos.transport.comm.xla.XlaCommunicator.program`). In it the log-density
-is the rank's own rows' terms, summed over the ranks inside it, plus the terms
-computed once (the priors, the Jacobians), which every rank computes alike. Every rank
-starts from the same point with the same key and receives the same sums, so every rank
-takes the same trajectory; rank 0 checks that every rank's draws are its own, bit for
-bit, and returns them. The chains of one call run in the program as PyMC's
-``chain_method`` says: "vectorized" together (``jax.vmap``), "parallel" (its default)
-one after another, as numpyro runs parallel chains on one device (each rank has one).
+warm-up and draws, into one XLA program. In it the log-density is the rank's own rows'
+terms, their value and gradient summed over the ranks inside it, plus the terms computed
+once (the priors, the Jacobians), which every rank computes alike. The program and the
+chains are the same on both backends; only the sum differs, chosen by the communicator:
+
+- GPU ranks (JAX mode): the program runs over the ranks' mesh
+  (:meth:`~synkhronos.transport.comm.xla.XlaCommunicator.program`), summing by collective
+  permutes in rank order (:func:`~synkhronos.transport.comm.traced.sum_in_order_traced`);
+- CPU ranks: the program runs on the rank's own JAX CPU device, JAX started on the rank's
+  cores (JAX is imported on a CPU rank only here), summing by the rank's communicator
+  (over MPI nodes, its all-reduce spans the nodes) called back from the program
+  (:func:`~synkhronos.transport.comm.traced.sum_by_host_traced`).
+
+Every rank starts from the same point with the same key and receives the same sums, so
+every rank takes the same trajectory; rank 0 checks that every rank's draws are its own,
+bit for bit, and returns them. The chains of one call run in the program as PyMC's
+``chain_method`` says: "vectorized" together (``jax.vmap``; on CPU ranks one all-reduce
+an evaluation for all of them), "parallel" (its default) one after another, as numpyro
+runs parallel chains on one device (each rank has one).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
+import os
 import pickle
 import time
 from typing import Any
@@ -34,6 +46,7 @@ from synkhronos.extensions.pymc.density import with_checks_rewritten
 from synkhronos.extensions.pymc.terms import ModelTerms, split_terms
 from synkhronos.rank.routine_part import from_text, text
 from synkhronos.session import launch
+from synkhronos.session.placement import rank_threads
 
 logger = logging.getLogger(__name__)
 
@@ -153,12 +166,6 @@ STATS = ["lp", "step_size", "n_steps", "tree_depth", "acceptance_rate", "divergi
 def nuts_routine(state: Any, settings: np.ndarray, graph: np.ndarray, *arrays: np.ndarray) -> list:
     """(Every rank) compile NUTS over this rank's rows into one program and run it; return
     the draws by variable, the sample stats, and ``[compile seconds, sample seconds]``."""
-    from synkhronos.transport.comm.xla import XlaCommunicator
-
-    # Over MPI nodes, the node's own communicator, whose mesh spans every node's ranks.
-    comm = getattr(state.comm, "local", state.comm)
-    if not isinstance(comm, XlaCommunicator):
-        raise RuntimeError("a compiled NUTS runs on GPU ranks (backend='gpu') only")
     config = json.loads(from_text(settings))
     n_values, n_rows = config["n_values"], config["n_rows"]
     inits, rows, others = (
@@ -166,27 +173,124 @@ def nuts_routine(state: Any, settings: np.ndarray, graph: np.ndarray, *arrays: n
         list(arrays[n_values : n_values + n_rows]),
         list(arrays[n_values + n_rows :]),
     )
-    span = comm.span
-    rank, n_ranks = (span.rank, span.n_ranks) if span is not None else (comm.rank, comm.n_ranks)
+    ranks = _OnMesh(state.comm) if _on_mesh(state.comm) else _OnHost(state.comm)
     length = rows[0].shape[0]
-    lo, hi = rank * length // n_ranks, (rank + 1) * length // n_ranks
+    lo, hi = ranks.rank * length // ranks.n_ranks, (ranks.rank + 1) * length // ranks.n_ranks
     shares = [np.ascontiguousarray(r[lo:hi]) for r in rows]
-    body = _program_body(pickle.loads(bytes(graph)), config, n_ranks, len(inits))
-    program = comm.program(body)
-    device = comm.to_device([*inits, *shares, *others])
+    body = _program_body(pickle.loads(bytes(graph)), config, ranks.sum, len(inits))
+    results, seconds = ranks.compile_and_run(body, [*inits, *shares, *others])
+    return [np.asarray(r) for r in results] + [np.array(seconds)]
+
+
+def _on_mesh(comm: Any) -> bool:
+    """Whether ``comm`` is GPU ranks' (over MPI nodes, its node's own is), whose programs
+    run over the ranks' mesh."""
+    from synkhronos.transport.comm.xla import XlaCommunicator
+
+    return isinstance(getattr(comm, "local", comm), XlaCommunicator)
+
+
+class _OnMesh:
+    """GPU ranks: the program over the ranks' mesh, summing by collective permutes in rank
+    order (:func:`~synkhronos.transport.comm.traced.sum_in_order_traced`)."""
+
+    def __init__(self, comm: Any):
+        # Over MPI nodes, the node's own communicator, whose mesh spans every node's ranks.
+        self.comm = getattr(comm, "local", comm)
+        span = self.comm.span
+        self.rank, self.n_ranks = (
+            (span.rank, span.n_ranks) if span is not None else (self.comm.rank, self.comm.n_ranks)
+        )
+
+    def sum(self, x):
+        from synkhronos.transport.comm.traced import sum_in_order_traced
+
+        return sum_in_order_traced(x, self.n_ranks)
+
+    def compile_and_run(self, body, arrays: list) -> tuple[list, list[float]]:
+        import jax
+
+        program = self.comm.program(body)
+        device = self.comm.to_device(arrays)
+        start = time.perf_counter()
+        shapes = [
+            jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=self.comm.sharding) for a in device
+        ]
+        compiled = program.lower(shapes, []).compile()
+        compiled_at = time.perf_counter()
+        results = self.comm.run(compiled, device)
+        return results, [compiled_at - start, time.perf_counter() - compiled_at]
+
+
+class _OnHost:
+    """CPU ranks: the program on this rank's JAX CPU device alone, XLA on the rank's
+    cores (:func:`start_jax_on_cpu`), summing by the rank's communicator called back from
+    the program (:func:`~synkhronos.transport.comm.traced.sum_by_host_traced`; over MPI
+    nodes its all-reduce spans the nodes)."""
+
+    def __init__(self, comm: Any):
+        self.comm, self.rank, self.n_ranks = comm, comm.rank, comm.n_ranks
+        worker = getattr(comm, "local", comm).rank != 0  # rank 0: the user's process
+        self.device = start_jax_on_cpu(rank_threads(len(os.sched_getaffinity(0))), worker)
+        self.errors: list[BaseException] = []  # what failed a sum, raised instead of JAX's
+        self.sites = itertools.count()  # the program's sums, numbered as traced
+
+    def sum(self, x):
+        from synkhronos.transport.comm.traced import sum_by_host_traced
+
+        return sum_by_host_traced(x, self.comm, next(self.sites), self.errors)
+
+    def compile_and_run(self, body, arrays: list) -> tuple[list, list[float]]:
+        import jax
+
+        placed = [jax.device_put(a, self.device) for a in arrays]
+        start = time.perf_counter()
+        compiled = jax.jit(body).lower(placed).compile()
+        compiled_at = time.perf_counter()
+        try:
+            results = jax.block_until_ready(compiled(placed))
+        except Exception:
+            if self.errors:  # a peer's death or failure (Aborted), or this rank's own
+                raise self.errors[0] from None
+            raise
+        return results, [compiled_at - start, time.perf_counter() - compiled_at]
+
+
+def start_jax_on_cpu(threads: int, cpu_only: bool) -> Any:
+    """This process's JAX CPU device, JAX's precision set from floatX (as every JAX-mode
+    rank sets it, :func:`~synkhronos.rank.backends.jax_compat.match_precision`). Where
+    JAX's backends have not started in this process, they start now with the
+    ``XLA_FLAGS`` of a rank of ``threads`` threads
+    (:func:`~synkhronos.rank.backends.cpu.xla_flags`; XLA sizes its thread pool by the
+    cores the process may use, the rank's own where the session pins it), and with
+    ``cpu_only`` (a worker, which uses JAX for nothing else) on the CPU alone;
+    ``XLA_FLAGS``, read as they start, is given back its value."""
     import jax
 
-    start = time.perf_counter()
-    shapes = [jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=comm.sharding) for a in device]
-    compiled = program.lower(shapes, []).compile()
-    compiled_at = time.perf_counter()
-    results = comm.run(compiled, device)
-    done = time.perf_counter()
-    return [np.asarray(r) for r in results] + [np.array([compiled_at - start, done - compiled_at])]
+    from synkhronos.rank.backends.cpu import xla_flags
+    from synkhronos.rank.backends.gpu import jax_started
+
+    if not jax_started():
+        if cpu_only:
+            jax.config.update("jax_platforms", "cpu")
+        saved = os.environ.get("XLA_FLAGS")
+        os.environ["XLA_FLAGS"] = xla_flags(saved or "", threads)
+        try:
+            jax.devices("cpu")
+        finally:
+            if saved is None:
+                os.environ.pop("XLA_FLAGS")
+            else:
+                os.environ["XLA_FLAGS"] = saved
+    from synkhronos.rank.backends.jax_compat import match_precision
+
+    match_precision()
+    return jax.devices("cpu")[0]
 
 
-def _program_body(graph: tuple, config: dict, n_ranks: int, n_values: int):
-    """The program: ``[inits..., row shares..., others...] -> [draws..., stats...]``."""
+def _program_body(graph: tuple, config: dict, total, n_values: int):
+    """The program: ``[inits..., row shares..., others...] -> [draws..., stats...]``; the
+    rows' log-density and gradient summed over the ranks by ``total`` (a traced sum)."""
     import jax
     from pymc.sampling.jax import get_jaxified_graph
 
@@ -197,7 +301,7 @@ def _program_body(graph: tuple, config: dict, n_ranks: int, n_values: int):
 
     def body(arrays: list) -> list:
         inits, data = arrays[:n_values], arrays[n_values:]
-        rows_sum = _summed_over_ranks(lambda p: rows_fn(*p, *data)[0], n_ranks)
+        rows_sum = _summed_over_ranks(lambda p: rows_fn(*p, *data)[0], total)
 
         def logp(position):
             return rows_sum(position) + once_fn(*position)[0]
@@ -214,28 +318,25 @@ def _program_body(graph: tuple, config: dict, n_ranks: int, n_values: int):
     return body
 
 
-def _summed_over_ranks(own, n_ranks: int):
-    """(Traced) ``own`` (a rank's rows' log-density of a position) summed over the ranks,
-    its gradient the sum of theirs. Differentiated by JAX, a collective's gradient in a
-    program over the mesh that does not track which values are replicated
+def _summed_over_ranks(own, total):
+    """(Traced) ``own`` (a rank's rows' log-density of a position) summed over the ranks
+    by ``total``, its gradient the sum of theirs. Differentiated by JAX, a collective's
+    gradient in a program over the mesh that does not track which values are replicated
     (``check_vma=False``) is each rank's own gradient times the ranks' count: each rank
-    would step by its own rows. So the value and the gradient are computed together and
-    summed in one collective
-    (:func:`~synkhronos.transport.comm.traced.sum_in_order_traced`)."""
+    would step by its own rows; a host callback's has none. So the value and the gradient
+    are computed together and summed at once, one sum per evaluation."""
     import jax
     from jax.flatten_util import ravel_pytree
-
-    from synkhronos.transport.comm.traced import sum_in_order_traced
 
     def summed(position):
         value, grad = jax.value_and_grad(own)(position)
         flat, unravel = ravel_pytree(grad)
-        total = sum_in_order_traced(jax.numpy.concatenate([value[None], flat]), n_ranks)
-        return total[0], unravel(total[1:])
+        both = total(jax.numpy.concatenate([value[None], flat]))
+        return both[0], unravel(both[1:])
 
     @jax.custom_vjp
     def rows_sum(position):
-        return sum_in_order_traced(own(position)[None], n_ranks)[0]
+        return total(own(position)[None])[0]
 
     def backward(grad, cotangent):
         return (jax.tree_util.tree_map(lambda g: cotangent * g, grad),)

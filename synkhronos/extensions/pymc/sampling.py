@@ -4,9 +4,9 @@
 model's ``logp_dlogp_function``; for the call, :func:`sample` gives the model one that
 builds :class:`~synkhronos.extensions.pymc.density.SplitDensity` instead, so that the
 initialization, the adaptation and the draws are all PyMC's own. The chains run one after
-another in rank 0's process (``cores=1``), each evaluation on every rank. On GPU ranks,
+another in rank 0's process (``cores=1``), each evaluation on every rank.
 ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs that library's NUTS compiled whole on
-every rank instead (:mod:`.compiled`).
+every rank instead (:mod:`.compiled`), on CPU and GPU ranks.
 """
 
 from __future__ import annotations
@@ -19,17 +19,24 @@ from typing import Any
 
 import numpy as np
 
-from synkhronos.extensions.pymc.compiled import SAMPLERS, CompiledDensity, sample_on_ranks
+from synkhronos.extensions.pymc.compiled import (
+    SAMPLERS,
+    CompiledDensity,
+    sample_on_ranks,
+    start_jax_on_cpu,
+)
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
 from synkhronos.extensions.pymc.terms import row_count
 from synkhronos.session import launch
+from synkhronos.session.placement import rank_threads
 
 logger = logging.getLogger(__name__)
 
 #: The rows below which :func:`sample` runs ``pm.sample`` unsplit, by ``nuts_sampler``:
 #: the smallest size measured where the split, on 2 ranks of a 2-core machine, sampled
 #: faster than the same sampler in one process (``bench/bench_pymc.py --samplers``;
-#: numpyro's on GPU ranks on CPU devices; docs/pymc.rst). blackjax is always split:
+#: numpyro's on GPU ranks on CPU devices, and kept for CPU ranks, where the measurements
+#: under load did not settle one of their own; docs/pymc.rst). blackjax is always split:
 #: PyMC 6.4's own blackjax sampling fails with blackjax 1.7.
 MIN_ROWS = {"pymc": 100_000, "nutpie": 100_000, "numpyro": 1_000_000, "blackjax": 0}
 
@@ -54,10 +61,10 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
 
     - "pymc": PyMC's NUTS in this process, each evaluation split over the ranks;
     - "nutpie": nutpie's NUTS (Rust) in this process, calling the same split function;
-    - "numpyro" or "blackjax", on GPU ranks (``backend="gpu"``): that library's NUTS
-      compiled whole into one XLA program per rank (:mod:`.compiled`), its chains
-      together in it; the draws' posterior attributes ``synk_compile_s`` and
-      ``synk_sampling_s`` say how long rank 0 compiled and ran it;
+    - "numpyro" or "blackjax", on CPU and GPU ranks: that library's NUTS compiled
+      whole into one XLA program per rank (:mod:`.compiled`), its chains in it; the
+      draws' posterior attributes ``synk_compile_s`` and ``synk_sampling_s`` say how
+      long rank 0 compiled and ran it;
     - any other is refused, saying why.
 
     Parameters
@@ -74,8 +81,7 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
     Raises
     ------
     ValueError
-        If ``cores`` is not 1, or ``nuts_sampler`` is none of these (or "numpyro" or
-        "blackjax" on other than GPU ranks).
+        If ``cores`` is not 1, or ``nuts_sampler`` is none of these.
     ImportError
         If the sampler asked for is not installed.
     synkhronos.extensions.pymc.terms.RowsNotSplittable
@@ -91,14 +97,8 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
     sampler = kwargs.setdefault("nuts_sampler", "pymc" if model.discrete_value_vars else "nutpie")
     if sampler not in MIN_ROWS:
         raise ValueError(
-            f"synk_pymc.sample splits the NUTS of pymc and nutpie, and on GPU ranks "
-            f"numpyro's and blackjax's: not nuts_sampler={sampler!r}"
-        )
-    backend = launch.current().backend.name
-    if sampler in SAMPLERS and backend != "gpu":
-        raise ValueError(
-            f"nuts_sampler={sampler!r} compiles NUTS into one program per GPU rank "
-            f"(backend='gpu'), not on {backend!r} ranks: there, nuts_sampler='pymc'"
+            f"synk_pymc.sample splits the NUTS of pymc, nutpie, numpyro and blackjax: "
+            f"not nuts_sampler={sampler!r}"
         )
     if _too_few_rows(model, sampler, MIN_ROWS[sampler] if min_rows is None else min_rows):
         return pm.sample(*args, model=model, **kwargs)
@@ -200,15 +200,18 @@ def _logp(split_fn: SplitDensity, x: np.ndarray, **_shared) -> tuple[float, np.n
 
 def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
     """``pm.sample`` with ``nuts_sampler`` numpyro or blackjax, its sampling run by every
-    GPU rank (:func:`.compiled.sample_on_ranks`)."""
+    rank (:func:`.compiled.sample_on_ranks`)."""
     import pymc as pm
     import pymc.sampling.jax as pymc_jax
 
     key = ("compiled", *model.basic_RVs, *model.potentials, *model.value_vars)
     built = _built.setdefault(model, {})
+    session = launch.current()
     density = built.get(key)
-    if density is None or density.session is not launch.current():
+    if density is None or density.session is not session:
         density = built[key] = CompiledDensity(model)
+    if session.backend.name != "gpu":  # before PyMC starts JAX here: on rank 0's cores
+        start_jax_on_cpu(rank_threads(session.threads), cpu_only=False)
     name = f"_sample_{sampler}_nuts"
     own = getattr(pymc_jax, name)
     setattr(pymc_jax, name, functools.partial(sample_on_ranks, density, sampler))

@@ -2,9 +2,13 @@
 per rank (the mesh axis :data:`AXIS`): the programs of
 :class:`~synkhronos.transport.comm.xla.XlaCommunicator` and a fused chain's
 (:mod:`synkhronos.rank.fused_chain`), whose gradient all-reduce goes in buckets
-(:func:`reduce_buckets_traced`)."""
+(:func:`reduce_buckets_traced`); and, for a program on one rank's own device with no mesh
+(CPU ranks), a sum over the ranks by the rank's host communicator
+(:func:`sum_by_host_traced`)."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -94,6 +98,49 @@ def sum_in_order_traced(x, n_ranks: int):
     return total
 
 
+_HOST_SUMS = threading.Lock()  # one host sum at a time in a process (XLA may run two at once)
+
+
+def sum_by_host_traced(x, comm, site: int = 0, errors: list | None = None):
+    """(Traced, in a program on this rank's own device) ``x`` summed over the ranks by
+    ``comm.all_reduce`` (a :class:`~synkhronos.transport.comm.base.Communicator` of host
+    arrays), called back from the program as it runs: every rank's program must reach it
+    as often, in the same order (a rank that computes what every other computes does).
+    Every rank gets the same bits, whatever the communicator's order of additions. Under
+    ``jax.vmap`` one all-reduce takes the whole batch.
+
+    ``site`` numbers this sum among the program's sums, alike on every rank (in the order
+    they are traced): it is summed with ``x``, and a rank whose peers were at another
+    sum raises rather than take their values for its own. An error of the all-reduce (a
+    peer died, or failed and aborted the command) fails the program on this rank, which
+    JAX raises as its own runtime error: the error itself is appended to ``errors``, for
+    the caller to raise instead."""
+    import jax
+
+    if comm.n_ranks == 1:
+        return x
+
+    def total(value: np.ndarray) -> np.ndarray:
+        flat = np.append(value.reshape(-1), value.dtype.type(site))
+        try:
+            with _HOST_SUMS:
+                summed = comm.all_reduce([flat], "sum")[0]
+            if summed[-1] != site * comm.n_ranks:
+                raise RuntimeError(
+                    f"a sum over the ranks met other sums of the same program on other "
+                    f"ranks (sum {site} here, {summed[-1]} over {comm.n_ranks} ranks): "
+                    f"the ranks' programs went apart"
+                )
+        except BaseException as error:
+            if errors is not None:
+                errors.append(error)
+            raise
+        return summed[:-1].reshape(value.shape)
+
+    shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return jax.pure_callback(total, shape, x, vmap_method="expand_dims")
+
+
 def broadcast_traced(x, root: int):
     """(Traced) ``root``'s ``x`` on every rank."""
     from jax import lax
@@ -114,5 +161,6 @@ __all__ = [
     "reduce_buckets_traced",
     "reduce_traced",
     "sender",
+    "sum_by_host_traced",
     "sum_in_order_traced",
 ]
