@@ -139,6 +139,16 @@ def with_default_updates(variables: list, include=lambda var: True) -> list:
     return roots
 
 
+def not_updated(updates: list):
+    """For :func:`with_default_updates`: whether a shared variable's default update applies
+    in a function with these explicit ``updates`` (pairs, the variable first): an explicit
+    update overrides the default one, as in ``pytensor.function``. (A training function's
+    round reads the running averages of the layers before it, each updated explicitly:
+    their default updates, the graph up to each layer, are not its graph.)"""
+    explicit = {id(pair[0]) for pair in updates}
+    return lambda var: id(var) not in explicit
+
+
 def _graph_roots(specs: list[GraphSpec], registry: SharedRegistry) -> list:
     """The specs' variables, plus the default updates (:func:`with_default_updates`) of the
     shared variables that travel now (the workers have the others)."""
