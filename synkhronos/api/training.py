@@ -33,7 +33,7 @@ import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, clone_get_equiv
 from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.traversal import graph_inputs, truncated_graph_inputs
 from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api import mode_choice
@@ -566,9 +566,12 @@ def _replaced(values: list, replace: dict) -> list:
     placeholders: the graphs between them cloned once, in one pass. (``graph_replace``
     costs a pass over its replacements for each, and ResNet-110's rounds have ~2000
     values and ~1000 placeholders.)"""
-    # A value without an owner (a shared variable a round keeps) is itself, not a clone.
+    # A value without an owner (a shared variable a round keeps) is itself, not a clone;
+    # what does not depend on a placeholder (a random draw) is kept, not cloned, as
+    # graph_replace keeps it.
     memo = {**{v: v for v in values if v.owner is None}, **replace}
-    equiv = clone_get_equiv(list(replace), values, False, False, memo=memo)
+    frontier = truncated_graph_inputs(values, list(replace))
+    equiv = clone_get_equiv(frontier, values, False, False, memo=memo)
     return [equiv[v] for v in values]
 
 
