@@ -103,6 +103,31 @@ def test_what_a_worker_could_not_import_is_named():
     assert len(registry) == 0  # checking registers nothing
 
 
+def test_a_default_update_is_checked_once_and_again_once_changed():
+    """A running average read by many functions (each round of a training function): its
+    default update passes the check once; one set since is checked, the Op named."""
+    x = pt.vector("x")
+    average = pytensor.shared(np.zeros(3), name="average")
+    with pytest.warns(DeprecationWarning):  # PyTensor's, but programs still set it
+        average.default_update = 0.9 * average + 0.1 * _Local()(x)
+    registry = SharedRegistry()
+    check_shippable(_spec(0, [x], [x + average]), registry, "f")
+    assert registry.checked[id(average.default_update)] is average.default_update
+
+    class Nested(_Local):
+        pass
+
+    # Passed, the update is left out: a function that reads the average checks its own nodes.
+    check_shippable(_spec(1, [x], [2 * average]), registry, "g")
+    with pytest.raises(TypeError, match=r"g cannot be sent to the workers: Op .*Nested"):
+        check_shippable(_spec(1, [x], [Nested()(x) + average]), registry, "g")
+    with pytest.warns(DeprecationWarning):
+        average.default_update = 0.9 * average + 0.1 * Nested()(x)
+    with pytest.raises(TypeError, match=r"h cannot be sent to the workers: Op .*Nested"):
+        check_shippable(_spec(2, [x], [2 * average]), registry, "h")
+    assert len(registry) == 0  # checking registers nothing
+
+
 def test_default_updates_and_deep_graphs():
     x = pt.vector("x")
     count = pytensor.shared(0.0, name="count")

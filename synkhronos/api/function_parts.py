@@ -13,7 +13,13 @@ from pytensor.graph.traversal import graph_inputs
 
 from synkhronos.api.collectives import travels
 from synkhronos.api.planning import label
-from synkhronos.rank.graphs import FAST_MATH, GraphSpec, compile_settings, with_default_updates
+from synkhronos.rank.graphs import (
+    FAST_MATH,
+    GraphSpec,
+    compile_settings,
+    not_updated,
+    with_default_updates,
+)
 from synkhronos.transport.reduction import check_output_op, check_update_op
 
 
@@ -82,7 +88,8 @@ def shared_reads_writes(parts: FunctionParts, sliceable_ids: set[int]) -> tuple[
     the call hands over between its phases), and those a call writes (its updates' and
     the default updates' targets)."""
     roots = [*parts.outputs, *(u for _, u in parts.updates), *(g for _, g in parts.givens)]
-    shared = [v for v in graph_inputs(with_default_updates(roots)) if isinstance(v, SharedVariable)]
+    applied = with_default_updates(roots, not_updated(parts.updates))
+    shared = [v for v in graph_inputs(applied) if isinstance(v, SharedVariable)]
     own = sliceable_ids | {id(v) for v in [*parts.sliceable, *parts.handover]}
     reads = [v for v in shared if id(v) not in own and travels(v)]
     writes = [v for v, _ in parts.updates]

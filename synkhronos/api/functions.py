@@ -309,7 +309,9 @@ class Function(BaseFunction):
         # Everything below may fail, and must leave the session as it was: nothing in it
         # changes before rank 0's copy is checked.
         self._check_wire(parts.inputs, parts.bcast_inputs, parts.outputs, parts.ops)
-        self._spec.key = graph_key(self._spec.variables(), self._spec.describe())
+        self._spec.key = graph_key(
+            self._spec.variables(), self._spec.describe(), self._spec.updates
+        )
         # A graph that passed both checks before (an earlier run of the script) is not
         # checked again: for ResNet-50's step they took a third of synk.function.
         checked = was_checked(self._spec.key)

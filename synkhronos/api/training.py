@@ -31,9 +31,9 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Constant
+from pytensor.graph.basic import Constant, clone_get_equiv
 from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.traversal import graph_inputs, truncated_graph_inputs
 from pytensor.tensor.random.type import RandomType
 
 from synkhronos.api import mode_choice
@@ -449,7 +449,8 @@ class _Holders:
             later.update((p, v) for p, (v, _) in statistics.items())
             later.update((p, v) for p, (v, _) in kept_rows.items())
         if split.rounds:
-            reduced = [(v, _replaced(value, later)) for v, value in reduced]
+            values = _replaced([value for _, value in reduced], later)
+            reduced = [(v, value) for (v, _), value in zip(reduced, values, strict=True)]
         return cls(kept, rounds, later, reduced)
 
     def every_one(self) -> list:
@@ -479,10 +480,8 @@ class _Holders:
 
     def later_updates(self, round_updates: list[list[tuple]]) -> list[list[tuple]]:
         """Later rounds' updates, reading the shared variables for their placeholders."""
-        return [
-            [(v, _replaced(value, self.later), op) for v, value, op in updates]
-            for updates in round_updates
-        ]
+        values = iter(_replaced([value for u in round_updates for _, value, _ in u], self.later))
+        return [[(v, next(values), op) for v, _, op in updates] for updates in round_updates]
 
 
 def _row_parts(
@@ -562,9 +561,18 @@ def _unchanged(running: list, updates: list) -> list[tuple]:
     return [(var, var, "max") for var in running if id(var) in read]
 
 
-def _replaced(value, replace: dict):
-    """``value`` reading ``replace``'s shared variables for its placeholders."""
-    return graph_replace([value], replace, strict=False)[0]
+def _replaced(values: list, replace: dict) -> list:
+    """``values`` reading ``replace``'s shared variables (of the same types) for their
+    placeholders: the graphs between them cloned once, in one pass. (``graph_replace``
+    costs a pass over its replacements for each, and ResNet-110's rounds have ~2000
+    values and ~1000 placeholders.)"""
+    # A value without an owner (a shared variable a round keeps) is itself, not a clone;
+    # what does not depend on a placeholder (a random draw) is kept, not cloned, as
+    # graph_replace keeps it.
+    memo = {**{v: v for v in values if v.owner is None}, **replace}
+    frontier = truncated_graph_inputs(values, list(replace))
+    equiv = clone_get_equiv(frontier, values, False, False, memo=memo)
+    return [equiv[v] for v in values]
 
 
 def _round_variables(split: PhaseSplit, label: str) -> list[tuple[dict, dict]]:

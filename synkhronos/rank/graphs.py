@@ -100,6 +100,10 @@ class SharedRegistry:
         # A clone of a shared variable shares its storage (its container): a Lasagne batch
         # norm's graph reads a clone of the running averages the user holds.
         self._by_storage: dict[int, int] = {}
+        # (Rank 0) The variables and nodes that passed :func:`check_shippable`, by id: a
+        # later check takes them as they are (each round of ResNet-110's training function
+        # reaches the running averages of the layers before it, and their updates).
+        self.checked: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return len(self.variables)
@@ -139,11 +143,41 @@ def with_default_updates(variables: list, include=lambda var: True) -> list:
     return roots
 
 
-def _graph_roots(specs: list[GraphSpec], registry: SharedRegistry) -> list:
+def not_updated(updates: list):
+    """For :func:`with_default_updates`: whether a shared variable's default update applies
+    in a function with these explicit ``updates`` (pairs, the variable first): an explicit
+    update overrides the default one, as in ``pytensor.function``. (A training function's
+    round reads the running averages of the layers before it, each updated explicitly:
+    their default updates, the graph up to each layer, are not its graph.)"""
+    explicit = {id(pair[0]) for pair in updates}
+    return lambda var: id(var) not in explicit
+
+
+def _graph_roots(specs: list[GraphSpec], registry: SharedRegistry, travels) -> list:
     """The specs' variables, plus the default updates (:func:`with_default_updates`) of the
-    shared variables that travel now (the workers have the others)."""
+    shared variables that ``travels`` accepts."""
     variables = [v for spec in specs for v in spec.variables()]
-    return with_default_updates(variables, lambda var: registry.index(var) is None)
+    return with_default_updates(variables, travels)
+
+
+def _unshipped(registry: SharedRegistry):
+    """Whether a shared variable travels with a shipment: the workers have the others."""
+    return lambda var: registry.index(var) is None
+
+
+def _unchecked(registry: SharedRegistry):
+    """Whether a shared variable travels with a shipment whose check
+    (:func:`check_shippable`) is to come, its default update not checked yet."""
+    return lambda var: registry.index(var) is None and not _passed(registry, _update(var))
+
+
+def _passed(registry: SharedRegistry, obj) -> bool:
+    """Whether ``obj`` (a variable or node) passed a check."""
+    return registry.checked.get(id(obj)) is obj
+
+
+def _update(var):
+    return var.__dict__.get(_DEFAULT_UPDATE)
 
 
 _DEFAULT_UPDATE = "_default_update"  # where PyTensor keeps SharedVariable.default_update
@@ -203,6 +237,12 @@ def _registered(index: int) -> SharedVariable:
     raise pickle.UnpicklingError(f"shared variable {index} unpickled without its registry")
 
 
+def _checked_object(key: int):
+    """Stands, in a check's pickle, for a variable or node that passed an earlier check:
+    rank 0's unpickler gives the object itself."""
+    raise pickle.UnpicklingError(f"checked object {key} unpickled without its registry")
+
+
 def _storage_of(index: int) -> Container:
     """Stands, in a shipment, for the storage of the shared variable of registry ``index``:
     a variable shipped later that shares it (a clone, or the variable a clone was made
@@ -211,11 +251,14 @@ def _storage_of(index: int) -> Container:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file, registry: SharedRegistry):
+    def __init__(self, file, registry: SharedRegistry, check: bool = False):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.registry = registry
+        self.check = check
 
     def reducer_override(self, obj):
+        if self.check and _passed(self.registry, obj):
+            return (_checked_object, (id(obj),))
         if is_subclass(type(obj), SharedVariable):
             # A shipped shared variable goes by its registry index. (Not by persistent_id:
             # pickle asks that of every object, ints and strings too, at every reference.)
@@ -256,36 +299,34 @@ class _Unpickler(pickle.Unpickler):
             return self.registry.__getitem__
         if (module, name) == (__name__, _storage_of.__name__):
             return lambda index: self.registry[index].container
+        if (module, name) == (__name__, _checked_object.__name__):
+            return self.registry.checked.__getitem__
         return super().find_class(module, name)
 
 
-def _contents(specs: list[GraphSpec], registry: SharedRegistry) -> tuple:
+def _contents(specs: list[GraphSpec], registry: SharedRegistry, travels) -> tuple:
     """What a shipment of ``specs`` pickles: ``(nodes, new shared variables, specs, default
-    updates)``."""
-    roots = _graph_roots(specs, registry)
+    updates)``, the default updates of those new variables that ``travels`` accepts."""
+    roots = _graph_roots(specs, registry, travels)
     shared = {id(v): v for v in ancestors(roots) if isinstance(v, SharedVariable)}
     new = [v for v in shared.values() if registry.index(v) is None]
     # Pickle recurses along the graph, which deep graphs (ResNet-50's gradient) make deeper
     # than Python allows. The graph's nodes go first, inputs before users: each node then
     # finds its inputs pickled already, and the recursion stays shallow.
     nodes = io_toposort([], roots)
-    updates = [
-        (v, v.__dict__.get(_DEFAULT_UPDATE))
-        for v in new
-        if v.__dict__.get(_DEFAULT_UPDATE) is not None
-    ]
+    updates = [(v, _update(v)) for v in new if _update(v) is not None and travels(v)]
     return nodes, new, specs, updates
 
 
-def _dumps(obj, registry: SharedRegistry) -> bytes:
+def _dumps(obj, registry: SharedRegistry, check: bool = False) -> bytes:
     buffer = io.BytesIO()
-    _Pickler(buffer, registry).dump(obj)
+    _Pickler(buffer, registry, check).dump(obj)
     return buffer.getvalue()
 
 
 def pack(specs: list[GraphSpec], registry: SharedRegistry) -> bytes:
     """(Rank 0) pickle ``specs`` and register the shared variables shipped for the first time."""
-    contents = _contents(specs, registry)
+    contents = _contents(specs, registry, _unshipped(registry))
     payload = _dumps(contents, registry)
     for var in contents[1]:
         registry.add(var)
@@ -298,18 +339,24 @@ def check_shippable(spec: GraphSpec, registry: SharedRegistry, what: str) -> Non
     The spec is pickled as a shipment would pickle it and unpickled again, here, and every
     class and function it names must be importable by module path in a fresh interpreter;
     nothing is registered or sent. The error names the first Op (or shared variable) at
-    fault.
+    fault. What passed an earlier check (a variable, a node, a default update) is not
+    checked again: a training function's rounds, each checked, read the same running
+    averages.
     """
-    contents = _contents([spec], registry)
+    contents = _contents([spec], registry, _unchecked(registry))
     try:
-        _round_trip(contents, registry)
+        _round_trip(contents, registry, check=True)
     except Exception as error:  # noqa: BLE001 - whatever pickle raised, named below
         culprit = _culprit(contents, registry)
         raise TypeError(f"{what} cannot be sent to the workers: {culprit}{error}") from error
+    nodes, new, _, updates = contents
+    passed = [*nodes, *(v for n in nodes for v in (*n.inputs, *n.outputs)), *new]
+    passed += [update for _, update in updates] + spec.variables()
+    registry.checked.update((id(obj), obj) for obj in passed)
 
 
-def _round_trip(obj, registry: SharedRegistry) -> None:
-    _Unpickler(io.BytesIO(_dumps(obj, registry)), registry).load()
+def _round_trip(obj, registry: SharedRegistry, check: bool = False) -> None:
+    _Unpickler(io.BytesIO(_dumps(obj, registry, check)), registry).load()
 
 
 def _culprit(contents: tuple, registry: SharedRegistry) -> str:

@@ -29,7 +29,7 @@ import logging
 import os
 import pickle
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -46,7 +46,7 @@ from pytensor.link.vm import VMLinker
 from pytensor.misc.frozendict import frozendict
 
 from synkhronos.rank.c_modules import compile_share
-from synkhronos.rank.graphs import is_subclass, with_default_updates
+from synkhronos.rank.graphs import is_subclass, not_updated, with_default_updates
 from synkhronos.rank.inner_functions import compile_inner_functions
 from synkhronos.rank.inplace_rewrite import with_fast_inplace
 from synkhronos.rank.protection_check import with_fast_protection_check
@@ -152,15 +152,16 @@ _VARIABLE_HISTORY = ("trace",)
 _NODE_HISTORY = ("imported_by", "removed_by")
 
 
-def graph_key(variables: list, whole: object) -> str | None:
+def graph_key(variables: list, whole: object, updates: Sequence = ()) -> str | None:
     """(Rank 0) The key of ``whole`` (a function's description: its graph, the kinds of
     its outputs, its keyword arguments...), whose variables are ``variables``; None if it
     does not pickle (then every rank rewrites the graph, as ``pytensor.function`` does).
 
     The default updates of the shared variables the graph reaches, and of those that these
-    reach, are part of the key: a function applies them.
+    reach, are part of the key: a function applies them, except those of the variables
+    its explicit ``updates`` (pairs) update.
     """
-    roots = with_default_updates(variables)
+    roots = with_default_updates(variables, not_updated(list(updates)))
     buffer = io.BytesIO()
     try:
         # The nodes first, inputs before users, so that pickle's recursion stays shallow.
