@@ -389,7 +389,7 @@ def test_few_rows_sample_unsplit_and_say_so(ranks, split_calls, caplog):
     (the same draws), and a warning says so once; ``min_rows`` moves the threshold."""
     pytest.importorskip("nutpie")
     settings = dict(draws=20, tune=20, chains=1, random_seed=7, progressbar=False)
-    assert synk_pymc.MIN_ROWS["nutpie"] > 101
+    assert synk_pymc.MIN_ROWS["cpu"]["nutpie"] > 101
     with (
         logistic(np.random.default_rng(1), n=101) as model,
         caplog.at_level(logging.WARNING, logger="synkhronos.extensions.pymc"),
@@ -400,7 +400,7 @@ def test_few_rows_sample_unsplit_and_say_so(ranks, split_calls, caplog):
     assert not split_calls
     said = [r.getMessage() for r in caplog.records if "sampling unsplit" in r.getMessage()]
     assert len(said) == 1, said
-    assert f"101 rows, fewer than min_rows={synk_pymc.MIN_ROWS['nutpie']}" in said[0]
+    assert f"101 rows, fewer than min_rows={synk_pymc.MIN_ROWS['cpu']['nutpie']}" in said[0]
     assert np.array_equal(unsplit.posterior["b"], own.posterior["b"])
     synk_pymc.sample(model=model, nuts_sampler="pymc", min_rows=101, **settings)
     assert len(split_calls) >= 40  # 101 rows, min_rows=101: split
@@ -408,7 +408,7 @@ def test_few_rows_sample_unsplit_and_say_so(ranks, split_calls, caplog):
 
 @pytest.mark.parametrize("ranks", [2, pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
 def test_compiled_nuts_runs_unsplit_below_its_threshold(ranks, caplog, monkeypatch):
-    """Below ``MIN_ROWS["numpyro"]`` rows (here 101) ``sample`` is
+    """Below ``MIN_ROWS[backend]["numpyro"]`` rows (here 101) ``sample`` is
     ``pm.sample(nuts_sampler="numpyro")`` itself, unsplit, on CPU and GPU ranks alike, no
     rank's routine, and says so. (``pm.sample`` is a stand-in here: PyMC's numpyro
     sampling in this process would start JAX with the 100 host devices PyMC forces.)"""
@@ -425,7 +425,8 @@ def test_compiled_nuts_runs_unsplit_below_its_threshold(ranks, caplog, monkeypat
     assert not routines_run
     said = [r.getMessage() for r in caplog.records if "sampling unsplit" in r.getMessage()]
     assert len(said) == 1, said
-    assert f"fewer than min_rows={synk_pymc.MIN_ROWS['numpyro']} " in said[0], said
+    backend = launch.current().backend.name
+    assert f"fewer than min_rows={synk_pymc.MIN_ROWS[backend]['numpyro']} " in said[0], said
 
 
 @pytest.mark.parametrize("ranks", [2, 3], indirect=True)

@@ -32,13 +32,18 @@ from synkhronos.session.placement import rank_threads
 
 logger = logging.getLogger(__name__)
 
-#: The rows below which :func:`sample` runs ``pm.sample`` unsplit, by ``nuts_sampler``:
-#: the smallest size measured where the split, on 2 ranks of a 2-core machine, sampled
-#: faster than the same sampler in one process (``bench/bench_pymc.py --samplers``;
-#: numpyro's on GPU ranks on CPU devices, and kept for CPU ranks, where the measurements
-#: under load did not settle one of their own; docs/pymc.rst). blackjax is always split:
-#: PyMC 6.4's own blackjax sampling fails with blackjax 1.7.
-MIN_ROWS = {"pymc": 100_000, "nutpie": 100_000, "numpyro": 1_000_000, "blackjax": 0}
+#: The rows below which :func:`sample` runs ``pm.sample`` unsplit, by the ranks (CPU
+#: ranks, of backend "cpu" or "jax-cpu", or GPU ranks) and ``nuts_sampler``: the
+#: smallest size measured where the split, on 2 ranks of a 2-core machine, sampled
+#: faster than the same sampler in one process
+#: (``bench/bench_pymc.py --samplers``, docs/pymc.rst). The compiled NUTS (numpyro's)
+#: paid at 100,000 rows on CPU ranks and at 1,000,000 on GPU ranks on CPU devices; pymc's
+#: and nutpie's were measured on CPU ranks, and GPU ranks take the same. blackjax is
+#: always split: PyMC 6.4's own blackjax sampling fails with blackjax 1.7.
+MIN_ROWS = {
+    "cpu": {"pymc": 100_000, "nutpie": 100_000, "numpyro": 100_000, "blackjax": 0},
+    "gpu": {"pymc": 100_000, "nutpie": 100_000, "numpyro": 1_000_000, "blackjax": 0},
+}
 
 # Each model's split functions, by what they were built for: a later sampling of the
 # model in the same session reuses its function (its ranks' compiled code and the rows in
@@ -76,7 +81,8 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
     min_rows : int, optional
         The rows below which the call is ``pm.sample(*args, **kwargs)`` itself, unsplit,
         with the same sampler (a warning, once per model and sampler, says so); default:
-        :data:`MIN_ROWS` of the sampler. ``min_rows=0`` always splits.
+        :data:`MIN_ROWS` of the session's ranks and the sampler. ``min_rows=0``
+        always splits.
 
     Raises
     ------
@@ -95,12 +101,14 @@ def sample(*args, model: Any = None, min_rows: int | None = None, **kwargs) -> A
         raise ValueError("synk_pymc.sample runs its chains in rank 0's process: cores=1")
     # Chosen here, never by what is installed: PyMC's default is nutpie where it is.
     sampler = kwargs.setdefault("nuts_sampler", "pymc" if model.discrete_value_vars else "nutpie")
-    if sampler not in MIN_ROWS:
+    # "cpu" and "jax-cpu" ranks alike sum by shared memory: CPU ranks' thresholds.
+    thresholds = MIN_ROWS["gpu" if launch.current().backend.name == "gpu" else "cpu"]
+    if sampler not in thresholds:
         raise ValueError(
             f"synk_pymc.sample splits the NUTS of pymc, nutpie, numpyro and blackjax: "
             f"not nuts_sampler={sampler!r}"
         )
-    if _too_few_rows(model, sampler, MIN_ROWS[sampler] if min_rows is None else min_rows):
+    if _too_few_rows(model, sampler, thresholds[sampler] if min_rows is None else min_rows):
         return pm.sample(*args, model=model, **kwargs)
     if sampler in SAMPLERS:
         return _sample_compiled(model, sampler, *args, **kwargs)
