@@ -8,7 +8,10 @@ CIFAR's 32x32x3 input, float32, ``--batch`` rows a step), trained by momentum:
 * ``inexact``: the same with ``MAX_ROUNDS`` lowered below the rounds it needs, so that each
   rank normalizes by its own rows' statistics (and synkhronos warns);
 * ``one``: ``pytensor.function`` of the same line in one process, in the mode named, else
-  in the one synkhronos chooses for the line (:mod:`synkhronos.api.mode_choice`).
+  in the one synkhronos chooses for the line (:mod:`synkhronos.api.mode_choice`), with
+  PyTensor's in-place and protection passes in synkhronos' faster form, as the ranks build
+  theirs (:mod:`synkhronos.rank.inplace_rewrite`, :mod:`synkhronos.rank.protection_check`):
+  the same graph, built sooner.
 
 Each runs in a fresh process, twice with the same cache folder: "cold" into an empty one
 (``PYTENSOR_FLAGS=base_compiledir=<empty>``), then "warm". Printed per run: seconds to build
@@ -41,11 +44,14 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
     sys.path.insert(0, ROOT)
     import numpy as np
     import pytensor
+    from pytensor.compile.mode import get_mode
 
     pytensor.config.floatX = "float32"
     import synkhronos as synk
     from synkhronos.api import mode_choice
     from synkhronos.api.split import phases
+    from synkhronos.rank.inplace_rewrite import with_fast_inplace
+    from synkhronos.rank.protection_check import with_fast_protection_check
     from tests.test_deep_resnet import training
 
     if case != "one":
@@ -62,7 +68,8 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
     if case == "one":
         roots = [loss, *(value for _, value in updates)]
         mode = mode_choice.choose(mode, None, [x, t], roots, "the line")
-        step = pytensor.function([x, t], loss, updates=updates, mode=mode)
+        fast = with_fast_protection_check(with_fast_inplace(get_mode(mode)))
+        step = pytensor.function([x, t], loss, updates=updates, mode=fast)
         info = {"mode": mode, "rounds": 0}
     else:
         step = synk.function([x, t], loss, updates=updates, mode=mode)

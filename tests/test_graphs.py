@@ -2,7 +2,9 @@
 worker's graph computes what rank 0's does, each shared variable stays one object (no
 fork)."""
 
+import gc
 import pickle
+import weakref
 
 import numpy as np
 import pytensor
@@ -126,6 +128,29 @@ def test_a_default_update_is_checked_once_and_again_once_changed():
     with pytest.raises(TypeError, match=r"h cannot be sent to the workers: Op .*Nested"):
         check_shippable(_spec(2, [x], [2 * average]), registry, "h")
     assert len(registry) == 0  # checking registers nothing
+
+
+def test_a_checked_graph_is_freed_and_another_object_at_its_id_checked_again():
+    """What passed a check is held weakly: a graph built, checked and dropped is freed, its
+    entries with it; an entry under a node's id that is another object does not pass it."""
+    x = pt.vector("x")
+    registry = SharedRegistry()
+    y = 2 * _Local()(x)
+    check_shippable(_spec(0, [x], [y]), registry, "f")
+    node, key, held = weakref.ref(y.owner), id(y.owner), len(registry.checked)
+    assert registry.checked[key] is y.owner
+    del y
+    gc.collect()
+    assert node() is None  # freed, though checked
+    assert key not in registry.checked and len(registry.checked) < held
+
+    class Nested(_Local):
+        pass
+
+    z = Nested()(x)
+    registry.checked[id(z.owner)] = x  # as if an object checked before had z's node's id
+    with pytest.raises(TypeError, match=r"g cannot be sent to the workers: Op .*Nested"):
+        check_shippable(_spec(1, [x], [z]), registry, "g")
 
 
 def test_default_updates_and_deep_graphs():

@@ -30,7 +30,7 @@ from synkhronos.rank.chain_part import (
     run_steps,
 )
 from synkhronos.session import launch
-from synkhronos.transport.channel import check_count
+from synkhronos.transport.channel import MAX_ARRAYS, check_count
 from synkhronos.transport.nodes import abort_nodes
 from synkhronos.transport.protocol import Arg, Command
 from synkhronos.transport.reduction import check_collective_op
@@ -47,7 +47,10 @@ def _split_reply(arrays: list[np.ndarray], n_functions: int) -> list[list[np.nda
     return parts
 
 
-def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
+def _collective_steps(session, entry) -> list[tuple[CollectiveStep, list]]:
+    """A chain's collective ``entry`` as steps, each with its variables: one per
+    :data:`~synkhronos.transport.channel.MAX_ARRAYS` variables, what one message carries,
+    run one after the other as one collective would be."""
     if not isinstance(entry, tuple) or len(entry) not in (2, 3) or entry[0] not in CHAINABLE:
         raise TypeError(
             f"a chain step is a synkhronos Function or a tuple (name, shared "
@@ -61,10 +64,13 @@ def _collective_step(session, entry) -> tuple[CollectiveStep, list]:
     variables, indices, _ = registered(session, shared_vars)
     for var in variables:
         check_tensor(var, f"the chain's {name} of shared variable {var}")
-    check_count(len(variables), f"the chain's {name} of {len(variables)} shared variables")
     if name == "all_gather" and any(v.ndim == 0 for v in variables):
         raise ValueError("all_gather needs shared variables with a first axis")
-    return CollectiveStep(CHAINABLE[name], indices, op, True), variables
+    return [
+        (CollectiveStep(CHAINABLE[name], indices[k : k + MAX_ARRAYS], op, True),
+         variables[k : k + MAX_ARRAYS])
+        for k in range(0, max(len(variables), 1), MAX_ARRAYS)
+    ]  # fmt: skip
 
 
 def _watched(functions: list, written: dict, handed: set[int]) -> tuple[list, list]:
@@ -149,10 +155,10 @@ class Chain:
                     touched.append(entry.spec)
                     written.update((id(v), v) for v in entry.writes)
                 else:
-                    step, variables = _collective_step(session, entry)
-                    steps.append(step)
-                    touched.append(variables)
-                    written.update((id(v), v) for v in variables)
+                    for step, variables in _collective_steps(session, entry):
+                        steps.append(step)
+                        touched.append(variables)
+                        written.update((id(v), v) for v in variables)
         if not steps:
             raise ValueError("a chain needs at least one step")
         # A worker replies, per function step, [weight, n_host] and its host outputs.
@@ -323,8 +329,10 @@ def chain(*steps, every_rank_rows: bool = False, fuse: bool = True) -> Chain:
         collectives on shared variables written ``(name, shared_vars)`` or
         ``(name, shared_vars, op)``, with ``name`` one of "all_reduce", "broadcast",
         "all_gather" or "reduce" (in place: rank 0's variables get the result) and
-        ``op`` as for :func:`synkhronos.all_reduce` (default "avg"). Only the first
-        function may take inputs: it receives the call's arguments.
+        ``op`` as for :func:`synkhronos.all_reduce` (default "avg"); a collective of
+        more variables than one message carries runs as consecutive steps of at most
+        :data:`~synkhronos.transport.channel.MAX_ARRAYS` each. Only the first function
+        may take inputs: it receives the call's arguments.
     every_rank_rows : bool
         Refuse (``ValueError``, before any rank runs) a call that gives some rank, of
         any node, no rows of the first function's data: a rank without rows skips that

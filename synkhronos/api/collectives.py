@@ -6,9 +6,17 @@ out, a list or tuple in gives a tuple out. ``nccl=False`` makes GPU ranks use th
 arguments in rank 0, then every rank runs its part
 (:mod:`synkhronos.rank.collective_part`) with the same kind and variables. Shared variables
 are named by their registry index, the same on every rank (see
-:mod:`synkhronos.rank.graphs`). What the wire protocol cannot carry (too many variables for
-one message, dtypes or dimensions it has no code for) is refused here, in rank 0, naming the
-variable or value.
+:mod:`synkhronos.rank.graphs`). What the wire protocol cannot carry (dtypes or dimensions it
+has no code for) is refused here, in rank 0, naming the variable or value.
+
+Any number of variables: a collective of more than one message between ranks carries
+(:data:`~synkhronos.transport.channel.MAX_ARRAYS` arrays; a scatter's root sends each rank
+its part of every variable, so ``MAX_ARRAYS // n_ranks`` variables) runs as one command per
+chunk that fits, in order, and returns their results joined as one command's. Every
+argument and variable is checked before the first command, so a refused collective changed
+nothing. A rank's failure in a command (unequal shapes in a reduction, a full
+``/dev/shm``) stops it there: the error's note names the variables of the failed command;
+the commands before it completed, those after it did not run.
 """
 
 from __future__ import annotations
@@ -143,29 +151,60 @@ def _collective(
         _check_arguments(kind, op, rank, nd_up, n_ranks)
         if values is not None:
             values = _checked_values(variables, values, single, batch)
-        _check_variables(kind, variables, n_ranks)
+        size = _check_variables(kind, variables, n_ranks)
         params = np.array(
             [kind, COLLECTIVE_OPS.index(op) if op in COLLECTIVE_OPS else 0, rank, bool(nccl)],
             np.int64,
         )
-        result = session.execute(
-            Command.COLLECTIVE,
-            [params, indices],
-            lambda: collective_part.run(
-                session.state, kind, variables, op, rank, values, bool(nccl)
-            ),
-        )
-        if kind in _WRITES:
-            session.forget_lengths()
-            if kind != Collective.SET_VALUE or rank == session.state.comm.rank:
-                session.agreed.agree(variables)  # rank 0's values, as this collective left them
-        out = _returned(kind, result, len(variables), rank, nd_up)
+        out: list | None = None
+        # Every variable is checked above, before the first command: only a rank's failure
+        # (unequal shapes in a reduction, a full /dev/shm, a dead worker) stops a later one.
+        for start in range(0, max(len(variables), 1), size):
+            part = slice(start, start + size)
+            try:
+                result = _command(
+                    session, kind, params, variables[part], indices[part], op, rank,
+                    None if values is None else values[part], bool(nccl),
+                )  # fmt: skip
+            except BaseException as error:
+                if len(variables) > size:
+                    error.add_note(_stopped_at(kind, variables, part))
+                raise
+            got = _returned(kind, result, len(variables[part]), rank, nd_up)
+            out = got if out is None or got is None else out + got
     except BaseException as error:
         abort_nodes("a synkhronos collective", error)
         raise
     if out is None:
         return None
     return out[0] if single else tuple(out)
+
+
+def _command(session, kind, params, variables, indices, op, rank, values, nccl: bool):
+    """One command of a collective, on ``variables`` (registry ``indices``) that one
+    message carries; rank 0's result."""
+    result = session.execute(
+        Command.COLLECTIVE,
+        [params, indices],
+        lambda: collective_part.run(session.state, kind, variables, op, rank, values, nccl),
+    )
+    if kind in _WRITES:
+        session.forget_lengths()
+        if kind != Collective.SET_VALUE or rank == session.state.comm.rank:
+            session.agreed.agree(variables)  # rank 0's values, as this collective left them
+    return result
+
+
+def _stopped_at(kind: Collective, variables: list, part: slice) -> str:
+    """The note on a chunked collective's error: which variables its commands got to."""
+    stop = min(part.stop, len(variables))
+    return (
+        f"synkhronos: this {kind.name.lower()} of {len(variables)} shared variables runs "
+        f"as one command per {part.stop - part.start}; it failed in the command of "
+        f"{variables[part.start]} to {variables[stop - 1]}: the {part.start} variables "
+        f"before them took part in completed commands, the {len(variables) - stop} after "
+        f"them in none"
+    )
 
 
 def _check_arguments(kind: Collective, op: str, rank: int, nd_up: int, n_ranks: int) -> None:
@@ -178,18 +217,18 @@ def _check_arguments(kind: Collective, op: str, rank: int, nd_up: int, n_ranks: 
         raise ValueError(f"nd_up must be 0 or 1, got {nd_up}")
 
 
-def _check_variables(kind: Collective, variables: list, n_ranks: int) -> None:
-    """Raise if the shared variables cannot take part in the collective."""
+def _check_variables(kind: Collective, variables: list, n_ranks: int) -> int:
+    """Raise if the shared variables cannot take part in the collective; return how many
+    of them one command takes: what one message between ranks carries."""
     if kind != Collective.SHAPES:
         for var in variables:
             check_tensor(var, f"shared variable {var}")
-        # A scatter's root posts every rank's part of every variable in one message.
-        check_count(
-            len(variables) * (n_ranks if kind == Collective.SCATTER else 1),
-            f"a {kind.name.lower()} of {len(variables)} shared variables",
-        )
     if kind in (Collective.SCATTER, Collective.ALL_GATHER) and any(v.ndim == 0 for v in variables):
         raise ValueError("scatter and all_gather need shared variables with a first axis")
+    # A scatter's root posts every rank's part of each variable in one message.
+    per_var = n_ranks if kind == Collective.SCATTER else 1
+    check_count(per_var, f"a {kind.name.lower()} of one shared variable")
+    return MAX_ARRAYS // per_var
 
 
 def _returned(kind: Collective, result, n_vars: int, rank: int, nd_up: int) -> list | None:
@@ -222,10 +261,9 @@ def send_changes(session, variables: list) -> None:
         ids = {id(v) for v in changed}
         mine = [i for i, v in enumerate(variables) if id(v) in ids]
         changed = [variables[i] for i in sorted(set().union(*world.mpi.allgather(mine)))]
-    for start in range(0, len(changed), MAX_ARRAYS // 2):
-        chunk = changed[start : start + MAX_ARRAYS // 2]
-        logger.debug("synkhronos: rank 0 changed %s; broadcasting them", chunk)
-        _collective(Collective.BROADCAST, chunk)
+    if changed:
+        logger.debug("synkhronos: rank 0 changed %s; broadcasting them", changed)
+        _collective(Collective.BROADCAST, changed)
 
 
 def sliceable_lengths(session, variables: list) -> list[int]:

@@ -17,6 +17,7 @@ import io
 import pickle
 import sys
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,8 +103,11 @@ class SharedRegistry:
         self._by_storage: dict[int, int] = {}
         # (Rank 0) The variables and nodes that passed :func:`check_shippable`, by id: a
         # later check takes them as they are (each round of ResNet-110's training function
-        # reaches the running averages of the layers before it, and their updates).
-        self.checked: dict[int, Any] = {}
+        # reaches the running averages of the layers before it, and their updates). Held
+        # weakly, so that the graphs of functions the program dropped are freed; an entry
+        # goes with its object, and :func:`_passed` compares the object itself, as the id
+        # may come back with a new one.
+        self.checked: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
     def __len__(self) -> int:
         return len(self.variables)
