@@ -41,8 +41,9 @@ def test_no_pinning_when_asked_or_with_more_ranks_than_cores(monkeypatch):
 
 def test_xla_gets_one_thread_on_one_core(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    env = placement.worker_env(1, "jax-cpu", None)
-    assert env["XLA_FLAGS"] == XLA_ONE_THREAD
+    for backend in ("cpu", "jax-cpu"):  # CPU ranks run XLA too (a routine, PyMC's NUTS)
+        env = placement.worker_env(1, backend, None)
+        assert env["XLA_FLAGS"] == XLA_ONE_THREAD and env["JAX_PLATFORMS"] == "cpu"
     assert "XLA_FLAGS" not in placement.worker_env(2, "jax-cpu", None)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
     assert placement.worker_env(1, "jax-cpu", None)["XLA_FLAGS"] == (
@@ -59,11 +60,10 @@ def test_gpu_ranks_on_gpus_are_not_pinned(monkeypatch):
     monkeypatch.delenv("SYNK_AFFINITY")
     monkeypatch.setenv("JAX_PLATFORMS", "cuda")
     assert placement.cores_to_pin(1, "gpu") is None
-    assert not placement.jax_on_cpus("gpu")
+    assert not placement.on_cpu_cores("gpu")
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     assert placement.cores_to_pin(1, "gpu") == [CORES]
-    assert placement.jax_on_cpus("gpu") and placement.jax_on_cpus("jax-cpu")
-    assert not placement.jax_on_cpus("cpu")
+    assert all(map(placement.on_cpu_cores, ("gpu", "jax-cpu", "cpu")))
 
 
 def test_worker_env_threads_floatx_and_device(monkeypatch):

@@ -109,10 +109,10 @@ def apart_routine(state) -> list:
     as if the ranks' programs had reached different sums."""
     import jax
 
-    from synkhronos.extensions.pymc.compiled import start_jax_on_cpu
+    from synkhronos.extensions.pymc.compiled import jax_cpu_device
     from synkhronos.transport.comm.traced import sum_by_host_traced
 
-    start_jax_on_cpu(1, cpu_only=state.rank != 0)
+    jax_cpu_device()
     errors: list = []
     program = jax.jit(lambda x: sum_by_host_traced(x, state.comm, state.rank, errors))
     try:

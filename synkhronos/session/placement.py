@@ -49,12 +49,13 @@ def cores_to_pin(n_ranks: int, backend_name: str) -> list[list[int]] | None:
     return rank_cores(n_ranks)
 
 
-def jax_on_cpus(backend: str) -> bool:
-    """Whether ranks of ``backend`` run XLA on CPU cores ("jax-cpu", and "gpu" on CPU
-    devices): then each gets its share of the cores, as CPU ranks do, and XLA on one core
-    no thread pool (two processes' pools spinning on the same cores made a 2-rank MLP
-    step 1 s instead of tens of ms)."""
-    return backend == "jax-cpu" or (backend == "gpu" and gpu.on_cpu_devices())
+def on_cpu_cores(backend: str) -> bool:
+    """Whether ranks of ``backend`` compute on CPU cores (every backend but GPU ranks on
+    GPUs): each gets its share of the cores, and XLA, wherever such a rank runs it (JAX
+    mode, a routine's program, the compiled NUTS of :mod:`synkhronos.extensions.pymc`),
+    runs on the CPU with the rank's share too; on one core no thread pool (two processes'
+    pools spinning on the same cores made a 2-rank MLP step 1 s instead of tens of ms)."""
+    return backend != "gpu" or gpu.on_cpu_devices()
 
 
 def rank_threads(threads: int, env=os.environ) -> int:
@@ -80,7 +81,7 @@ def worker_env(threads: int, backend: str, gpu: str | None) -> dict:
     flags = env.get("PYTENSOR_FLAGS", "")
     env["PYTENSOR_FLAGS"] = ",".join(f for f in (flags, f"floatX={pytensor.config.floatX}") if f)
     env["SYNK_SYS_PATH"] = json.dumps(sys.path)
-    if jax_on_cpus(backend):
+    if on_cpu_cores(backend):
         env["JAX_PLATFORMS"] = "cpu"
         xla_flags = cpu_xla_flags(env.pop("XLA_FLAGS", ""), threads)
         if xla_flags:

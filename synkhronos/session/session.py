@@ -32,7 +32,7 @@ from synkhronos.rank.heap import keep_freed_memory
 from synkhronos.rank.state import RankState
 from synkhronos.session.agreed import AgreedValues
 from synkhronos.session.liveness import Watchdog
-from synkhronos.session.placement import cores_to_pin, jax_on_cpus, rank_threads, worker_env
+from synkhronos.session.placement import cores_to_pin, on_cpu_cores, rank_threads, worker_env
 from synkhronos.session.worker_output import WorkerOutput
 from synkhronos.transport import trace
 from synkhronos.transport.channel import (
@@ -78,7 +78,7 @@ class _RankZeroLimits:
         if cores is not None:
             os.sched_setaffinity(0, cores)
         xla_flags = cpu_xla_flags(self._xla_flags or "", threads)
-        if jax_on_cpus(backend) and xla_flags != (self._xla_flags or ""):
+        if on_cpu_cores(backend) and xla_flags != (self._xla_flags or ""):
             # Effective only if JAX has not started its CPU client yet in this process.
             os.environ["XLA_FLAGS"] = xla_flags
         self._restore_heap = keep_freed_memory()

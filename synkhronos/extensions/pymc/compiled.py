@@ -32,7 +32,6 @@ import functools
 import itertools
 import json
 import logging
-import os
 import pickle
 import time
 from typing import Any
@@ -46,7 +45,6 @@ from synkhronos.extensions.pymc.density import with_checks_rewritten
 from synkhronos.extensions.pymc.terms import ModelTerms, split_terms
 from synkhronos.rank.routine_part import from_text, text
 from synkhronos.session import launch
-from synkhronos.session.placement import rank_threads
 
 logger = logging.getLogger(__name__)
 
@@ -224,14 +222,13 @@ class _OnMesh:
 
 class _OnHost:
     """CPU ranks: the program on this rank's JAX CPU device alone, XLA on the rank's
-    cores (:func:`start_jax_on_cpu`), summing by the rank's communicator called back from
+    cores (:func:`jax_cpu_device`), summing by the rank's communicator called back from
     the program (:func:`~synkhronos.transport.comm.traced.sum_by_host_traced`; over MPI
     nodes its all-reduce spans the nodes)."""
 
     def __init__(self, comm: Any):
         self.comm, self.rank, self.n_ranks = comm, comm.rank, comm.n_ranks
-        worker = getattr(comm, "local", comm).rank != 0  # rank 0: the user's process
-        self.device = start_jax_on_cpu(rank_threads(len(os.sched_getaffinity(0))), worker)
+        self.device = jax_cpu_device()
         self.errors: list[BaseException] = []  # what failed a sum, raised instead of JAX's
         self.sites = itertools.count()  # the program's sums, numbered as traced
 
@@ -256,32 +253,14 @@ class _OnHost:
         return results, [compiled_at - start, time.perf_counter() - compiled_at]
 
 
-def start_jax_on_cpu(threads: int, cpu_only: bool) -> Any:
+def jax_cpu_device() -> Any:
     """This process's JAX CPU device, JAX's precision set from floatX (as every JAX-mode
-    rank sets it, :func:`~synkhronos.rank.backends.jax_compat.match_precision`). Where
-    JAX's backends have not started in this process, they start now with the
-    ``XLA_FLAGS`` of a rank of ``threads`` threads
-    (:func:`~synkhronos.rank.backends.cpu.xla_flags`; XLA sizes its thread pool by the
-    cores the process may use, the rank's own where the session pins it), and with
-    ``cpu_only`` (a worker, which uses JAX for nothing else) on the CPU alone;
-    ``XLA_FLAGS``, read as they start, is given back its value."""
+    rank sets it, :func:`~synkhronos.rank.backends.jax_compat.match_precision`). XLA
+    starts, if it has not, with the settings the session gave this rank: its cores,
+    and a worker's JAX on the CPU alone
+    (:func:`~synkhronos.session.placement.on_cpu_cores`)."""
     import jax
 
-    from synkhronos.rank.backends.cpu import xla_flags
-    from synkhronos.rank.backends.gpu import jax_started
-
-    if not jax_started():
-        if cpu_only:
-            jax.config.update("jax_platforms", "cpu")
-        saved = os.environ.get("XLA_FLAGS")
-        os.environ["XLA_FLAGS"] = xla_flags(saved or "", threads)
-        try:
-            jax.devices("cpu")
-        finally:
-            if saved is None:
-                os.environ.pop("XLA_FLAGS")
-            else:
-                os.environ["XLA_FLAGS"] = saved
     from synkhronos.rank.backends.jax_compat import match_precision
 
     match_precision()

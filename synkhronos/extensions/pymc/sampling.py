@@ -11,10 +11,13 @@ every rank instead (:mod:`.compiled`), on CPU and GPU ranks.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,13 +25,12 @@ import numpy as np
 from synkhronos.extensions.pymc.compiled import (
     SAMPLERS,
     CompiledDensity,
+    jax_cpu_device,
     sample_on_ranks,
-    start_jax_on_cpu,
 )
 from synkhronos.extensions.pymc.density import SplitDensity, logp_dlogp_function
 from synkhronos.extensions.pymc.terms import row_count
 from synkhronos.session import launch
-from synkhronos.session.placement import rank_threads
 
 logger = logging.getLogger(__name__)
 
@@ -206,11 +208,26 @@ def _logp(split_fn: SplitDensity, x: np.ndarray, **_shared) -> tuple[float, np.n
     return float(logp), np.ascontiguousarray(grad, dtype="float64")
 
 
+@contextlib.contextmanager
+def _xla_flags_kept() -> Iterator[None]:
+    """``XLA_FLAGS`` as the session set them (rank 0's cores) after the block."""
+    saved = os.environ.get("XLA_FLAGS")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = saved
+
+
 def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
     """``pm.sample`` with ``nuts_sampler`` numpyro or blackjax, its sampling run by every
     rank (:func:`.compiled.sample_on_ranks`)."""
     import pymc as pm
-    import pymc.sampling.jax as pymc_jax
+
+    with _xla_flags_kept():  # its import forces 100 host devices into them
+        import pymc.sampling.jax as pymc_jax
 
     key = ("compiled", *model.basic_RVs, *model.potentials, *model.value_vars)
     built = _built.setdefault(model, {})
@@ -218,8 +235,8 @@ def _sample_compiled(model: Any, sampler: str, *args, **kwargs) -> Any:
     density = built.get(key)
     if density is None or density.session is not session:
         density = built[key] = CompiledDensity(model)
-    if session.backend.name != "gpu":  # before PyMC starts JAX here: on rank 0's cores
-        start_jax_on_cpu(rank_threads(session.threads), cpu_only=False)
+    if session.backend.name != "gpu":  # before PyMC starts JAX here: one device
+        jax_cpu_device()
     name = f"_sample_{sampler}_nuts"
     own = getattr(pymc_jax, name)
     setattr(pymc_jax, name, functools.partial(sample_on_ranks, density, sampler))
