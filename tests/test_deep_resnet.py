@@ -3,10 +3,12 @@ models): deep enough that their batch statistics take more rounds than the 64 th
 once allowed, they train as one device would, on 2 and 3 CPU ranks and GPU ranks (CPU
 devices here), against ``pytensor.function`` in one process.
 
-ResNet-110 (109 batch normalizations, CIFAR's 32x32x3 input; 327 rounds) trains on 2 CPU
-ranks in the mode chosen for its whole line (the C VM, op by op), every phase in it, its
-small rounds too. Elsewhere a 26-layer network (25 batch normalizations, 75 rounds) at 8x8
-on 2 CPU ranks, an 8-layer one on the others, CPU ranks in PyTensor's FAST_COMPILE mode.
+ResNet-110 (109 batch normalizations, CIFAR's 32x32x3 input; 327 rounds) trains in every
+session in the mode chosen for its whole line (CPU ranks: the C VM, op by op; GPU ranks:
+JAX), in float64; in float32 a 26-layer network (2 CPU ranks) or an 8-layer one (the others)
+shows the ranks as close to float64's values as one device. Elsewhere the 26-layer network
+at 8x8 trains on 2 CPU ranks, the 8-layer one on the others, CPU ranks in PyTensor's
+FAST_COMPILE mode.
 """
 
 from __future__ import annotations
