@@ -3,12 +3,14 @@
 The pre-activation ResNet-110 of ``tests/test_deep_resnet.py`` (109 batch normalizations,
 CIFAR's 32x32x3 input, float32, ``--batch`` rows a step), trained by momentum:
 
-* ``exact``: ``synk.function`` on ``--ranks`` CPU ranks, the whole batch's statistics
-  in rounds (3 per batch normalization);
+* ``exact``: ``synk.function`` on ``--ranks`` ranks of ``--backend`` ("cpu"; "gpu": GPU
+  ranks, on CPU devices without a GPU), the whole batch's statistics in rounds (3 per
+  batch normalization);
 * ``inexact``: the same with ``MAX_ROUNDS`` lowered below the rounds it needs, so that each
   rank normalizes by its own rows' statistics (and synkhronos warns);
 * ``one``: ``pytensor.function`` of the same line in one process, in the mode named, else
-  in the one synkhronos chooses for the line (:mod:`synkhronos.api.mode_choice`), with
+  (``--backend gpu``: in JAX mode, as GPU ranks compile) in the one synkhronos chooses for
+  the line (:mod:`synkhronos.api.mode_choice`), with
   PyTensor's in-place and protection passes in synkhronos' faster form, as the ranks build
   theirs (:mod:`synkhronos.rank.inplace_rewrite`, :mod:`synkhronos.rank.protection_check`):
   the same graph, built sooner.
@@ -35,13 +37,15 @@ import time
 from timing import child_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from synkhronos.rank.backends.gpu import visible_gpus  # noqa: E402
+
 CASES = ("one", "inexact", "exact")
 NEXT_STEPS = 3
 
 
-def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> None:
+def child(case: str, backend: str, ranks: int, blocks: int, batch: int, mode: str | None) -> None:
     """(In a fresh process) build the case's training function, time it; print JSON."""
-    sys.path.insert(0, ROOT)
     import numpy as np
     import pytensor
     from pytensor.compile.mode import get_mode
@@ -57,7 +61,7 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
     if case != "one":
         if case == "inexact":
             phases.MAX_ROUNDS = 1
-        synk.fork(ranks, backend="cpu")
+        synk.fork(ranks, backend=backend)
     x, t, loss, updates = training(blocks, 32)
     rng = np.random.default_rng(0)
     data = (
@@ -67,6 +71,8 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
     start = time.perf_counter()
     if case == "one":
         roots = [loss, *(value for _, value in updates)]
+        if backend == "gpu":
+            mode = mode or "JAX"
         mode = mode_choice.choose(mode, None, [x, t], roots, "the line")
         fast = with_fast_protection_check(with_fast_inplace(get_mode(mode)))
         step = pytensor.function([x, t], loss, updates=updates, mode=fast)
@@ -75,12 +81,12 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
         step = synk.function([x, t], loss, updates=updates, mode=mode)
         info = {"mode": step.mode, "rounds": len(getattr(step, "round_functions", []))}
     built = time.perf_counter()
-    step(*data)
+    np.asarray(step(*data))  # JAX mode returns before it computes
     first = time.perf_counter()
     times = []
     for _ in range(NEXT_STEPS):
         begin = time.perf_counter()
-        step(*data)
+        np.asarray(step(*data))
         times.append(time.perf_counter() - begin)
     if case != "one":
         synk.close()
@@ -92,7 +98,10 @@ def child(case: str, ranks: int, blocks: int, batch: int, mode: str | None) -> N
 def run(args, case: str, cache: str) -> dict:
     """One run of ``case`` in a fresh process with ``cache`` as the compile folder."""
     env = dict(os.environ, PYTENSOR_FLAGS=f"base_compiledir={cache}")
-    cmd = [sys.executable, __file__, "--child", case, str(args.ranks), str(args.blocks)]
+    if args.backend == "gpu" and not visible_gpus():
+        env["JAX_PLATFORMS"] = "cpu"
+    cmd = [sys.executable, __file__, "--child", case, args.backend, str(args.ranks)]
+    cmd += [str(args.blocks)]
     cmd += [str(args.batch), args.mode or "default"]
     result = child_result(cmd, env, args.limit)
     return {"failed": f">{args.limit:.0f} s"} if result is None else result
@@ -101,6 +110,7 @@ def run(args, case: str, cache: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    parser.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--blocks", type=int, default=18, help="blocks a stage (18: ResNet-110)")
     parser.add_argument("--batch", type=int, default=4, help="rows a step, all ranks")
@@ -108,13 +118,15 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", choices=("cold", "warm"), default=["cold", "warm"])
     parser.add_argument("--limit", type=float, default=1800.0, help="seconds per run")
     parser.add_argument("--cache", help="a compile folder to keep (default: a new one per case)")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        case, ranks, blocks, batch, mode = args.child
-        child(case, int(ranks), int(blocks), int(batch), None if mode == "default" else mode)
+        case, backend, ranks, blocks, batch, mode = args.child
+        mode = None if mode == "default" else mode
+        child(case, backend, int(ranks), int(blocks), int(batch), mode)
         return
-    print(f"ResNet-{6 * args.blocks + 2}, batch {args.batch}, {args.ranks} CPU ranks", flush=True)
+    ranks = f"{args.ranks} {args.backend.upper()} ranks"
+    print(f"ResNet-{6 * args.blocks + 2}, batch {args.batch}, {ranks}", flush=True)
     print(f"{'case':8} {'run':5} {'build s':>8} {'first step s':>12} {'next step ms':>12} "
           f"{'mode':>6} {'rounds':>6}", flush=True)  # fmt: skip
     for case in args.cases:
