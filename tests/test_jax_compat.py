@@ -73,3 +73,33 @@ def test_shared_of_a_plain_dict_is_pytensors():
     var = pytensor.shared({"a": 1})
     assert var.get_value() == {"a": 1}
     assert type(var).__name__ != "RandomGeneratorSharedVariable"
+
+
+def test_an_input_the_graph_does_not_read_leaves_the_compiled_program_alone(rng):
+    """A variable an update writes but the graph does not read (a holder of rows, which a
+    call fills with its own) is given to JAX as an empty stand-in: new values of other
+    shapes, or on the device, compile nothing new (issue 62)."""
+    import jax
+
+    x = pt.vector("x")
+    held = pytensor.shared(np.zeros(0), name="held", shape=(None,))
+    w = pytensor.shared(rng.standard_normal(5), name="w")
+    f = pytensor.function([x], (x * w).sum(), updates=[(held, x * 2)], mode=JAX)
+    assert jax_compat.drop_compile_time_copies(f) == 1  # w's, found through the wrapper
+    compiled: list[str] = []
+
+    def listen(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(str(kwargs.get("fun_name")))
+
+    X = rng.standard_normal(5)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        first = f(X)
+        held.set_value(np.ones(3))
+        again = [f(X) for _ in range(2)]
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(compiled) == 1, compiled
+    np.testing.assert_allclose([first, *again], (X * w.get_value()).sum(), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(held.get_value()), X * 2, rtol=1e-12)
