@@ -266,7 +266,7 @@ def _jit_compile_read_inputs(self, fn):
     def call(*args):
         return jitted(*(stand_ins.get(i, a) for i, a in enumerate(args)))
 
-    call.__wrapped__ = fn  # type: ignore[attr-defined]  # the generated function
+    call.__wrapped__ = fn  # the generated function
     return call
 
 
