@@ -63,8 +63,11 @@ Imported on every rank before a function is compiled in JAX mode.
 * XLA's compiled programs are kept on disk (JAX's persistent compilation cache), in
   :data:`JAX_FOLDER` of PyTensor's compile folder unless the user set a folder
   (``JAX_COMPILATION_CACHE_DIR``): a second run of a script, or another rank, loads a
-  large graph's program instead of compiling it again. ``python -m synkhronos sweep
-  --cache`` removes them.
+  program instead of compiling it again. Every program is kept, however fast it
+  compiled (JAX keeps only those of a second or more unless
+  ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise): the rounds of a deep
+  network's batch statistics are small programs, many of them alike, each compiled
+  once and loaded for the others. ``python -m synkhronos sweep --cache`` removes them.
 """
 
 from __future__ import annotations
@@ -117,6 +120,11 @@ if getattr(jax.config, "jax_compilation_cache_dir", None) is None and not os.env
     jax.config.update(
         "jax_compilation_cache_dir", str(Path(pytensor.config.compiledir) / JAX_FOLDER)
     )
+if (
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ
+    and jax.config.jax_persistent_cache_min_compile_time_secs == 1.0  # JAX's default
+):
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 @jax_funcify.register(ARange)
