@@ -441,6 +441,76 @@ def test_gpu_ranks_train_a_clip_loss_as_cpu_ranks(gpu_ranks):
     np.testing.assert_allclose(after[0], W_value, rtol=1e-5, atol=1e-6)
 
 
+def _batch_norm_training(float_x):
+    """A dense layer, batch normalization and a softmax layer, trained by momentum: a
+    training function whose batch statistics take rounds (the inputs, loss, updates and
+    every variable they write, the running averages too)."""
+    from synkhronos.api.training import running_updates
+    from synkhronos.extensions import lasagne
+    from synkhronos.extensions.lasagne import layers as L
+    from synkhronos.extensions.lasagne.nonlinearities import rectify, softmax
+    from synkhronos.extensions.lasagne.updates import momentum
+
+    lasagne.random.set_rng(np.random.RandomState(4))
+    x, t = pt.matrix("x", dtype=float_x), pt.ivector("t")
+    # No bias before batch normalization, which cancels it: its gradient is rounding.
+    net = L.DenseLayer(L.InputLayer((None, 4), x), 5, b=None, nonlinearity=None)
+    net = L.DenseLayer(L.NonlinearityLayer(L.BatchNormLayer(net), rectify), 3, nonlinearity=softmax)
+    loss = lasagne.objectives.categorical_crossentropy(L.get_output(net), t).mean()
+    updates = list(momentum(loss, L.get_all_params(net, trainable=True), 0.1, 0.9).items())
+    variables = [v for v, _ in updates]
+    variables += [v for v, _ in running_updates([loss], variables)]
+    return [x, t], loss, updates, variables
+
+
+@pytest.mark.gpu
+def test_a_training_functions_rounds_compile_at_its_first_call_only(gpu_ranks, rng, tmp_path):
+    """Issue 62: each round of a training function with batch statistics (11 rows, split
+    unevenly: step by step) compiled again at the second call, where the variables it
+    writes but does not read held the first call's rows instead of their empty start
+    values; and every function compiled again after a checkpoint's load, whose values
+    were not committed to the device as computed ones are. No XLA compile after the
+    first call; the losses and variables are one process's."""
+    import jax
+
+    float_x = pytensor.config.floatX
+    inputs, loss, updates, variables = _batch_norm_training(float_x)
+    start = [v.get_value() for v in variables]
+    train = synk.function(inputs, loss, updates=updates)
+    assert train.round_functions
+    xs, ts = rng.normal(size=(11, 4)).astype(float_x), rng.integers(0, 3, 11).astype("int32")
+    compiled: list[str] = []
+
+    def listen(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(str(kwargs.get("fun_name")))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        losses = [train(xs, ts)]
+        first = len(compiled)
+        losses += [train(xs, ts) for _ in range(2)]
+        synk.save(tmp_path / "step.npz")
+        synk.load(tmp_path / "step.npz")
+        losses.append(train(xs, ts))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert first > 0  # the listener hears this rank's compiles
+    # PyTensor's functions: the checkpoint's collectives are programs of their own.
+    assert [f for f in compiled[first:] if "jax_funcified_fgraph" in f] == []
+    synk.verify()
+    trained = [v.get_value() for v in variables]
+    for v, value in zip(variables, start, strict=True):
+        v.set_value(value)
+    reference = pytensor.function(inputs, loss, updates=updates, mode="FAST_COMPILE")
+    np.testing.assert_allclose(losses, [reference(xs, ts) for _ in range(4)], rtol=1e-5)
+    for var, got in zip(variables, trained, strict=True):
+        want = var.get_value()
+        atol = 1e-5 * np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol, err_msg=str(var))
+    synk.broadcast(variables)  # rank 0 holds the reference's values: every rank takes them
+
+
 def _flat(params) -> np.ndarray:
     return np.concatenate([np.ravel(p.get_value()) for p in params])
 

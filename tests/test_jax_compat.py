@@ -73,3 +73,71 @@ def test_shared_of_a_plain_dict_is_pytensors():
     var = pytensor.shared({"a": 1})
     assert var.get_value() == {"a": 1}
     assert type(var).__name__ != "RandomGeneratorSharedVariable"
+
+
+def test_an_input_the_graph_does_not_read_leaves_the_compiled_program_alone(rng):
+    """A variable an update writes but the graph does not read (a holder of rows, which a
+    call fills with its own) is given to JAX as an empty stand-in: new values of other
+    shapes, or on the device, compile nothing new (issue 62)."""
+    import jax
+
+    x = pt.vector("x")
+    held = pytensor.shared(np.zeros(0), name="held", shape=(None,))
+    w = pytensor.shared(rng.standard_normal(5), name="w")
+    f = pytensor.function([x], (x * w).sum(), updates=[(held, x * 2)], mode=JAX)
+    assert jax_compat.drop_compile_time_copies(f) == 1  # w's, found through the wrapper
+    compiled: list[str] = []
+
+    def listen(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(str(kwargs.get("fun_name")))
+
+    X = rng.standard_normal(5)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        first = f(X)
+        held.set_value(np.ones(3))
+        again = [f(X) for _ in range(2)]
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(compiled) == 1, compiled
+    np.testing.assert_allclose([first, *again], (X * w.get_value()).sum(), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(held.get_value()), X * 2, rtol=1e-12)
+
+
+_ALIKE = """
+import collections, json, sys
+import jax, numpy as np, pytensor, pytensor.tensor as pt
+from synkhronos.rank.backends import jax_compat
+events = collections.Counter()
+jax.monitoring.register_event_listener(lambda event, **kwargs: events.update([event]))
+x = pt.vector("x")
+got = [pytensor.function([x], pt.exp(x) * 3, mode="JAX")(np.arange(4.0)) for _ in range(2)]
+print(json.dumps([events["/jax/compilation_cache/cache_hits"], np.asarray(got).tolist()]))
+"""
+
+
+@pytest.mark.parametrize("min_seconds", [None, "1"])
+def test_every_program_is_kept_and_alike_ones_compile_once(tmp_path, min_seconds):
+    """Two functions of the same graph (as a deep network's alike rounds): the first's
+    program, compiled in well under a second, is stored in the persistent cache and the
+    second loads it, with the same results; unless the user asks JAX's minimum back."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env.pop("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", None)
+    if min_seconds is not None:
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = min_seconds
+    done = subprocess.run(
+        [sys.executable, "-c", _ALIKE], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    hits, (first, second) = json.loads(done.stdout.strip().splitlines()[-1])
+    assert first == second == pytest.approx(np.exp(np.arange(4.0)) * 3)
+    stored = [p for p in tmp_path.rglob("*-cache") if p.is_file()]  # JAX names its entries so
+    assert (hits, bool(stored)) == ((1, True) if min_seconds is None else (0, False))

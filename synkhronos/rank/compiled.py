@@ -136,7 +136,8 @@ class RankFunction:
     first_calls : FirstCalls
         The lock each variant's first call takes, so that ranks compile its machine code
         one after another and all but the first load it from the cache
-        (:mod:`synkhronos.rank.first_calls`; not in JAX mode, which caches nothing on disk).
+        (:mod:`synkhronos.rank.first_calls`; in JAX mode XLA's program, which JAX's
+        persistent cache keeps: :mod:`~synkhronos.rank.backends.jax_compat`).
     """
 
     def __init__(

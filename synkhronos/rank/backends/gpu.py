@@ -340,13 +340,19 @@ class GpuBackend(Backend):
         return jax.device_put(array) if isinstance(array, (np.ndarray, np.generic)) else array
 
     def set_value(self, var, value, owned: bool = False) -> None:
+        """Give ``var`` ``value`` on this rank's device, committed to it as the values a
+        function computes from the device's arrays are: ``jax.jit`` compiles a function
+        anew for an argument that is not (issue 62: every function after a checkpoint's
+        load)."""
         import jax
         import jax.numpy as jnp
 
         if isinstance(value, np.ndarray):
-            value = jax.device_put(value.astype(var.dtype, copy=False))
+            value = value.astype(var.dtype, copy=False)
         elif value.dtype != np.dtype(var.dtype):
             value = jnp.asarray(value, dtype=var.dtype)
+        if not getattr(value, "committed", False):
+            value = jax.device_put(value, jax.local_devices()[0])  # a rank's only device
         # Bypass the container's filter, which would copy the value to the host.
         var.container.storage[0] = value
 

@@ -53,11 +53,21 @@ Imported on every rank before a function is compiled in JAX mode.
   returns what the user asked of PyTensor's default mode: NumPy arrays
   (:data:`HOST_OUTPUTS_JAX`; a JAX array is no dictionary key, and ``np.argmax`` of one
   is a JAX array). Its updates stay JAX arrays, where the shared variables hold them.
+* A compiled function takes every input of its graph, also those it does not read (a
+  variable its updates write, as a training function's round writes the rows it keeps
+  for the next), and ``jax.jit`` compiles anew for each new shape of any argument: the
+  rounds of a training function on GPU ranks each compiled twice, at the first call
+  (the variables held their empty start values) and at the second (they held the first
+  call's rows), issue 62. Each tensor input the graph does not read is given to JAX as
+  an empty array of its dtype and dimensions: the program depends on what it reads.
 * XLA's compiled programs are kept on disk (JAX's persistent compilation cache), in
   :data:`JAX_FOLDER` of PyTensor's compile folder unless the user set a folder
   (``JAX_COMPILATION_CACHE_DIR``): a second run of a script, or another rank, loads a
-  large graph's program instead of compiling it again. ``python -m synkhronos sweep
-  --cache`` removes them.
+  program instead of compiling it again. Every program is kept, however fast it
+  compiled (JAX keeps only those of a second or more unless
+  ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise): the rounds of a deep
+  network's batch statistics are small programs, many of them alike, each compiled
+  once and loaded for the others. ``python -m synkhronos sweep --cache`` removes them.
 """
 
 from __future__ import annotations
@@ -82,6 +92,7 @@ from pytensor.tensor.basic import ARange, ScalarFromTensor
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.type import RandomType, random_generator_type
 from pytensor.tensor.random.variable import RandomGeneratorSharedVariable
+from pytensor.tensor.type import TensorType
 
 warnings.filterwarnings(
     "ignore", message="Explicitly requested dtype .* is not available", category=UserWarning
@@ -109,6 +120,11 @@ if getattr(jax.config, "jax_compilation_cache_dir", None) is None and not os.env
     jax.config.update(
         "jax_compilation_cache_dir", str(Path(pytensor.config.compiledir) / JAX_FOLDER)
     )
+if (
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ
+    and jax.config.jax_persistent_cache_min_compile_time_secs == 1.0  # JAX's default
+):
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 @jax_funcify.register(ARange)
@@ -236,6 +252,33 @@ def drop_compile_time_copies(fn) -> int:
     for name in names:
         del env[name]
     return len(names)
+
+
+_jit_compile = JAXLinker.jit_compile
+
+
+def _jit_compile_read_inputs(self, fn):
+    """PyTensor's ``jit_compile``, whose function is given, for each tensor input the
+    graph does not read, an empty array of its dtype and dimensions (see the module
+    docstring); its own where the graph reads every input."""
+    jitted = _jit_compile(self, fn)
+    fgraph = self.fgraph
+    stand_ins = {
+        i: np.empty((0,) * v.type.ndim, v.type.dtype)
+        for i, v in enumerate(fgraph.inputs)
+        if not fgraph.clients[v] and isinstance(v.type, TensorType)
+    }
+    if not stand_ins:
+        return jitted
+
+    def call(*args):
+        return jitted(*(stand_ins.get(i, a) for i, a in enumerate(args)))
+
+    call.__wrapped__ = fn  # the generated function
+    return call
+
+
+JAXLinker.jit_compile = _jit_compile_read_inputs  # type: ignore[method-assign]
 
 
 @shared_constructor.register(dict)
