@@ -297,8 +297,8 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
             f"session has {session.n_ranks}: load it with as many ranks"
         )
     same = [i for i, kind in enumerate(kinds) if kind == "same"]
-    for chunk in _chunks(same, CHUNK):
-        broadcast([variables[i] for i in chunk], [arrays[f"value_{i}"] for i in chunk])
+    if same:
+        broadcast([variables[i] for i in same], [arrays[f"value_{i}"] for i in same])
     generators = [iter(states) for states in manifest["generators"]]  # in `separate` order
     n = session.n_ranks
     for chunk in _chunks(separate, CHUNK // n):
